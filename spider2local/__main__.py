@@ -1,0 +1,5 @@
+"""Allow ``python -m spider2local``."""
+
+from spider2local.cli import main
+
+main()

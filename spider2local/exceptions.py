@@ -1,0 +1,67 @@
+"""Every error spider2local raises on purpose.
+
+The CLI turns a :class:`UserError` into one line on stderr and exit code 2: bad input must never
+show a traceback. Errors that belong to a single task (a dbt crash, a timeout, a failed score) are
+not raised out of the runner: they are stored as data in that task's result, so one broken task
+never stops a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class Spider2LocalError(Exception):
+    """Base class of every error raised on purpose by spider2local."""
+
+
+class UserError(Spider2LocalError):
+    """Bad input from the user: a file, an option or the environment.
+
+    ``str()`` is the one line the CLI prints: where the problem is, what it is, and the fix.
+    """
+
+    def __init__(self, message: str, *, path: Path | str | None = None, fix: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.message = message
+        self.fix = fix
+        where = f"{self.path}: " if self.path is not None else ""
+        hint = f" ({fix})" if fix else ""
+        super().__init__(f"{where}{message}{hint}")
+
+
+class SuiteError(UserError):
+    """The suite file (tasks.toml) is malformed: bad TOML, unknown key, wrong type, bad date."""
+
+
+class DatasetError(UserError):
+    """The dataset root as a whole cannot be used (missing folder, unreadable task list)."""
+
+
+class ClockError(UserError):
+    """The fake clock cannot be set up: the libfaketime library is missing or unusable."""
+
+
+class CredentialsError(UserError):
+    """The agent needs credentials that the environment does not provide."""
+
+
+class ProcessTimeout(Spider2LocalError):
+    """A child process outlived its deadline and was killed with its whole process group."""
+
+
+class DbtError(Spider2LocalError):
+    """dbt could not be started or produced no usable output."""
+
+
+class AgentError(Spider2LocalError):
+    """The agent failed in a way that is the agent's (or the model's) fault."""
+
+
+class InfrastructureError(AgentError):
+    """A failure outside the agent's control (API overloaded, rate limit, CLI crash before any
+    turn). The runner may retry these with backoff; nothing else is retried."""
+
+
+class ScoringError(Spider2LocalError):
+    """The result could not be scored at all (as opposed to scoring 0)."""
