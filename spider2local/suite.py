@@ -225,7 +225,7 @@ class _Reader:
             return default
         value = tbl[name]
         types = typ if isinstance(typ, tuple) else (typ,)
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
             raise self.error(key or name, f"must be {want}, not {_tname(value)}", None)
         return value

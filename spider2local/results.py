@@ -1,0 +1,139 @@
+"""The per-task result: a frozen record, an explicit status, JSON with a schema version.
+
+A result file is the unit of progress: ``<run>/<task>/result.json`` exists only once the task is
+finished (it is written atomically), so resume, re-scoring and every report are rebuilt from disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    """Scored: every graded table matches gold."""
+    FAILED = "failed"
+    """Scored: at least one graded table does not match."""
+    ERROR = "error"
+    """A stage failed before a verdict (agent, dbt, infrastructure, scoring); see ``error``."""
+    TIMEOUT = "timeout"
+    """The task hit its deadline; its processes were killed. Scored if a database was left."""
+    UNSCORED = "unscored"
+    """The work ran but the task has no gold to score against."""
+
+
+class Stage(StrEnum):
+    PREPARE = "prepare"
+    AGENT = "agent"
+    CHECKPOINT = "checkpoint"
+    SCORE = "score"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the agent consumed. Costs are kept both as reported and as recomputed from a price
+    table, because the reported total has been seen to miss cache tokens and subagents."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cost_usd_reported: float | None = None
+    cost_usd_computed: float | None = None
+    by_model: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.cost_usd_computed if self.cost_usd_computed is not None \
+            else self.cost_usd_reported
+
+
+@dataclass(frozen=True)
+class TaskError:
+    stage: Stage
+    kind: str
+    """Exception class name, ``timeout`` or ``infrastructure``."""
+    message: str
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    task_id: str
+    status: Status
+    agent: str
+    fake_date: str
+    started_at: str
+    finished_at: str
+    durations: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per stage (prepare, agent, dbt, checkpoint, score) and ``total``."""
+    usage: Usage = field(default_factory=Usage)
+    passed: bool | None = None
+    tables_passed: int = 0
+    tables_total: int = 0
+    score: Mapping[str, Any] | None = None
+    """The evaluation's full JSON (per-table verdicts and diagnostics)."""
+    error: TaskError | None = None
+    attempts: int = 1
+    model: str | None = None
+    verified: bool | None = None
+    """Whether the agent's verifier ran (Claude agent only)."""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        if self.error is not None:
+            data["error"]["stage"] = self.error.stage.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"result schema {version} is not {SCHEMA_VERSION}")
+        fields = dict(data)
+        fields["status"] = Status(fields["status"])
+        fields["usage"] = Usage(**fields.get("usage", {}))
+        err = fields.get("error")
+        fields["error"] = None if err is None else TaskError(Stage(err["stage"]), err["kind"],
+                                                             err["message"])
+        return cls(**fields)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that readers (and a resume after SIGKILL) see the old file or the new one,
+    never half of one: temp file in the same folder, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_result(path: Path, result: TaskResult) -> None:
+    write_json_atomic(path, result.to_json())
+
+
+def load_result(path: Path) -> TaskResult | None:
+    """Read a result file; ``None`` when absent or unreadable (the task is then re-run)."""
+    try:
+        return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
