@@ -35,6 +35,7 @@ def listing_json(data: Dataset) -> dict[str, Any]:
             "status": t.status,
             "problems": list(t.problems),
             "excluded": t.excluded,
+            "note": t.settings.note,
             "fake_date": t.date.isoformat(),
             "date_method": t.settings.date_method,
             "date_evidence": t.settings.date_evidence,

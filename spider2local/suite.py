@@ -58,6 +58,8 @@ class TaskSettings:
     date_evidence: str | None = None
     date_confidence: str | None = None
     exclude: str | None = None
+    note: str | None = None
+    """Free text shown by ``list --json`` and ``audit`` (e.g. a known upstream defect)."""
     skills: tuple[str, ...] = ()
     skip_skills: tuple[str, ...] = ()
     solution: Path | None = None
@@ -161,7 +163,7 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
 def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
     k = f"tasks.{tid}."
     r.keys(tbl, k, {"date", "date_method", "date_evidence", "date_confidence", "exclude",
-                    "skills", "skip_skills", "solution", "timeout", "max_turns"})
+                    "note", "skills", "skip_skills", "solution", "timeout", "max_turns"})
     method = r.choice(tbl, "date_method", DATE_METHODS, k)
     solution = r.get(tbl, "solution", str, None, key=k + "solution")
     timeout = r.positive(tbl, "timeout", (int, float), None, k + "timeout")
@@ -171,6 +173,7 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
         date_evidence=r.get(tbl, "date_evidence", str, None, key=k + "date_evidence"),
         date_confidence=r.choice(tbl, "date_confidence", CONFIDENCES, k),
         exclude=r.get(tbl, "exclude", str, None, key=k + "exclude"),
+        note=r.get(tbl, "note", str, None, key=k + "note"),
         skills=r.strings(r.get(tbl, "skills", list, [], key=k + "skills"), k + "skills"),
         skip_skills=r.strings(r.get(tbl, "skip_skills", list, [], key=k + "skip_skills"),
                               k + "skip_skills"),

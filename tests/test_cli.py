@@ -1,0 +1,104 @@
+"""The CLI as a user meets it: real subprocesses, one-line errors with exit code 2, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "spider2local", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_list_sample_suite_from_anywhere(tmp_path: Path) -> None:
+    proc = run_cli("list", "--json", cwd=tmp_path)  # no tasks.toml here: the bundled suite
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    tasks = {t["id"]: t for t in data["tasks"]}
+    assert len(tasks) >= 4 and all(t["runnable"] for t in tasks.values())
+    assert all(t["has_solution"] for t in tasks.values())
+    clocked = [t for t in tasks.values() if t["date_method"] != "clock-independent"]
+    assert clocked and all(t["fake_date"] != "2024-09-15" for t in clocked)
+
+
+def test_list_real_dataset(shared_dataset: Path) -> None:
+    proc = run_cli("--dataset", str(shared_dataset), "list")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[2:] if line.strip()}
+    assert "runnable" in rows["playbook001"] and "attribution_touches" in rows["playbook001"]
+    assert "runnable" in rows["mrr001"]
+    assert "2 tasks, 2 runnable" in proc.stdout
+
+
+def test_dataset_option_after_command(shared_dataset: Path) -> None:
+    proc = run_cli("list", "--json", "--dataset", str(shared_dataset))
+    assert proc.returncode == 0
+    assert [t["id"] for t in json.loads(proc.stdout)["tasks"]] == ["playbook001", "mrr001"]
+
+
+def test_bad_suite_file(tmp_path: Path) -> None:
+    bad = tmp_path / "tasks.toml"
+    bad.write_text("[run]\njobs = 'many'\n")
+    assert_one_line_error(run_cli("--suite", str(bad), "list"), str(bad),
+                          "run.jobs: must be an integer")
+
+
+def test_missing_dataset_root(tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("list", "--dataset", str(tmp_path / "nowhere")),
+                          "dataset root not found", "--dataset")
+
+
+def test_per_task_problems_do_not_abort(tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("good1", "bad1")
+    (root / "examples" / "bad1" / "shop.duckdb").unlink()
+    proc = run_cli("list", "--json", "--dataset", str(root))
+    assert proc.returncode == 0, proc.stderr
+    status = {t["id"]: t["status"] for t in json.loads(proc.stdout)["tasks"]}
+    assert status == {"good1": "runnable",
+                      "bad1": "start database shop.duckdb missing (profiles.yml points at it)"}
+
+
+def test_doctor_reports_each_check(shared_dataset: Path) -> None:
+    proc = run_cli("doctor", "--dataset", str(shared_dataset))
+    lines = proc.stdout.splitlines()
+    names = {line.split(":")[0].split(None, 1)[1] for line in lines if ":" in line}
+    assert {"python", "dbt-core", "dbt-duckdb", "duckdb", "libfaketime", "claude cli",
+            "credentials", "dataset"} <= names
+    assert any(line.startswith("ok") and "dataset" in line and "2 runnable" in line
+               for line in lines)
+    required_failed = [line for line in lines if line.startswith("FAIL")]
+    assert proc.returncode == (1 if required_failed else 0)
+
+
+def test_doctor_fails_on_missing_library(tmp_path: Path) -> None:
+    env = {**os.environ, "SPIDER2LOCAL_LIBFAKETIME": str(tmp_path / "nope.so")}
+    proc = subprocess.run([sys.executable, "-m", "spider2local", "doctor", "--no-clock-test"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 1
+    assert any(line.startswith("FAIL  libfaketime") for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["list", "--help"]])
+def test_basic_invocations(args: list[str]) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 0 and proc.stdout
