@@ -1,0 +1,30 @@
+"""Test helpers shipped with the package, so users can drive agents offline too.
+
+:mod:`spider2local.testing.fake_api` is a loopback stand-in for the Anthropic Messages API: the
+real Claude CLI talks to it exactly as it would to the real service, so the whole agent stack
+(SDK, CLI, tools, subagents, our own accounting) is exercised without network or credentials.
+"""
+
+from spider2local.testing.fake_api import (
+    FakeAnthropic,
+    Hang,
+    HttpError,
+    RecordedRequest,
+    Reply,
+    ToolCall,
+    reply,
+    route_by_system,
+    tool,
+)
+
+__all__ = [
+    "FakeAnthropic",
+    "Hang",
+    "HttpError",
+    "RecordedRequest",
+    "Reply",
+    "ToolCall",
+    "reply",
+    "route_by_system",
+    "tool",
+]
