@@ -118,6 +118,125 @@ def doctor(no_clock_test: bool) -> None:
     sys.exit(exit_code(checks))
 
 
+AGENT_CHOICES = ("noop", "reference", "replay", "claude")
+
+
+@cli.command()
+@global_options
+@click.argument("task_ids", nargs=-1)
+@click.option("--agent", type=click.Choice(AGENT_CHOICES), help="Default: the suite's.")
+@click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="For --agent replay: a folder with one sub-folder of files per task id.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per task; its processes are killed at the deadline.")
+@click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
+@click.option("--max-turns", type=click.IntRange(min=1))
+@click.option("--model")
+@click.option("--max-budget-usd", type=click.FloatRange(min=0, min_open=True))
+@click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("runs"), show_default=True)
+@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
+@click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
+@click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
+@click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
+@click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
+def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
+        runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
+        limit: int | None, as_json: bool, **overrides: Any) -> None:
+    """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
+    Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
+    from spider2local.dataset import load_dataset
+    from spider2local.progress import Progress
+    from spider2local.report import load_report, render_report, report_json
+    from spider2local.runplan import plan_run, run_plan_sync
+
+    suite = _globals().load_suite()
+    plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
+                    limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
+                    run_id=run_id, argv=sys.argv[1:], **overrides)
+    outcome = run_plan_sync(plan, Progress())
+    report = load_report(outcome.folder)
+    if as_json:
+        _echo_json(report_json(report))
+    else:
+        click.echo(render_report(report))
+        click.echo(f"run folder: {outcome.folder.root}")
+    if outcome.interrupted:
+        click.echo("interrupted: run the same command with --run-id "
+                   f"{outcome.folder.run_id} to resume", err=True)
+        sys.exit(130)
+
+
+@cli.command()
+@global_options
+@click.argument("target", type=click.Path(exists=True, path_type=Path))
+@click.option("--task", "task_id", help="For a .duckdb file: the task whose gold to use.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def score(target: Path, task_id: str | None, as_json: bool) -> None:
+    """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json)
+    or one result .duckdb file with --task ID."""
+    from spider2local.dataset import load_dataset
+    from spider2local.report import load_report, render_report, report_json
+    from spider2local.runfolder import open_run_dir
+    from spider2local.runplan import rescore_run, run_dataset_source
+
+    if not target.is_dir():
+        _score_file(target, task_id, as_json)
+        return
+    folder = open_run_dir(target)
+    g = _globals()
+    if g.suite is None and g.dataset is None:
+        g.suite, g.dataset = run_dataset_source(folder)
+    rescored = rescore_run(folder, load_dataset(g.load_suite()))
+    for item in rescored:
+        if item.result is None:
+            click.echo(f"{item.task_id}: not re-scorable: {item.reason}", err=True)
+    report = load_report(folder)
+    _echo_json(report_json(report)) if as_json else click.echo(render_report(report))
+
+
+def _score_file(db: Path, task_id: str | None, as_json: bool) -> None:
+    from spider2local.dataset import load_dataset
+    from spider2local.evaluation import render_text, score_database, to_json
+
+    if task_id is None:
+        raise UserError("scoring a .duckdb file needs --task ID (whose gold to compare with)")
+    task = load_dataset(_globals().load_suite()).get(task_id)
+    if task is None or task.gold_db is None or task.eval is None:
+        raise UserError(f"task {task_id!r} has no usable gold in this dataset",
+                        fix="see `spider2local list`")
+    result = score_database(db, task.gold_db, task.eval)
+    _echo_json(to_json(result)) if as_json else click.echo(render_text(result))
+    sys.exit(0 if result.passed else 1)
+
+
+@cli.command()
+@global_options
+@click.argument("task_id")
+@click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
+                                           "with its code.")
+@click.option("--agent", type=click.Choice(AGENT_CHOICES),
+              help="Prepare the workspace as this agent gets it (default: the suite's).")
+@click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
+def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
+    """Open a shell in a fresh workspace of TASK_ID, with the agent's PATH (dbt shim) and
+    fake clock, for debugging by hand."""
+    from spider2local.dataset import load_dataset
+    from spider2local.runplan import suite_skills
+    from spider2local.selection import select_tasks
+    from spider2local.shell import open_shell
+
+    suite = _globals().load_suite()
+    selection = select_tasks(load_dataset(suite), [task_id])
+    if not selection.tasks:
+        raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
+    skills = suite_skills(suite.defaults, agent or suite.defaults.agent)
+    sys.exit(open_shell(selection.tasks[0], skills=skills, command=command, keep=keep))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="spider2local")

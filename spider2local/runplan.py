@@ -1,0 +1,208 @@
+"""One ``spider2local run`` invocation: from command-line options to a finished run folder.
+
+:func:`plan_run` resolves options against the suite (defaults, selection, agent, credentials)
+and fails fast with a one-line :class:`UserError` before anything starts. :func:`execute_run`
+writes the manifest, skips tasks an earlier invocation finished (resume), runs the rest and
+turns SIGINT/SIGTERM into a clean stop. :func:`rescore_run` re-scores kept databases.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from spider2local.agents import make_agent
+from spider2local.dataset import Dataset
+from spider2local.exceptions import UserError
+from spider2local.progress import Progress
+from spider2local.resources import skills_dir
+from spider2local.results import Stage, Status, TaskResult, save_result
+from spider2local.runfolder import (
+    RunFolder,
+    SelectedTask,
+    build_manifest,
+    check_resumable,
+    finish_manifest,
+    new_run_id,
+)
+from spider2local.runner import AgentFactory, RunSettings, run_tasks
+from spider2local.selection import Selection, parse_shard, select_tasks
+from spider2local.suite import RunDefaults, Suite
+
+T = TypeVar("T")
+
+
+def suite_skills(defaults: RunDefaults, agent: str) -> tuple[str, ...]:
+    """Skills to install: the suite's list, or every folder of skills/ when it names none.
+    Only the Claude agent reads skills; other agents get a workspace without them."""
+    if agent != "claude":
+        return ()
+    if defaults.skills is not None:
+        return defaults.skills
+    try:
+        base = skills_dir()
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(p.name for p in base.iterdir() if (p / "SKILL.md").is_file()))
+
+
+
+async def until_signal(main: Callable[[], Awaitable[T]],
+                       signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+                       ) -> tuple[T | None, bool]:
+    """Run ``main``; on SIGINT/SIGTERM cancel it (its cleanup is shielded) and return
+    ``(None, True)``. Cancellation stops queued tasks and kills running ones' processes."""
+    box: list[T] = []
+    interrupted = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal interrupted
+        with anyio.open_signal_receiver(*signals) as received:
+            async for _ in received:
+                interrupted = True
+                scope.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        box.append(await main())
+        tg.cancel_scope.cancel()
+    return (box[0] if box else None), interrupted
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one ``spider2local run`` invocation needs, resolved from the command line."""
+
+    folder: RunFolder
+    selection: Selection
+    settings: RunSettings
+    factory: AgentFactory
+    suite_path: Path
+    suite_sha256: str
+    dataset_root: Path
+    argv: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    folder: RunFolder
+    ran: Mapping[str, TaskResult]
+    """Results written by this invocation."""
+    already_done: tuple[str, ...]
+    """Selected tasks skipped because an earlier invocation finished them (resume)."""
+    interrupted: bool
+
+
+def _selected(plan: RunPlan) -> list[SelectedTask]:
+    sel = plan.selection
+    run = [SelectedTask(t.id, t.date.isoformat(), len(t.eval.condition_tabs) if t.eval else 0)
+           for t in sel.tasks]
+    return sorted(run + [SelectedTask(tid, "", 0, why) for tid, why in sel.skipped],
+                  key=lambda s: s.id)
+
+
+async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
+    """Write the manifest, run what is not finished yet, stop cleanly on SIGINT/SIGTERM."""
+    folder, settings = plan.folder, plan.settings
+    previous = folder.read_manifest()
+    check_resumable(previous, settings.agent, folder)
+    done = set(folder.results())
+    todo = [t for t in plan.selection.tasks if t.id not in done]
+    manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
+                              settings=settings.to_json(), suite_path=plan.suite_path,
+                              suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
+                              tasks=_selected(plan), previous=previous, argv=plan.argv)
+    folder.write_manifest(manifest)
+    already = tuple(t.id for t in plan.selection.tasks if t.id in done)
+    progress.run_started(folder.run_id, todo=len(todo), already_done=already,
+                         skipped=plan.selection.skipped)
+    ran: dict[str, TaskResult] = {}
+    _, interrupted = await until_signal(
+        lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran))
+    folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
+    return RunOutcome(folder, ran, already, interrupted)
+
+
+def run_plan_sync(plan: RunPlan, progress: Progress) -> RunOutcome:
+    return anyio.run(execute_run, plan, progress)
+
+
+def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: str | None = None,
+             shard: str | None = None, limit: int | None = None, agent: str | None = None,
+             replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
+             run_id: str | None = None, argv: list[str] | None = None,
+             **overrides: Any) -> RunPlan:
+    """Resolve the command line; every problem is a UserError raised before anything runs.
+    ``overrides`` are RunSettings fields (None means "the suite's default")."""
+    name = agent or suite.defaults.agent
+    options: dict[str, Any] = {}
+    if replay_dir is not None:
+        if name != "replay":
+            raise UserError("--replay-dir only applies to --agent replay")
+        options["replay_dir"] = replay_dir
+    make_agent(name, **options)  # fails now, with one line, on a bad agent or option
+    if name == "claude":
+        from spider2local.agents.claude import check_credentials
+
+        check_credentials(os.environ)
+    selection = select_tasks(data, ids, subset=subset,
+                             shard=parse_shard(shard) if shard else None, limit=limit)
+    settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
+                                         agent=name, **overrides)
+    return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
+                   settings=settings, factory=lambda: make_agent(name, **options),
+                   suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
+                   argv=argv)
+
+
+@dataclass(frozen=True)
+class Rescored:
+    task_id: str
+    result: TaskResult | None
+    """The rewritten result; ``None`` when the task could not be re-scored (see ``reason``)."""
+    reason: str | None = None
+
+
+def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
+    """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
+    A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
+    from spider2local.evaluation import score_database, to_json
+
+    db, task = folder.result_db(old.task_id), data.get(old.task_id)
+    if not db.is_file():
+        return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
+    if task is None or task.gold_db is None or task.eval is None:
+        return Rescored(old.task_id, None, "the dataset has no gold for this task")
+    try:
+        score = score_database(db, task.gold_db, task.eval)
+    except Exception as exc:
+        return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
+    error = old.error
+    if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
+        error = None
+    status = Status.TIMEOUT if old.status is Status.TIMEOUT else \
+        Status.PASSED if score.passed else Status.FAILED
+    new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
+                  tables_total=score.tables_total, score=to_json(score), error=error)
+    save_result(folder.result_path(old.task_id), new)
+    return Rescored(old.task_id, new)
+
+
+def rescore_run(folder: RunFolder, data: Dataset) -> list[Rescored]:
+    """Re-score every finished task of the run from its kept database, never re-running it."""
+    return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
+
+
+def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:
+    """The suite file and dataset root the run was made with (from its manifest)."""
+    manifest: Mapping[str, Any] = folder.read_manifest() or {}
+    suite = manifest.get("suite", {}).get("path") if isinstance(manifest.get("suite"), dict) \
+        else None
+    return (Path(suite) if suite else None), manifest.get("dataset")
