@@ -100,7 +100,7 @@ def _publish(tmp: Path, root: Path) -> None:
 
 
 def _source_files() -> Iterator[Path]:
-    yield Path(__file__).resolve()
+    yield _HERE / "build.py"
     for top in (_TASKS, _SOLUTIONS):
         for path in top.rglob("*"):
             if path.is_file() and not _ignored(path.relative_to(_HERE)):

@@ -1,0 +1,291 @@
+"""The bundled sample suite: its build, its layout, and that each reference solution, built by
+real dbt (under the fake clock where the gold needs it), reproduces the gold tables exactly."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+import yaml
+
+from spider2local.sample import SAMPLE_TASK_IDS, build, default_cache_dir, ensure_built
+from spider2local.suite import SAMPLE, bundled_suite_path, load_suite
+
+PACKAGE = Path(build.__file__).resolve().parent
+CLOCK_TASK = "gym001"
+CLOCK_DATE = dt.date(2024, 8, 27)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ensure_built(tmp_path_factory.mktemp("cache"))
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def evaluations(root: Path) -> dict[str, dict[str, Any]]:
+    rows = jsonl(root / "evaluation_suite" / "gold" / "spider2_eval.jsonl")
+    return {row["instance_id"]: row["evaluation"]["parameters"] for row in rows}
+
+
+def db_name(task_id: str) -> str:
+    return str(tomllib.loads((PACKAGE / "tasks" / task_id / "task.toml").read_text())["database"])
+
+
+def tables(db: Path) -> set[str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables")
+                .fetchall()}
+    finally:
+        con.close()
+
+
+def _norm(value: Any) -> Any:
+    """Numbers compare by value whatever their SQL type (DECIMAL vs DOUBLE vs HUGEINT)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float | Decimal):
+        return round(float(value), 6)
+    return value
+
+
+def read_table(db: Path, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        cur = con.execute(f'SELECT * FROM "{table}"')
+        names = [d[0] for d in cur.description]
+        return names, [tuple(_norm(v) for v in row) for row in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def same_table(result: Path, gold: Path, table: str, ignore_order: bool) -> bool:
+    """Equal column names and rows; rows sorted first unless the row order is graded."""
+    got_names, got = read_table(result, table)
+    want_names, want = read_table(gold, table)
+    if ignore_order:
+        def key(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
+            return tuple((v is None, str(v)) for v in row)
+        got, want = sorted(got, key=key), sorted(want, key=key)
+    return got_names == want_names and got == want
+
+
+# --- the build -------------------------------------------------------------------------------
+
+
+def test_ensure_built_twice_reuses_the_same_folder(tmp_path: Path) -> None:
+    first = ensure_built(tmp_path)
+    start_db = first / "examples" / "bakery001" / "bakery.duckdb"
+    stamp = start_db.stat().st_mtime_ns
+    assert ensure_built(tmp_path) == first
+    assert start_db.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert first.name == f"sample-{build.source_digest()[:16]}"
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temp folders left
+
+
+def test_cache_location_follows_the_environment(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPIDER2LOCAL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "spider2local"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "spider2local"
+    monkeypatch.setenv("SPIDER2LOCAL_CACHE", str(tmp_path / "explicit"))
+    assert ensure_built().parent == tmp_path / "explicit"
+
+
+def test_concurrent_builds_end_with_one_complete_folder(tmp_path: Path) -> None:
+    results: list[Path] = []
+    threads = [threading.Thread(target=lambda: results.append(ensure_built(tmp_path)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 3 and len(set(results)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [results[0].name]
+    assert len(jsonl(results[0] / "examples" / "spider2-dbt.jsonl")) == len(SAMPLE_TASK_IDS)
+
+
+def test_editing_a_source_file_builds_a_new_folder(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "pkg"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, path in (("_HERE", copy), ("_TASKS", copy / "tasks"),
+                       ("_SOLUTIONS", copy / "solutions")):
+        monkeypatch.setattr(build, name, path)
+    before = ensure_built(tmp_path / "cache")
+    products = copy / "tasks" / "bakery001" / "raw" / "products.csv"
+    products.write_text(products.read_text() + "12,Focaccia,bread,7.00\n")
+    after = ensure_built(tmp_path / "cache")
+    assert after != before
+    count = duckdb.connect(str(after / "examples/bakery001/bakery.duckdb"), read_only=True)
+    assert count.execute("SELECT count(*) FROM products").fetchone() == (12,)
+    count.close()
+
+
+def test_two_builds_hold_identical_tables(root: Path, tmp_path: Path) -> None:
+    build._build_into(tmp_path)  # the same sources, built again from scratch
+    for tid in SAMPLE_TASK_IDS:
+        name = f"{db_name(tid)}.duckdb"
+        for rel in (f"examples/{tid}/{name}", f"evaluation_suite/gold/{tid}/{name}"):
+            names = tables(root / rel)
+            assert names == tables(tmp_path / rel)
+            for table in names:
+                assert read_table(root / rel, table) == read_table(tmp_path / rel, table), rel
+
+
+# --- the layout ------------------------------------------------------------------------------
+
+
+def test_task_lists_match_upstream_layout(root: Path) -> None:
+    examples = jsonl(root / "examples" / "spider2-dbt.jsonl")
+    assert [e["instance_id"] for e in examples] == list(SAMPLE_TASK_IDS)
+    assert all(e["type"] == "DBT" and len(e["instruction"]) > 40 for e in examples)
+    assert set(examples[0]) == {"instance_id", "instruction", "type"}
+    evals = jsonl(root / "evaluation_suite" / "gold" / "spider2_eval.jsonl")
+    assert [e["instance_id"] for e in evals] == list(SAMPLE_TASK_IDS)
+    for e in evals:
+        params = e["evaluation"]["parameters"]
+        assert e["evaluation"]["func"] == "duckdb_match"
+        assert set(params) == {"gold", "condition_tabs", "condition_cols", "ignore_orders"}
+        n = len(params["condition_tabs"])
+        assert len(params["condition_cols"]) == n == len(params["ignore_orders"])
+        assert all(isinstance(flag, bool) for flag in params["ignore_orders"])
+
+
+@pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
+def test_each_task_is_a_dbt_project_with_start_and_gold_dbs(root: Path, task_id: str) -> None:
+    params = evaluations(root)[task_id]
+    project = root / "examples" / task_id
+    config = yaml.safe_load((project / "dbt_project.yml").read_text())
+    profiles = yaml.safe_load((project / "profiles.yml").read_text())
+    output = profiles[config["profile"]]["outputs"]["dev"]
+    assert output["type"] == "duckdb" and output["path"] == f"./{params['gold']}"
+    assert (project / params["gold"]).is_file()
+    gold = root / "evaluation_suite" / "gold" / task_id / params["gold"]
+    for table, cols in zip(params["condition_tabs"], params["condition_cols"], strict=True):
+        width = len(read_table(gold, table)[0])
+        assert cols and all(0 <= c < width for c in cols), (table, cols, width)
+        assert (project / "models" / f"{table}.yml").is_file()  # every graded model is documented
+    assert any((root / "solutions" / task_id).rglob("*.sql"))
+
+
+@pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
+def test_start_db_holds_only_the_raw_sources(root: Path, task_id: str) -> None:
+    params = evaluations(root)[task_id]
+    raw = PACKAGE / "tasks" / task_id / "raw"
+    start = root / "examples" / task_id / params["gold"]
+    gold = root / "evaluation_suite" / "gold" / task_id / params["gold"]
+    sources = {p.stem for p in raw.glob("*.csv")}
+    assert tables(start) == sources
+    assert tables(gold) == sources | set(params["condition_tabs"])
+    for source in sorted(sources):
+        with (raw / f"{source}.csv").open() as fh:
+            assert 10 <= len(list(csv.reader(fh))) - 1 <= 60
+        assert read_table(start, source) == read_table(gold, source)
+
+
+def test_required_task_features(root: Path) -> None:
+    ex, evals = root / "examples", evaluations(root)
+    # (1) a model declared in YML only, and an empty stub the agent must fill
+    assert (ex / "bakery001/models/product_sales.yml").is_file()
+    assert not (ex / "bakery001/models/product_sales.sql").exists()
+    assert (ex / "bakery001/models/daily_revenue.sql").read_text() == ""
+    # (2) the clock task: a complete clock-reading spine that is graded, gold at 2024-08-27
+    assert "current_date" in (ex / "gym001/models/dim_dates.sql").read_text()
+    assert "dim_dates" in evals["gym001"]["condition_tabs"]
+    con = duckdb.connect(str(root / "evaluation_suite/gold/gym001/gym.duckdb"), read_only=True)
+    assert con.execute("SELECT max(date_day) FROM dim_dates").fetchone() == (CLOCK_DATE,)
+    con.close()
+    gold_sql = (PACKAGE / "tasks/gym001/gold.sql").read_text().lower().splitlines()
+    assert not any("current_date" in line.split("--")[0] for line in gold_sql)
+    # (3) several graded tables, some on a column subset, row order graded for some only
+    lib = evals["library001"]
+    assert len(lib["condition_tabs"]) >= 2 and len(set(lib["ignore_orders"])) == 2
+    widths = [len(read_table(root / "evaluation_suite/gold/library001/library.duckdb", t)[0])
+              for t in lib["condition_tabs"]]
+    assert any(len(c) < w for c, w in zip(lib["condition_cols"], widths, strict=True))
+    # (4) a vendored package listed like a hub package, used by the solution
+    packages = yaml.safe_load((ex / "fleet001/packages.yml").read_text())["packages"]
+    assert packages[0]["package"] == "spider2local/mini_utils"
+    pkg = yaml.safe_load((ex / "fleet001/dbt_packages/mini_utils/dbt_project.yml").read_text())
+    assert pkg["name"] == "mini_utils"
+    assert "mini_utils." in (root / "solutions/fleet001/models/vehicle_performance.sql").read_text()
+
+
+def test_bundled_suite_file(root: Path) -> None:
+    suite = load_suite(bundled_suite_path())
+    assert suite.dataset == SAMPLE
+    assert set(suite.tasks) == set(SAMPLE_TASK_IDS)
+    for tid, settings in suite.tasks.items():
+        if tid == CLOCK_TASK:
+            assert (settings.date, settings.date_method) == (CLOCK_DATE, "manual")
+        else:
+            assert (settings.date, settings.date_method) == (None, "clock-independent")
+    assert suite.subsets and all(set(ids) <= set(SAMPLE_TASK_IDS)
+                                 for ids in suite.subsets.values())
+
+
+# --- the reference solutions, built by real dbt ----------------------------------------------
+
+
+def faketime_env(day: dt.date) -> dict[str, str]:
+    spec = importlib.util.find_spec("libfaketime")
+    assert spec is not None and spec.submodule_search_locations
+    lib = Path(spec.submodule_search_locations[0]) / "vendor/libfaketime/src/libfaketime.so.1"
+    assert lib.is_file(), lib
+    return {"LD_PRELOAD": str(lib), "FAKETIME": f"@{day.isoformat()} 12:00:00",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_FORCE_MONOTONIC_FIX": "0",
+            "FAKETIME_DONT_RESET": "1"}
+
+
+def build_solution(root: Path, task_id: str, dest: Path, day: dt.date | None) -> Path:
+    """Copy the task, lay the reference solution over it and run real ``dbt run``."""
+    project = dest / task_id
+    shutil.copytree(root / "examples" / task_id, project)
+    shutil.copytree(root / "solutions" / task_id, project, dirs_exist_ok=True)
+    env = {**os.environ, "DO_NOT_TRACK": "1", **(faketime_env(day) if day else {})}
+    dbt = Path(sys.executable).parent / "dbt"
+    proc = subprocess.run([str(dbt), "run", "--project-dir", ".", "--profiles-dir", "."],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return project
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
+def test_reference_solution_reproduces_gold(root: Path, tmp_path: Path, task_id: str) -> None:
+    params = evaluations(root)[task_id]
+    project = build_solution(root, task_id, tmp_path,
+                             CLOCK_DATE if task_id == CLOCK_TASK else None)
+    gold = root / "evaluation_suite" / "gold" / task_id / params["gold"]
+    for table, ignore in zip(params["condition_tabs"], params["ignore_orders"], strict=True):
+        assert same_table(project / params["gold"], gold, table, ignore), table
+
+
+@pytest.mark.slow
+def test_clock_task_solution_fails_at_the_real_date(root: Path, tmp_path: Path) -> None:
+    assert dt.date.today() != CLOCK_DATE
+    params = evaluations(root)[CLOCK_TASK]
+    project = build_solution(root, CLOCK_TASK, tmp_path, None)
+    gold = root / "evaluation_suite" / "gold" / CLOCK_TASK / params["gold"]
+    for table in params["condition_tabs"]:
+        assert not same_table(project / params["gold"], gold, table, True), table
