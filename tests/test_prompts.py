@@ -1,0 +1,99 @@
+"""Prompts and skills: filled from what the agent may know, never from the gold or the eval."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spider2local.agents import prompting
+from spider2local.dataset import load_dataset
+from spider2local.resources import prompts_dir, skills_dir
+from spider2local.suite import Suite
+from spider2local.workspace import cleanup_workspace, prepare_workspace
+
+SECRET_TABLE = "graded_secret_orders"
+
+
+def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", instruction="Build the orders model from raw orders.",
+                        gold_tables={SECRET_TABLE: "SELECT 1 AS id"},
+                        evaluation={"func": "duckdb_match", "parameters": {
+                            "gold": "shop.duckdb", "condition_tabs": [SECRET_TABLE],
+                            "condition_cols": [[0]], "ignore_orders": [True]}})
+    task = load_dataset(Suite(path=Path("tasks.toml"), dataset=root)).tasks[0]
+    assert task.gold_db is not None and task.eval is not None
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        text = prompting.system_prompt(task, ws)
+    finally:
+        cleanup_workspace(ws)
+    assert "Build the orders model from raw orders." in text
+    assert task.date.isoformat() in text
+    assert "- orders [missing]" in text  # the scan: the model to write
+    assert "main.raw_orders (table, 1 rows): id INTEGER" in text  # the database facts
+    assert "shop.duckdb" in text
+    for secret in (SECRET_TABLE, str(task.gold_db), "evaluation_suite", "spider2_eval",
+                   "condition_tabs"):
+        assert secret not in text
+    assert not re.search(r"\$[a-z_]+\b", text), "an unfilled placeholder"
+
+
+def test_verifier_and_follow_up_prompts() -> None:
+    class Task:  # only the fields the verifier prompt may read
+        instruction = "Build the revenue report."
+        date = __import__("datetime").date(2024, 9, 15)
+
+    verifier = prompting.verifier_prompt(Task())  # type: ignore[arg-type]
+    assert "Build the revenue report." in verifier and "2024-09-15" in verifier
+    assert "VERDICT: PASS" in verifier and "VERDICT: FAIL" in verifier
+    assert "verifier" in prompting.verify_request()
+    assert "- daily_revenue: 0 rows" in prompting.fix_request("- daily_revenue: 0 rows\n")
+
+
+@pytest.mark.parametrize(("report", "verdict"), [
+    ("- x: wrong\nVERDICT: FAIL", False),
+    ("all good\n\nVERDICT: PASS\n", True),
+    ("VERDICT: FAIL\nfixed later\nverdict: pass", True),
+    ("no verdict here", None),
+])
+def test_parse_verdict(report: str, verdict: bool | None) -> None:
+    assert prompting.parse_verdict(report) is verdict
+
+
+def test_prompts_readme_documents_every_template() -> None:
+    readme = (prompts_dir() / "README.md").read_text()
+    for path in prompts_dir().glob("*.md"):
+        if path.name != "README.md":
+            assert f"`{path.name}`" in readme
+
+
+def front_matter(path: Path) -> dict[str, str]:
+    text = path.read_text()
+    match = re.match(r"---\n(.*?)\n---\n", text, re.DOTALL)
+    assert match, f"{path}: no YAML front matter"
+    data = yaml.safe_load(match.group(1))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_skills_have_a_clear_trigger_and_concrete_content() -> None:
+    skills = sorted(p for p in skills_dir().iterdir() if p.is_dir())
+    assert len(skills) >= 5
+    for folder in skills:
+        meta = front_matter(folder / "SKILL.md")
+        assert meta["name"] == folder.name
+        description = meta["description"]
+        assert 60 <= len(description) <= 1024
+        assert re.search(r"\b(use|when)\b", description, re.IGNORECASE), \
+            f"{folder.name}: the description must say when to use the skill"
+        body = (folder / "SKILL.md").read_text()
+        assert "```" in body, f"{folder.name}: needs at least one concrete example"
+        assert re.search(r"^\s*1\. ", body, re.MULTILINE), f"{folder.name}: needs steps"
+    readme = (skills_dir() / "README.md").read_text()
+    for folder in skills:
+        assert f"`{folder.name}`" in readme
