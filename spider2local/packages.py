@@ -7,11 +7,16 @@ package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored
 
 from __future__ import annotations
 
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+SUPPLIED_MARKER = ".spider2local-supplied"
+"""File written into a package folder that setup copied from a sibling task (names the source)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,8 @@ class PackageRequirement:
     name: str
     """The dbt project name we expect in dbt_packages (``dbt_utils``)."""
     version: str | None = None
+    constraints: tuple[str, ...] = ()
+    """Hub version constraints as written (``("1.0.0",)``, ``(">=0.11.0", "<0.14.0")``)."""
 
 
 def read_yaml(path: Path) -> Any:
@@ -72,7 +79,9 @@ def _requirement(entry: Any) -> PackageRequirement | None:
     version_text = None if version is None else str(version)
     if isinstance(entry.get("package"), str):
         spec = entry["package"]
-        return PackageRequirement("hub", spec, _normalise(spec.rsplit("/", 1)[-1]), version_text)
+        raw = version if isinstance(version, list) else [] if version is None else [version]
+        return PackageRequirement("hub", spec, _normalise(spec.rsplit("/", 1)[-1]), version_text,
+                                  tuple(str(v).strip() for v in raw))
     if isinstance(entry.get("git"), str):
         spec = entry["git"]
         repo = spec.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
@@ -98,7 +107,11 @@ def installed(project: Path) -> dict[str, Path]:
 
 
 def missing_packages(project: Path) -> list[str]:
-    """One problem phrase per declared package that is not usable offline."""
+    """One problem phrase per declared package that is not usable offline.
+
+    Inside a dataset (the project sits in ``examples/``) the phrase also says whether a sibling
+    task vendors a compatible copy that ``spider2local setup`` can supply, or that none does.
+    """
     have = installed(project)
     problems = []
     for req in requirements(project):
@@ -106,9 +119,157 @@ def missing_packages(project: Path) -> list[str]:
             if not (project / req.spec / "dbt_project.yml").is_file():
                 problems.append(f"local package {req.spec} missing")
         elif req.name not in have:
-            problems.append(f"package {req.spec} not in dbt_packages (dbt deps needs the network)")
+            problems.append(f"package {req.spec} not in dbt_packages "
+                            f"(dbt deps needs the network){_sibling_hint(project, req)}")
     return problems
+
+
+def _sibling_hint(project: Path, req: PackageRequirement) -> str:
+    if project.parent.name != "examples":
+        return ""
+    supply = find_supply(project, req)
+    if supply.sibling is None:
+        return "; no sibling task vendors a compatible version: not runnable offline"
+    return f"; `spider2local setup` can supply it from sibling {supply.sibling} ({supply.note})"
 
 
 def _normalise(name: str) -> str:
     return name.strip().lower().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Supply:
+    """Where a missing package can come from offline: a sibling task's vendored copy, or nowhere."""
+
+    requirement: PackageRequirement
+    sibling: str | None
+    source: Path | None
+    """The sibling's ``dbt_packages/<name>`` folder."""
+    version: str | None
+    note: str
+    """Why this copy fits (``exact 1.0.0``, ``1.1.1 within >=1.0.0,<2.0.0``) or why none does."""
+
+
+def find_supply(project: Path, req: PackageRequirement) -> Supply:
+    """The best sibling copy of ``req`` among the other projects next to ``project``.
+
+    An exact version beats one that merely satisfies the constraints; ties go to the first
+    sibling by name, so the choice is reproducible. The network is never used.
+    """
+    best: tuple[int, Supply] | None = None
+    for sibling in sorted(project.parent.iterdir()):
+        if sibling == project or not sibling.is_dir():
+            continue
+        folder = installed(sibling).get(req.name)
+        if folder is None:
+            continue
+        rank, supply = _judge(req, sibling, folder)
+        if rank > 0 and (best is None or rank > best[0]):
+            best = (rank, supply)
+    if best is None:
+        return Supply(req, None, None, None,
+                      f"no sibling task vendors a version matching {_wanted(req)}")
+    return best[1]
+
+
+def _judge(req: PackageRequirement, sibling: Path, folder: Path) -> tuple[int, Supply]:
+    """Rank 2 = exact, 1 = compatible, 0 = unusable."""
+    theirs = next((r for r in requirements(sibling) if r.name == req.name), None)
+    if req.source == "git":
+        same = (theirs is not None and theirs.source == "git"
+                and _git_key(theirs.spec) == _git_key(req.spec) and theirs.version == req.version)
+        note = f"same git revision {req.version}" if same else "different git source"
+        return (2 if same else 0), Supply(req, sibling.name, folder, req.version, note)
+    version = vendored_version(folder, theirs)
+    if version is None:
+        return 0, Supply(req, sibling.name, folder, None, "version unknown")
+    if req.constraints == (version,):
+        return 2, Supply(req, sibling.name, folder, version, f"exact {version}")
+    ok = all(version_satisfies(version, c) for c in _ranges(req.constraints))
+    note = f"{version} within {_wanted(req)}"
+    return (1 if ok else 0), Supply(req, sibling.name, folder, version, note)
+
+
+def vendored_version(folder: Path, declared: PackageRequirement | None) -> str | None:
+    """The version of a vendored package, from the best evidence available.
+
+    Evidence in order: the exact pin its project declared (what ``dbt deps`` installed), the
+    first released version heading of its CHANGELOG, the ``version`` of its dbt_project.yml
+    (dbt_utils always says 0.1.0 there, hence last).
+    """
+    if declared is not None and len(declared.constraints) == 1 and _parse(declared.constraints[0]):
+        return declared.constraints[0]
+    try:
+        changelog = (folder / "CHANGELOG.md").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        changelog = ""
+    heading = re.search(r"^#+ .*?v?(\d+\.\d+\.\d+)\b", changelog, re.MULTILINE)
+    if heading:
+        return heading.group(1)
+    cfg = read_yaml(folder / "dbt_project.yml")
+    version = cfg.get("version") if isinstance(cfg, dict) else None
+    return str(version) if version is not None else None
+
+
+def version_satisfies(version: str, constraint: str) -> bool:
+    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``."""
+    m = re.fullmatch(r"\s*(>=|<=|==|=|>|<)?\s*v?([\d.]+)\s*", constraint)
+    have, want = _parse(version), _parse(m.group(2)) if m else None
+    if have is None or want is None or m is None:
+        return False
+    op = m.group(1) or "=="
+    return {">=": have >= want, "<=": have <= want, ">": have > want, "<": have < want,
+            "==": have == want, "=": have == want}[op]
+
+
+def _ranges(constraints: tuple[str, ...]) -> list[str]:
+    """A lone bare pin ``X.Y.Z`` also accepts semver-compatible releases (same major, or same
+    minor below 1.0): the macros a project calls do not change within such a range."""
+    if len(constraints) == 1 and (bare := _parse(constraints[0])) is not None:
+        upper = (bare[0] + 1, 0, 0) if bare[0] > 0 else (0, bare[1] + 1, 0)
+        return [f">={constraints[0]}", "<" + ".".join(map(str, upper))]
+    return list(constraints)
+
+
+def _parse(version: str) -> tuple[int, ...] | None:
+    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
+    return tuple(int(g or 0) for g in m.groups()) if m else None
+
+
+def _wanted(req: PackageRequirement) -> str:
+    return ",".join(req.constraints) or req.version or "any version"
+
+
+def _git_key(url: str) -> str:
+    return url.strip().lower().rstrip("/").removesuffix(".git")
+
+
+def supply_packages(project: Path) -> list[Supply]:
+    """Copy every missing hub/git package from the best sibling into ``dbt_packages``.
+
+    An existing folder without a dbt_project.yml (an empty vendored folder) is replaced. Each
+    copy gets a marker naming its source so later checks can say "supplied from sibling X".
+    Returns one Supply per missing package, including those no sibling can provide.
+    """
+    have = installed(project)
+    done = []
+    for req in requirements(project):
+        if req.source == "local" or req.name in have:
+            continue
+        supply = find_supply(project, req)
+        done.append(supply)
+        if supply.source is not None:
+            target = project / "dbt_packages" / supply.source.name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(supply.source, target, symlinks=True)
+            (target / SUPPLIED_MARKER).write_text(f"{supply.sibling} {supply.note}\n",
+                                                  encoding="utf-8")
+    return done
+
+
+def supplied_packages(project: Path) -> dict[str, str]:
+    """Packages setup copied from siblings: folder name -> marker text (sibling and why)."""
+    root = project / "dbt_packages"
+    return {marker.parent.name: marker.read_text(encoding="utf-8").strip()
+            for marker in sorted(root.glob(f"*/{SUPPLIED_MARKER}"))} if root.is_dir() else {}
