@@ -237,6 +237,79 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     sys.exit(open_shell(selection.tasks[0], skills=skills, command=command, keep=keep))
 
 
+@cli.command("derive-dates")
+@global_options
+@click.argument("task_ids", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print a unified diff of the suite file instead.")
+@click.option("--no-verify", is_flag=True, help="Heuristics only: no dbt rebuilds (faster).")
+def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) -> None:
+    """Infer the date each task's gold was built on, with evidence, into the suite file."""
+    import anyio
+
+    from spider2local.dataset import load_dataset
+    from spider2local.dates import derivation_rows, derive_all
+    from spider2local.suitewrite import set_task_dates, unified_diff, write_suite
+    from spider2local.textable import render_table
+
+    suite = _globals().load_suite()
+    tasks = [t for t in load_dataset(suite).tasks if not task_ids or t.id in task_ids]
+    found = anyio.run(lambda: derive_all(tasks, verify=not no_verify))
+    click.echo(render_table(["task", "date", "method", "confidence", "evidence"],
+                            derivation_rows(found), max_width=90))
+    old = suite.path.read_text(encoding="utf-8")
+    new = set_task_dates(old, [d.record() for d in found], suite.path)
+    if dry_run:
+        click.echo(unified_diff(old, new, suite.path) or "(suite file unchanged)")
+    elif new != old:
+        write_suite(suite.path, new)
+        click.echo(f"wrote {len(found)} task(s) into {suite.path}")
+
+
+@cli.command()
+@global_options
+@click.option("--spider2", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              required=True, help="A Spider2 checkout or its spider2-dbt folder.")
+@click.option("--start-zip", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="DBT_start_db.zip (omit both zips to check the existing layout).")
+@click.option("--gold-zip", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="dbt_gold.zip.")
+def setup(spider2: Path, start_zip: Path | None, gold_zip: Path | None) -> None:
+    """Place the zips' DuckDB files as upstream's setup does, supply packages from sibling
+    tasks, and verify every file. Safe to re-run. Exit 1 if a file is unusable."""
+    from spider2local.dataset_setup import setup_dataset
+
+    report = setup_dataset(spider2, start_zip, gold_zip)
+    for line in report.lines():
+        click.echo(line)
+    sys.exit(0 if report.ok else 1)
+
+
+@cli.command()
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--baseline", is_flag=True,
+              help="Also score each untouched start database (= the noop agent's result).")
+@click.option("--write-subsets", is_flag=True, help="Write the suggested subsets to the suite.")
+def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
+    """Per task: runnable or why not, clock dependence and date, graded tables, free passes."""
+    import anyio
+
+    from spider2local.audit import audit_dataset, audit_json, audit_text, suggested_subsets
+    from spider2local.dataset import load_dataset
+    from spider2local.suitewrite import set_subsets, write_suite
+
+    suite = _globals().load_suite()
+    audits = anyio.run(lambda: audit_dataset(load_dataset(suite), baseline=baseline))
+    if as_json:
+        _echo_json(audit_json(audits))
+    else:
+        click.echo(audit_text(audits))
+    if write_subsets:
+        old = suite.path.read_text(encoding="utf-8")
+        write_suite(suite.path, set_subsets(old, suggested_subsets(audits), suite.path))
+        click.echo(f"wrote subsets into {suite.path}", err=as_json)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="spider2local")
