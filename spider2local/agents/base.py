@@ -48,6 +48,8 @@ class Workspace:
     """JSON project scan (models declared in YML: complete / stub / missing)."""
     snapshot_path: Path | None = None
     """JSON snapshot of the start database (tables, row counts, columns and types)."""
+    problems: tuple[str, ...] = ()
+    """Found while preparing (packages not vendored, unparsable YML); the work may still run."""
 
 
 class UsageMeter:
