@@ -142,35 +142,47 @@ def _build_task(task_id: str, spec: dict[str, Any], root: Path) -> None:
     db_file = f"{spec['database']}.duckdb"
     project = root / "examples" / task_id
     shutil.copytree(src / "project", project, ignore=shutil.ignore_patterns(*_IGNORED))
-    _load_raw(src / "raw", project / db_file)
     gold = root / "evaluation_suite" / "gold" / task_id / db_file
     gold.parent.mkdir(parents=True)
-    shutil.copyfile(project / db_file, gold)
-    _run_script(gold, (src / "gold.sql").read_text(encoding="utf-8"))
+    # One in-memory connection per task that ATTACHes each file: about three times faster
+    # than opening every file as its own database, and temp views never leak across tasks.
+    con = duckdb.connect()
+    try:
+        _run_script(con, project / db_file, _load_raw_sql(src / "raw"))
+        shutil.copyfile(project / db_file, gold)  # gold = start database + gold tables
+        _run_script(con, gold, (src / "gold.sql").read_text(encoding="utf-8"))
+    finally:
+        con.close()
     if (_SOLUTIONS / task_id).is_dir():
         shutil.copytree(_SOLUTIONS / task_id, root / "solutions" / task_id,
                         ignore=shutil.ignore_patterns(*_IGNORED))
 
 
-def _load_raw(raw: Path, db: Path) -> None:
-    """Create the typed source tables of ``raw/schema.sql`` and fill each from its CSV.
+def _load_raw_sql(raw: Path) -> str:
+    """The typed source tables of ``raw/schema.sql``, each filled from its CSV.
 
     Explicit ``CREATE TABLE`` first, then ``COPY``: CSV type sniffing would guess types (and may
     guess differently across DuckDB versions); here every column type is written down.
     """
     statements = [(raw / "schema.sql").read_text(encoding="utf-8")]
     for csv in sorted(raw.glob("*.csv")):
-        quoted = str(csv).replace("'", "''")
-        statements.append(f"COPY {csv.stem} FROM '{quoted}' (HEADER, DELIMITER ',');")
-    _run_script(db, "\n".join(statements))
+        statements.append(f"COPY {csv.stem} FROM {_quote(csv)} (HEADER, DELIMITER ',');")
+    return "\n".join(statements)
 
 
-def _run_script(db: Path, sql: str) -> None:
-    con = duckdb.connect(str(db))
+def _run_script(con: duckdb.DuckDBPyConnection, db: Path, sql: str) -> None:
+    """Run ``sql`` inside the database file ``db``; detaching checkpoints it (no WAL left)."""
+    con.execute(f"ATTACH {_quote(db)} AS target (TYPE duckdb)")
     try:
+        con.execute("USE target")
         con.execute(sql)
     finally:
-        con.close()
+        con.execute("USE memory")
+        con.execute("DETACH target")
+
+
+def _quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
