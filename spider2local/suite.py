@@ -91,19 +91,16 @@ class Suite:
 
 
 def bundled_suite_path() -> Path:
-    """The embedded default suite: the bundled sample tasks with their dates."""
-    return Path(__file__).resolve().parent / "sample" / "suite.toml"
+    """The embedded default suite: ``tasks.toml`` at the repo top (copied into the wheel). Its
+    dataset is the bundled sample suite; it also carries what is known of the real tasks, so
+    ``--dataset PATH`` alone is enough to run the real benchmark with the curated settings."""
+    return resource_dir("tasks.toml")
 
 
 def default_suite_path(cwd: Path | None = None) -> Path:
-    """``./tasks.toml`` when present, else the embedded sample suite."""
+    """``./tasks.toml`` when present, else the embedded default suite."""
     local = (cwd or Path.cwd()) / "tasks.toml"
     return local if local.is_file() else bundled_suite_path()
-
-
-def repo_suite_path() -> Path:
-    """The curated suite shipped with spider2local (``tasks.toml`` at the repo top)."""
-    return resource_dir("tasks.toml")
 
 
 def load_suite(path: Path) -> Suite:

@@ -13,7 +13,6 @@ from spider2local.suite import (
     bundled_suite_path,
     default_suite_path,
     load_suite,
-    repo_suite_path,
 )
 
 
@@ -105,7 +104,10 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == local
 
 
-@pytest.mark.parametrize("path", [bundled_suite_path(), repo_suite_path()])
-def test_shipped_suite_files_parse(path: Path) -> None:
-    suite = load_suite(path)
+def test_shipped_suite_runs_the_sample_with_its_dates() -> None:
+    from spider2local.sample import SAMPLE_TASK_IDS
+
+    suite = load_suite(bundled_suite_path())
     assert suite.dataset == SAMPLE
+    assert set(SAMPLE_TASK_IDS) <= set(suite.tasks)
+    assert suite.settings("gym001").date == dt.date(2024, 8, 27)
