@@ -1,0 +1,115 @@
+"""The run folder: ids, manifest, results found on disk, resets before a re-run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from spider2local.exceptions import UserError
+from spider2local.results import Status, TaskResult, save_result
+from spider2local.runfolder import (
+    RunFolder,
+    SelectedTask,
+    build_manifest,
+    check_resumable,
+    finish_manifest,
+    new_run_id,
+    open_run_dir,
+    tree_sha256,
+)
+
+
+def result(task_id: str, status: Status = Status.PASSED) -> TaskResult:
+    return TaskResult(task_id=task_id, status=status, agent="noop", fake_date="2024-09-15",
+                      started_at="2024-01-01T00:00:00+00:00",
+                      finished_at="2024-01-01T00:00:01+00:00", passed=status is Status.PASSED)
+
+
+def manifest(folder: RunFolder, previous: dict[str, object] | None = None) -> dict[str, object]:
+    return build_manifest(run_id=folder.run_id, agent="noop", settings={"jobs": 2},
+                          suite_path=Path("/x/tasks.toml"), suite_sha256="abc",
+                          dataset_root=Path("/data"),
+                          tasks=[SelectedTask("a", "2024-09-15", 2),
+                                 SelectedTask("b", "", 0, "excluded: broken")],
+                          previous=previous, argv=["run"])
+
+
+def test_run_id_is_a_timestamp_and_ids_are_checked(tmp_path: Path) -> None:
+    assert new_run_id(dt.datetime(2026, 11, 30, 14, 25, 1)) == "20261130-142501"
+    assert RunFolder.at(tmp_path, "my-run_1.2").root == tmp_path / "my-run_1.2"
+    for bad in ("../x", "a/b", "", ".."):
+        with pytest.raises(UserError, match="--run-id"):
+            RunFolder.at(tmp_path, bad)
+
+
+def test_manifest_records_versions_hashes_selection_and_sessions(tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r1")
+    first = manifest(folder)
+    folder.write_manifest(first)
+    data = folder.read_manifest()
+    assert data is not None
+    assert data["versions"]["duckdb"] and data["versions"]["dbt-core"]
+    assert data["suite"] == {"path": "/x/tasks.toml", "sha256": "abc"}
+    assert [t["id"] for t in data["tasks"]] == ["a", "b"]
+    assert data["tasks"][1]["skipped"] == "excluded: broken"
+    done = finish_manifest(data, interrupted=True)
+    assert done["interrupted"] is True and done["finished_at"]
+    assert done["sessions"][-1]["interrupted"] is True
+    # A resume keeps the first start time and adds a session.
+    second = manifest(folder, previous=done)
+    assert second["started_at"] == first["started_at"]
+    assert len(second["sessions"]) == 2 and second["sessions"][1]["finished_at"] is None
+
+
+def test_results_skip_half_written_and_foreign_files(tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r1")
+    save_result(folder.result_path("a"), result("a"))
+    save_result(folder.result_path("b"), result("b", Status.FAILED))
+    folder.task_dir("c").mkdir()
+    (folder.task_dir("c") / "result.json").write_text('{"task_id": "c", "sta')
+    folder.task_dir("d").mkdir()
+    (folder.task_dir("d") / "transcript.jsonl").write_text("{}\n")
+    found = folder.results()
+    assert sorted(found) == ["a", "b"]
+    assert found["b"].status is Status.FAILED
+    assert folder.load_result("c") is None
+
+
+def test_reset_task_clears_stale_artifacts(tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r1")
+    (folder.task_dir("a") / "dbt").mkdir(parents=True)
+    (folder.task_dir("a") / "transcript.jsonl").write_text("old\n")
+    fresh = folder.reset_task("a")
+    assert fresh.is_dir() and list(fresh.iterdir()) == []
+
+
+def test_tree_hash_tracks_names_and_contents(tmp_path: Path) -> None:
+    (tmp_path / "p" / "sub").mkdir(parents=True)
+    (tmp_path / "p" / "sub" / "x.md").write_text("one")
+    h1 = tree_sha256(tmp_path / "p")
+    (tmp_path / "p" / "sub" / "x.md").write_text("two")
+    h2 = tree_sha256(tmp_path / "p")
+    (tmp_path / "p" / "sub" / "x.md").rename(tmp_path / "p" / "sub" / "y.md")
+    assert len({h1, h2, tree_sha256(tmp_path / "p")}) == 3
+    assert tree_sha256(tmp_path / "missing") is None
+
+
+def test_resume_refuses_another_agent(tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r1")
+    check_resumable(None, "claude", folder)
+    check_resumable({"agent": "noop"}, "noop", folder)
+    with pytest.raises(UserError, match="made with --agent noop"):
+        check_resumable({"agent": "noop"}, "claude", folder)
+
+
+def test_open_run_dir_needs_a_manifest(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="run folder not found"):
+        open_run_dir(tmp_path / "nope")
+    (tmp_path / "r").mkdir()
+    with pytest.raises(UserError, match=r"no readable run\.json"):
+        open_run_dir(tmp_path / "r")
+    (tmp_path / "r" / "run.json").write_text(json.dumps({"run_id": "r"}))
+    assert open_run_dir(tmp_path / "r").run_id == "r"

@@ -1,0 +1,246 @@
+"""The runner with test agents on tiny real datasets (real workspaces, DuckDB, scoring).
+
+Agents here are test-only (the runner takes an agent factory): they write the graded table
+directly with DuckDB instead of running dbt, hang, crash, or fail like an overloaded API. The
+end-to-end runs with real dbt are in test_cli_run.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import duckdb
+import pytest
+
+from spider2local.agents.base import Agent, AgentContext, AgentOutcome
+from spider2local.agents.noop import NoopAgent
+from spider2local.dataset import TaskSpec, load_dataset
+from spider2local.process import run_process
+from spider2local.progress import Progress
+from spider2local.results import Stage, Status, TaskResult, Usage
+from spider2local.runfolder import RunFolder
+from spider2local.runner import RunSettings, run_tasks
+from spider2local.runplan import RunPlan, execute_run
+from spider2local.selection import select_tasks
+from spider2local.suite import Suite
+
+
+def quiet() -> Progress:
+    return Progress(io.StringIO(), live=False)
+
+
+@pytest.fixture
+def tasks(tiny_dataset: Callable[..., Path], tmp_path: Path) -> list[TaskSpec]:
+    root = tiny_dataset("t1", "t2", "t3", "t4")
+    return list(load_dataset(Suite(tmp_path / "tasks.toml", root)).tasks)
+
+
+class WriterAgent:
+    """Does the task's work by hand: creates the graded ``orders`` table (gold is ``1 AS id``)."""
+
+    name = "writer"
+
+    def __init__(self, value: int = 1, pause: float = 0.0) -> None:
+        self.value, self.pause = value, pause
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        await anyio.sleep(self.pause)
+        con = duckdb.connect(str(ctx.workspace.database))
+        con.execute(f"CREATE TABLE orders AS SELECT {self.value} AS id")
+        con.close()
+        ctx.meter.set(Usage(turns=2))
+        return AgentOutcome(usage=ctx.meter.usage)
+
+
+def settings(**kw: object) -> RunSettings:
+    return RunSettings(**{"agent": "test", "jobs": 2, "timeout": 30.0, "retries": 2,
+                          "retry_backoff": 0.01, **kw})  # type: ignore[arg-type]
+
+
+def run(tasks: list[TaskSpec], folder: RunFolder, factory: Callable[[], Agent],
+        **kw: object) -> dict[str, TaskResult]:
+    return anyio.run(run_tasks, tasks, folder, settings(**kw), factory, quiet())
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r")
+    good = run(tasks[:1], folder, WriterAgent, keep_db=True)["t1"]
+    assert good.status is Status.PASSED and good.passed and good.tables_passed == 1
+    assert good.usage.turns == 2 and good.attempts == 1 and good.error is None
+    assert {"prepare", "agent", "checkpoint", "score", "collect", "total"} <= set(good.durations)
+    assert good.durations["total"] >= good.durations["agent"]
+    task_dir = folder.task_dir("t1")
+    assert folder.load_result("t1") == good
+    assert (task_dir / "project" / "models" / "schema.yml").is_file()
+    assert (task_dir / "result.duckdb").is_file() and (task_dir / "transcript.jsonl").is_file()
+    bad = run(tasks[1:2], folder, lambda: WriterAgent(value=7))["t2"]
+    assert bad.status is Status.FAILED and bad.passed is False
+    assert bad.score is not None and bad.score["tables"][0]["name"] == "orders"
+    assert not (folder.task_dir("t2") / "result.duckdb").exists()  # only with keep_db
+    noop = run(tasks[2:3], folder, NoopAgent)["t3"]
+    assert noop.status is Status.FAILED and noop.score["tables"][0]["missing"]  # type: ignore[index]
+
+
+def test_workspaces_are_removed_unless_kept(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    parent = tmp_path / "ws"
+    parent.mkdir()
+    run(tasks[:2], RunFolder.at(tmp_path, "r"), WriterAgent, workspace_parent=parent)
+    assert list(parent.iterdir()) == []
+    run(tasks[:1], RunFolder.at(tmp_path, "k"), WriterAgent, workspace_parent=parent, keep=True)
+    assert len(list(parent.iterdir())) == 1
+
+
+async def _child(pidfile: Path) -> None:
+    await run_process(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"], timeout=None)
+
+
+class HangingAgentWithChildren:
+    name = "hang"
+
+    def __init__(self, pids: list[int], pidfile: Path) -> None:
+        self.pids, self.pidfile = pids, pidfile
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        # A stray: not started through run_process, only the runner's reaper can stop it.
+        stray = subprocess.Popen(["sleep", "300"], cwd=ctx.workspace.project_dir,  # noqa: ASYNC220
+                                 start_new_session=True)
+        self.pids.append(stray.pid)
+        ctx.meter.set(Usage(turns=5))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_child, self.pidfile)
+            await anyio.sleep_forever()
+        return AgentOutcome()
+
+
+def test_hanging_agent_is_stopped_at_its_deadline(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    pids: list[int] = []
+    pidfile = tmp_path / "child.pid"
+    folder = RunFolder.at(tmp_path, "r")
+    started = time.monotonic()
+    result = run(tasks[:1], folder, lambda: HangingAgentWithChildren(pids, pidfile),
+                 timeout=1.0)["t1"]
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0 + 5.0, elapsed
+    assert result.status is Status.TIMEOUT
+    assert result.error is not None and result.error.kind == "timeout"
+    assert result.error.stage is Stage.AGENT
+    assert result.passed is False and result.tables_total == 1  # scored what was left
+    assert result.usage.turns == 5  # usage so far survives the cut
+    pids.append(int(pidfile.read_text()))
+    assert len(pids) == 2 and not [p for p in pids if alive(p)]
+
+
+class CrashingAgent:
+    name = "crash"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        raise RuntimeError("bug in the agent")
+
+
+def test_agent_crash_is_recorded_and_the_database_still_scored(tasks: list[TaskSpec],
+                                                               tmp_path: Path) -> None:
+    results = run(tasks[:2], RunFolder.at(tmp_path, "r"), CrashingAgent)
+    for result in results.values():
+        assert result.status is Status.FAILED and result.tables_total == 1
+        assert result.error is not None and result.error.stage is Stage.AGENT
+        assert "RuntimeError: bug in the agent" in result.error.message
+
+
+class FlakyAgent:
+    """Overloaded API for the first ``failures`` attempts (shared counter), then does the work."""
+
+    name = "flaky"
+    calls = 0
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        FlakyAgent.calls += 1
+        if FlakyAgent.calls <= self.failures:
+            return AgentOutcome(error="HTTP 529 overloaded", infrastructure=True)
+        return await WriterAgent().run(ctx)
+
+
+def test_infrastructure_errors_are_retried(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    FlakyAgent.calls = 0
+    result = run(tasks[:1], RunFolder.at(tmp_path, "r"), lambda: FlakyAgent(1))["t1"]
+    assert result.status is Status.PASSED and result.attempts == 2
+    FlakyAgent.calls = 0
+    result = run(tasks[:1], RunFolder.at(tmp_path, "s"), lambda: FlakyAgent(99), retries=2)["t1"]
+    assert result.status is Status.ERROR and result.attempts == 3 and result.passed is None
+    assert result.error is not None and result.error.kind == "infrastructure"
+
+
+def test_prepare_and_score_failures_are_recorded_per_stage(tasks: list[TaskSpec],
+                                                           tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"not a database at all" * 100)
+    broken = [dataclasses.replace(tasks[0], start_db=None),
+              dataclasses.replace(tasks[1], gold_db=garbage)]
+    results = run(broken, RunFolder.at(tmp_path, "r"), WriterAgent)
+    assert results["t1"].status is Status.ERROR
+    assert results["t1"].error is not None and results["t1"].error.stage is Stage.PREPARE
+    assert results["t2"].status is Status.ERROR and results["t2"].passed is None
+    assert results["t2"].error is not None and results["t2"].error.stage is Stage.SCORE
+    assert results["t2"].error.kind == "ScoringError"
+    assert results["t2"].attempts == 1  # a failed score is never retried
+
+
+class CountingAgent:
+    running = 0
+    peak = 0
+    name = "count"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        CountingAgent.running += 1
+        CountingAgent.peak = max(CountingAgent.peak, CountingAgent.running)
+        await anyio.sleep(0.3)
+        CountingAgent.running -= 1
+        return AgentOutcome()
+
+
+def test_jobs_limit_concurrency(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    CountingAgent.peak = 0
+    results = run(tasks, RunFolder.at(tmp_path, "r"), CountingAgent, jobs=2)
+    assert len(results) == 4 and CountingAgent.peak == 2
+
+
+def test_execute_run_resumes_without_redoing_finished_tasks(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", "t2", "t3")
+    suite = Suite(tmp_path / "tasks.toml", root)
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "r")
+
+    def plan(ids: list[str]) -> RunPlan:
+        return RunPlan(folder, select_tasks(data, ids), settings(), WriterAgent,
+                       suite.path, "sha", root)
+
+    first = anyio.run(execute_run, plan(["t1"]), quiet())
+    assert list(first.ran) == ["t1"] and not first.interrupted
+    # An interrupted attempt of t2 left stale artifacts behind.
+    (folder.task_dir("t2") / "dbt").mkdir(parents=True)
+    (folder.task_dir("t2") / "transcript.jsonl").write_text('{"stale": true}\n')
+    second = anyio.run(execute_run, plan(["t1", "t2", "t3"]), quiet())
+    assert second.already_done == ("t1",) and sorted(second.ran) == ["t2", "t3"]
+    assert folder.load_result("t1") == first.ran["t1"]
+    assert "stale" not in (folder.task_dir("t2") / "transcript.jsonl").read_text()
+    assert not (folder.task_dir("t2") / "dbt").exists()
+    manifest = folder.read_manifest()
+    assert manifest is not None and len(manifest["sessions"]) == 2
+    assert manifest["interrupted"] is False and manifest["finished_at"]
