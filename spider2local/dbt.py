@@ -9,6 +9,7 @@ to preload it directly. Every path dbt writes (target, logs) stays inside the wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local.clock import TELEMETRY_ENV
-from spider2local.exceptions import DbtError
+from spider2local.clock import TELEMETRY_ENV, find_real_dbt
+from spider2local.exceptions import ClockError, DbtError
 from spider2local.process import run_process
+from spider2local.resources import faketime_dir
 
 ERROR_STATUSES = frozenset({"error", "fail", "runtime error"})
 """run_results statuses that mean a node did not do its job (``warn`` and ``skipped`` do not)."""
@@ -117,11 +119,18 @@ def parse_run_results(path: Path) -> tuple[ModelStatus, ...]:
 
 
 def resolve_dbt(dbt_executable: str, env: Mapping[str, str]) -> str:
-    """Find ``dbt_executable`` on ``env``'s PATH (not ours): that is how the shim is picked up."""
+    """Find ``dbt_executable`` on ``env``'s PATH (not ours): that is how the shim is picked up.
+
+    A plain "dbt" missing from that PATH falls back to the dbt beside this interpreter (a venv
+    used without activation has its dbt off PATH); the shim is never chosen by the fallback.
+    """
     found = shutil.which(dbt_executable, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise DbtError(f"dbt executable {dbt_executable!r} not found on the given PATH")
-    return found
+    if found is not None:
+        return found
+    if dbt_executable == "dbt":
+        with contextlib.suppress(ClockError):
+            return str(find_real_dbt(faketime_dir(), ""))
+    raise DbtError(f"dbt executable {dbt_executable!r} not found on the given PATH")
 
 
 def dbt_path_env(project_dir: Path, log_path: Path) -> dict[str, str]:

@@ -40,6 +40,8 @@ class ProcessResult:
     """How a child process ended; ``stdout``/``stderr`` keep the last ``output_limit`` bytes."""
 
     args: tuple[str, ...]
+    pid: int
+    """Also the process group id: lets callers and tests check the whole group is gone."""
     returncode: int
     stdout: str
     stderr: str
@@ -210,7 +212,8 @@ async def run_process(
             await process.aclose()
     returncode = process.returncode
     return ProcessResult(
-        args=argv, returncode=returncode if returncode is not None else -signal.SIGKILL,
+        args=argv, pid=process.pid,
+        returncode=returncode if returncode is not None else -signal.SIGKILL,
         stdout=out.text(), stderr=err.text(), duration=time.monotonic() - started,
         timed_out=deadline.cancelled_caught,
         stdout_truncated=out.truncated, stderr_truncated=err.truncated,
