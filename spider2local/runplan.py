@@ -147,11 +147,11 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         if name != "replay":
             raise UserError("--replay-dir only applies to --agent replay")
         options["replay_dir"] = replay_dir
-    make_agent(name, **options)  # fails now, with one line, on a bad agent or option
     if name == "claude":
         from spider2local.agents.claude import check_credentials
 
         check_credentials(os.environ)
+    make_agent(name, **options)  # fails now, with one line, on a bad agent or option
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
     settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
