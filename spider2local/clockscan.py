@@ -106,8 +106,7 @@ def scan_project(project: Path) -> ClockScan:
         hits += _macro_hits(src, clock_macros)
         model_calls |= _calls(src.code)
     used = _reachable(model_calls, bodies)
-    unused = [hit for name, macro_hits in clock_macros.items() if name not in used
-              for hit in macro_hits]
+    unused = [hit for name, macro in bodies.items() if name not in used for hit in macro.hits]
     return ClockScan(project, tuple(hits), tuple(unused))
 
 

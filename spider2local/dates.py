@@ -202,6 +202,19 @@ def _shift(cand: Candidate, built_max: dt.date) -> Candidate:
     return replace(cand, date=day, window=(day, day))
 
 
+def _same_table(con: duckdb.DuckDBPyConnection, table: str, gold_table: str) -> bool:
+    """Equal as multisets of rows; different shapes (a set operation error) are not equal."""
+    try:
+        same = con.execute(
+            f"select (select count(*) from {table}) = (select count(*) from {gold_table}) "
+            f"and not exists (select * from {table} except all select * from {gold_table}) "
+            f"and not exists (select * from {gold_table} except all select * from {table})"
+        ).fetchone()
+    except duckdb.Error:
+        return False
+    return bool(same is not None and same[0])
+
+
 def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
     """A copy of the project (no databases, no build output) on a copy of the gold database."""
     project = tmp / task.id
@@ -227,12 +240,7 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
         con.execute(f"attach '{gold_db}' as gold (read_only)")
         table = _tables(con)[cand.model.lower()]
         gold_table = "gold." + table
-        same = con.execute(
-            f"select (select count(*) from {table}) = (select count(*) from {gold_table}) "
-            f"and not exists (select * from {table} except all select * from {gold_table}) "
-            f"and not exists (select * from {gold_table} except all select * from {table})"
-        ).fetchone()
-        if same is not None and same[0]:
+        if _same_table(con, table, gold_table):
             return True
         if cand.method == "age-column":
             return None

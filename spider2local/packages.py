@@ -109,8 +109,9 @@ def installed(project: Path) -> dict[str, Path]:
 def missing_packages(project: Path) -> list[str]:
     """One problem phrase per declared package that is not usable offline.
 
-    Inside a dataset (the project sits in ``examples/``) the phrase also says whether a sibling
-    task vendors a compatible copy that ``spider2local setup`` can supply, or that none does.
+    Inside a dataset (the project sits in ``examples/``) the phrase also says when a sibling
+    task vendors a compatible copy that ``spider2local setup`` can supply; without that hint the
+    package is simply missing and the task cannot run offline.
     """
     have = installed(project)
     problems = []
@@ -129,7 +130,7 @@ def _sibling_hint(project: Path, req: PackageRequirement) -> str:
         return ""
     supply = find_supply(project, req)
     if supply.sibling is None:
-        return "; no sibling task vendors a compatible version: not runnable offline"
+        return ""  # the plain phrase: missing, and nothing offline can supply it
     return f"; `spider2local setup` can supply it from sibling {supply.sibling} ({supply.note})"
 
 
