@@ -74,10 +74,20 @@ def set_task_dates(text: str, records: Iterable[DateRecord], path: Path) -> str:
             if values[key] is None:
                 table.pop(key, None)
             else:
-                table[key] = values[key]
+                _put(table, key, values[key])
         if is_new:
             table.add(tomlkit.nl())  # a blank line before whatever table follows
     return tomlkit.dumps(doc)
+
+
+def _put(table: Table, key: str, value: Any) -> None:
+    """Set ``key``; a new key goes right after the table's last key, not after the comments
+    that trail the table (in TOML those introduce the next table)."""
+    keys = [k.key for k, _ in table.value.body if k is not None]
+    if key in keys or not keys:
+        table[key] = value
+    else:
+        table.value._insert_after(keys[-1], key, tomlkit.item(value))
 
 
 def set_subsets(text: str, subsets: Mapping[str, Sequence[str]], path: Path) -> str:

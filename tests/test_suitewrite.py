@@ -107,3 +107,12 @@ def test_unified_diff_names_the_file(tmp_path: Path) -> None:
     assert diff.startswith(f"--- {path} (current)")
     assert "-date = 2024-01-01\n+date = 2024-01-02" in diff
     assert unified_diff(SUITE, SUITE, path) == ""
+
+
+def test_new_keys_go_before_the_comments_that_introduce_the_next_table(tmp_path: Path) -> None:
+    text = ('schema = 1\n\n[tasks.a001]\ndate_method = "date-spine"\n\n'
+            "# ---- next section ----\n\n[tasks.b001]\nexclude = \"x\"\n")
+    new = set_task_dates(text, [DateRecord("a001", None, "clock-independent", "none", "high")],
+                         _path(tmp_path))
+    head, tail = new.split("# ---- next section ----")
+    assert 'date_evidence = "none"' in head and "date_evidence" not in tail
