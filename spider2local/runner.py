@@ -281,6 +281,8 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
             fields = await _finish(state, settings, outcome, timed_out, progress)
         except Exception as exc:
             fields = _error(Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
+        with _Stopwatch(state, "cleanup"):
+            await _cleanup(state, settings.keep, progress)
         state.timed("total", time.monotonic() - t0)
         result = TaskResult(task_id=task.id, agent=settings.agent,
                             fake_date=task.date.isoformat(), started_at=started_at,

@@ -81,7 +81,8 @@ def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path:
     good = run(tasks[:1], folder, WriterAgent, keep_db=True)["t1"]
     assert good.status is Status.PASSED and good.passed and good.tables_passed == 1
     assert good.usage.turns == 2 and good.attempts == 1 and good.error is None
-    assert {"prepare", "agent", "checkpoint", "score", "collect", "total"} <= set(good.durations)
+    assert {"prepare", "agent", "checkpoint", "score", "collect", "cleanup",
+            "total"} <= set(good.durations)
     assert good.durations["total"] >= good.durations["agent"]
     task_dir = folder.task_dir("t1")
     assert folder.load_result("t1") == good
@@ -244,3 +245,21 @@ def test_execute_run_resumes_without_redoing_finished_tasks(
     manifest = folder.read_manifest()
     assert manifest is not None and len(manifest["sessions"]) == 2
     assert manifest["interrupted"] is False and manifest["finished_at"]
+
+
+def test_progress_plain_lines_and_live_redraw(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    plain = io.StringIO()
+    anyio.run(run_tasks, tasks[:1], RunFolder.at(tmp_path, "p"), settings(),
+              lambda: WriterAgent(pause=0.2), Progress(plain, live=False))
+    lines = plain.getvalue().splitlines()
+    assert any(line.endswith("t1: agent") for line in lines)
+    assert any("t1: passed 1/1 tables" in line for line in lines)
+    assert "\x1b[" not in plain.getvalue()
+    live = io.StringIO()
+    anyio.run(run_tasks, tasks[:1], RunFolder.at(tmp_path, "l"), settings(),
+              lambda: WriterAgent(pause=1.2), Progress(live, live=True))
+    text = live.getvalue()
+    assert "\x1b[" in text  # the block was redrawn in place
+    assert any("t1" in line and "agent" in line and "turns" in line
+               for line in text.splitlines())
+    assert "t1: passed 1/1 tables" in text
