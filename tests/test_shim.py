@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -22,12 +23,21 @@ LIMIT = 180  # seconds: a hard ceiling for any child in this file
 
 @pytest.fixture
 def stub(tmp_path: Path) -> Path:
-    """A stand-in for the real dbt: reports the date it sees, its preload, and its argv."""
+    """A stand-in for the real dbt: reports the date it sees, its preload, and its argv.
+
+    Python, not sh: a preloaded dash never runs libfaketime's exit handler and would leave
+    /dev/shm/faketime_* files behind on every call.
+    """
     path = tmp_path / "bin" / "real-dbt"
     path.parent.mkdir()
-    path.write_text('#!/bin/sh\necho "date=$(date +%F)"\necho "preload=${LD_PRELOAD:-}"\n'
-                    'echo "faketime=${FAKETIME:-}"\necho "args=$*"\n'
-                    f'touch {tmp_path}/stub-ran\n')
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import datetime, os, pathlib, sys\n"
+        "print('date=' + datetime.date.today().isoformat())\n"
+        "print('preload=' + os.environ.get('LD_PRELOAD', ''))\n"
+        "print('faketime=' + os.environ.get('FAKETIME', ''))\n"
+        "print('args=' + ' '.join(sys.argv[1:]))\n"
+        f"pathlib.Path({str(tmp_path / 'stub-ran')!r}).touch()\n")
     path.chmod(0o755)
     return path
 
@@ -86,8 +96,11 @@ def test_faked_subcommands_run_under_the_task_date(stub: Path, args: list[str]) 
     ["--log-level", "info", "deps"], ["--debug", "debug"],
 ])
 def test_unfaked_commands_see_the_real_clock(stub: Path, args: list[str]) -> None:
-    # An inherited preload (e.g. the agent ran the shim from a faked shell) must not leak in.
-    env = shim_env(stub, LD_PRELOAD=str(find_library()), FAKETIME="@2001-01-01 00:00:00")
+    # Inherited fake-clock settings must not leak into unfaked commands. The inherited preload
+    # names a missing file: ld.so ignores it (the shim's own sh must not be faked, or it would
+    # leak /dev/shm files), yet the shim must still strip it.
+    env = shim_env(stub, LD_PRELOAD="/nonexistent/libfaketime.so.1",
+                   FAKETIME="@2001-01-01 00:00:00", FAKETIME_DONT_RESET="1")
     done = run_shim(args, env)
     seen = report(done.stdout)
     assert done.returncode == 0, done.stderr
