@@ -181,18 +181,22 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     task = state.task
     state.attempts += 1
     progress.stage(task.id, Stage.PREPARE.value)
-    with _Stopwatch(state, "prepare"):
+    # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
+    # it returned would lose the workspace it made (never cleaned up).
+    with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
         state.ws = await in_thread(ws_mod.prepare_workspace, task, artifacts=state.artifacts,
                                    parent=settings.workspace_parent,
                                    skills=task_skills(task, settings))
+    ws = state.ws
+    assert ws is not None
     transcript = Transcript(state.artifacts / "transcript.jsonl")
-    transcript.append("attempt", {"attempt": state.attempts, "workspace": str(state.ws.root)})
-    ctx = AgentContext(task=task, workspace=state.ws, limits=limits_for(task, settings),
+    transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
+    ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript)
     progress.stage(task.id, Stage.AGENT.value, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
-    reap(state.ws.root)
+    reap(ws.root)
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out

@@ -135,7 +135,8 @@ def test_hanging_agent_is_stopped_at_its_deadline(tasks: list[TaskSpec], tmp_pat
     result = run(tasks[:1], folder, lambda: HangingAgentWithChildren(pids, pidfile),
                  timeout=1.0)["t1"]
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0 + 5.0, elapsed
+    assert result.durations["agent"] < 1.0 + 5.0, result.durations
+    assert elapsed < 1.0 + 5.0 + 3.0, elapsed
     assert result.status is Status.TIMEOUT
     assert result.error is not None and result.error.kind == "timeout"
     assert result.error.stage is Stage.AGENT
@@ -263,3 +264,39 @@ def test_progress_plain_lines_and_live_redraw(tasks: list[TaskSpec], tmp_path: P
     assert any("t1" in line and "agent" in line and "turns" in line
                for line in text.splitlines())
     assert "t1: passed 1/1 tables" in text
+
+
+@pytest.mark.slow
+def test_claude_agent_hung_api_stopped_at_deadline_nothing_survives(
+        tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real SDK + bundled CLI against a fake API that stops answering after the agent
+    started a background process: the runner's deadline ends it all, usage is kept."""
+    from spider2local.agents import make_agent
+    from spider2local.testing import FakeAnthropic, Hang, reply, tool
+
+    token = "313.0421"
+    sleeper = f"nohup python3 -c 'import time; time.sleep({token})' >/dev/null 2>&1 &"
+    script = [reply(tool("Bash", command=sleeper), input_tokens=77, output_tokens=3), Hang()]
+    with FakeAnthropic(script) as fake:
+        for key, value in fake.env().items():
+            monkeypatch.setenv(key, value)
+        started = time.monotonic()
+        result = run(tasks[:1], RunFolder.at(tmp_path, "c"), lambda: make_agent("claude"),
+                     timeout=12.0, retries=0)["t1"]
+        elapsed = time.monotonic() - started
+        answered_hang = any(r.answer == "hang" for r in fake.requests)
+    assert answered_hang, "the second API call never happened"
+    assert result.durations["agent"] < 12.0 + 5.0, result.durations
+    assert elapsed < 12.0 + 5.0 + 3.0, elapsed  # + workspace, checkpoint and scoring
+    assert result.status is Status.TIMEOUT and result.tables_total == 1
+    assert result.usage.input_tokens == 77
+    survivors = [e.name for e in Path("/proc").iterdir() if e.name.isdigit()
+                 and token in _cmdline(e) and alive(int(e.name))]
+    assert survivors == []
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
