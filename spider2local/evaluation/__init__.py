@@ -1,0 +1,26 @@
+"""Official Spider2-DBT scoring (upstream's ``duckdb_match``), exact and fast.
+
+Verdicts equal upstream's on frames read with ``fetchdf`` (see docs/scoring.md for the rules
+and their quirks); diagnostics and notes explain failures without ever changing a verdict.
+"""
+
+from spider2local.evaluation.model import (
+    ColumnDiagnostic,
+    SuiteSummary,
+    TableScore,
+    TaskScore,
+)
+from spider2local.evaluation.render import from_json, render_summary, render_text, to_json
+from spider2local.evaluation.score import score_database
+
+__all__ = [
+    "ColumnDiagnostic",
+    "SuiteSummary",
+    "TableScore",
+    "TaskScore",
+    "from_json",
+    "render_summary",
+    "render_text",
+    "score_database",
+    "to_json",
+]

@@ -1,0 +1,144 @@
+"""Score a result database against a gold database: upstream's ``duckdb_match``, exactly.
+
+Upstream: read every graded gold table, then every graded result table (any failure: 0); cut
+each gold frame to its ``condition_cols`` (positions; an empty list means all columns); each
+remaining gold column must equal SOME column of the result table; a task passes only when every
+graded table passes. Upstream stops at the first failing table; this module scores every table
+so a report can show all of them (the task verdict is the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from spider2local.dataset import EvalParams
+from spider2local.evaluation import diagnostics
+from spider2local.evaluation.columns import frame_columns
+from spider2local.evaluation.compare import columns_match
+from spider2local.evaluation.kinds import Column
+from spider2local.evaluation.model import ColumnDiagnostic, TableScore, TaskScore
+from spider2local.evaluation.reader import Database, TableRead
+from spider2local.exceptions import ScoringError
+
+
+def score_database(result_db: Path, gold_db: Path, params: EvalParams) -> TaskScore:
+    """The official verdict with per-table detail. Synchronous (run it in a worker thread).
+
+    Never raises for a bad result: an unreadable table scores 0 with a diagnostic, and a result
+    file that cannot be opened gives ``error`` and ``passed=False``. Raises
+    :class:`ScoringError` only when the gold side is unusable (then there is nothing to score
+    against).
+    """
+    _check_params(params, gold_db)
+    gold_frames = _read_gold(gold_db, params.condition_tabs)
+    outcome = _read_result(result_db, params.condition_tabs)
+    if isinstance(outcome, str):
+        tables = tuple(TableScore(name, False, len(frame), None, error=outcome)
+                       for name, frame in zip(params.condition_tabs, gold_frames, strict=True))
+        return TaskScore(False, tables, error=outcome)
+    reads, relations = outcome
+    tables = tuple(
+        score_table(name, gold, read, cols, ignore, relations)
+        for name, gold, read, cols, ignore in zip(
+            params.condition_tabs, gold_frames, reads, params.condition_cols,
+            params.ignore_orders, strict=True))
+    return TaskScore(all(table.passed for table in tables), tables)
+
+
+def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[int],
+                ignore_order: bool, relations: Sequence[str] = ()) -> TableScore:
+    """One graded table: upstream's ``compare_pandas_table`` plus diagnostics."""
+    if read.frame is None:
+        near = tuple(diagnostics.name_notes(name, relations)) if read.missing else ()
+        return TableScore(name, False, len(gold), None, missing=read.missing, notes=near,
+                          error=read.error)
+    pred = read.frame
+    try:
+        positions = _gold_positions(cols, gold.shape[1])
+    except IndexError as exc:  # upstream's iloc raises too, and the task then scores 0
+        return TableScore(name, False, len(gold), len(pred), error=str(exc))
+    gold_columns = frame_columns(gold.iloc[:, positions] if cols else gold)
+    pred_columns = frame_columns(pred)
+    matches = match_columns(gold_columns, pred_columns, ignore_order)
+    passed = all(match is not None for match in matches)
+    if passed or len(gold) != len(pred):
+        return TableScore(name, passed, len(gold), len(pred))
+    unmatched = [(i, g) for i, (g, m) in enumerate(zip(gold_columns, matches, strict=True))
+                 if m is None]
+    found: list[ColumnDiagnostic] = []
+    notes: list[str] = []
+    for i, column in unmatched:
+        found.append(diagnostics.column_diagnostic(column, positions[i], pred_columns,
+                                                   ignore_order))
+        notes.extend(diagnostics.date_notes(column, pred_columns, ignore_order))
+    return TableScore(name, False, len(gold), len(pred), columns=tuple(found),
+                      notes=tuple(notes))
+
+
+def match_columns(gold: Sequence[Column], pred: Sequence[Column],
+                  ignore_order: bool) -> list[int | None]:
+    """For each gold column, the index of a result column equal to it (None if none is).
+
+    The verdict only needs *some* equal column; trying the same-named column first makes the
+    usual case (the agent kept the names) one comparison per gold column.
+    """
+    found: list[int | None] = []
+    for column in gold:
+        order = sorted(range(len(pred)), key=lambda j: pred[j].name.lower() != column.name.lower())
+        found.append(next((j for j in order if columns_match(column, pred[j], ignore_order)),
+                          None))
+    return found
+
+
+def _gold_positions(cols: Sequence[int], width: int) -> list[int]:
+    """Gold column positions as ``iloc`` takes them (negative counts from the end)."""
+    if not cols:
+        return list(range(width))
+    positions = []
+    for col in cols:
+        if not -width <= col < width:
+            raise IndexError(f"condition_cols position {col} is out of range for a gold table "
+                             f"of {width} columns")
+        positions.append(col % width)
+    return positions
+
+
+def _read_result(result_db: Path,
+                 tables: Sequence[str]) -> str | tuple[list[TableRead], list[str]]:
+    """Every graded table of the result (and, if one is missing, the names present), or why
+    the file cannot be opened at all."""
+    try:
+        result = Database(result_db)
+    except Exception as exc:
+        return f"cannot open result database {result_db}: {exc}".splitlines()[0]
+    with result:
+        reads = [result.read(name) for name in tables]
+        relations = result.relation_names() if any(r.missing for r in reads) else []
+    return reads, relations
+
+
+def _read_gold(gold_db: Path, tables: Sequence[str]) -> list[pd.DataFrame]:
+    try:
+        gold = Database(gold_db)
+    except Exception as exc:
+        raise ScoringError(f"{gold_db}: cannot open gold database: {exc}") from exc
+    with gold:
+        reads = [gold.read(name) for name in tables]
+    frames = []
+    for name, read in zip(tables, reads, strict=True):
+        if read.frame is None:
+            raise ScoringError(f"{gold_db}: gold table {name!r} cannot be read: {read.error}")
+        frames.append(read.frame)
+    return frames
+
+
+def _check_params(params: EvalParams, gold_db: Path) -> None:
+    """Upstream asserts these lengths agree (and then scores 0); here it is a dataset defect."""
+    sizes = {len(params.condition_tabs), len(params.condition_cols), len(params.ignore_orders)}
+    if len(sizes) != 1:
+        raise ScoringError(f"{gold_db}: condition_tabs, condition_cols and ignore_orders have "
+                           f"different lengths ({len(params.condition_tabs)}, "
+                           f"{len(params.condition_cols)}, {len(params.ignore_orders)})")

@@ -1,0 +1,106 @@
+"""A slow, literal re-statement of upstream's Spider2-DBT scorer, used as the oracle in tests.
+
+Upstream (xlang-ai/Spider2, spider2-dbt/evaluation_suite/eval_utils.py: ``duckdb_match`` and
+``compare_pandas_table``) is described here step by step in our own words; nothing is optimised,
+so the fast implementation can be checked against it. Frames are read exactly as upstream reads
+them: one read-only connection per table, ``SELECT * FROM <name>``, ``fetchdf()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+ABS_TOL = 0.01
+
+
+def read_frame(db: Path | str, table: str) -> pd.DataFrame:
+    con = duckdb.connect(database=str(db), read_only=True)
+    try:
+        return con.execute(f"SELECT * FROM {table}").fetchdf()
+    finally:
+        con.close()
+
+
+def upstream_key(value: Any) -> tuple[bool, str, bool]:
+    return (value is None, str(value), isinstance(value, (int, float)))
+
+
+def lists_agree(gold: list[Any], pred: list[Any], ignore_order: bool) -> bool:
+    """Upstream's ``vectors_match``: any exception inside means 'no match'."""
+    try:
+        if ignore_order:
+            gold = sorted(gold, key=upstream_key)
+            pred = sorted(pred, key=upstream_key)
+        if len(gold) != len(pred):
+            return False
+        for a, b in zip(gold, pred, strict=True):
+            if pd.isna(a) and pd.isna(b):
+                continue
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+                if not math.isclose(float(a), float(b), abs_tol=ABS_TOL):
+                    return False
+            elif a != b:
+                return False
+        return True
+    except Exception:
+        return False
+
+
+def column_lists(frame: pd.DataFrame) -> list[list[Any]]:
+    """The per-column value lists upstream compares (note: built from the whole frame)."""
+    return frame.transpose().values.tolist()  # type: ignore[no-any-return]
+
+
+def gold_column_flags(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Sequence[int],
+                      ignore_order: bool) -> list[bool]:
+    """For each graded gold column: does some prediction column agree with it?"""
+    cols = list(condition_cols)
+    graded = gold.iloc[:, cols] if cols != [] else gold
+    pred_lists = column_lists(pred)
+    return [any(lists_agree(g, p, ignore_order) for p in pred_lists)
+            for g in column_lists(graded)]
+
+
+def table_agrees(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Sequence[int],
+                 ignore_order: bool) -> bool:
+    """Upstream's ``compare_pandas_table`` as a bool (it returns 1 or 0)."""
+    return all(gold_column_flags(pred, gold, condition_cols, ignore_order))
+
+
+def table_verdicts(result: Path, gold: Path, tabs: Sequence[str],
+                   cols: Sequence[Sequence[int]], orders: Sequence[bool]) -> list[bool]:
+    """Per graded table, the verdict upstream would reach for that table on its own
+    (a table that cannot be read, or an exception while comparing, gives False)."""
+    verdicts = []
+    for name, table_cols, ignore in zip(tabs, cols, orders, strict=True):
+        gold_frame = read_frame(gold, name)
+        try:
+            pred_frame = read_frame(result, name)
+            verdicts.append(table_agrees(pred_frame, gold_frame, table_cols, ignore))
+        except Exception:
+            verdicts.append(False)
+    return verdicts
+
+
+def duckdb_match(result: Path, gold: Path, tabs: Sequence[str], cols: Sequence[Sequence[int]],
+                 orders: Sequence[bool]) -> int:
+    """Upstream's task verdict (1 or 0), including evaluate.py's 'any exception scores 0'."""
+    try:
+        gold_frames = [read_frame(gold, name) for name in tabs]
+        try:
+            pred_frames = [read_frame(result, name) for name in tabs]
+        except Exception:
+            return 0
+        for pred, gold_frame, table_cols, ignore in zip(pred_frames, gold_frames, cols, orders,
+                                                        strict=True):
+            if not table_agrees(pred, gold_frame, table_cols, ignore):
+                return 0
+        return 1
+    except Exception:
+        return 0

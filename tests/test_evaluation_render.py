@@ -1,0 +1,80 @@
+"""Scores survive JSON (the runner stores them that way), render readably, and sum up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import make_duckdb
+
+from spider2local.dataset import EvalParams
+from spider2local.evaluation import (
+    ColumnDiagnostic,
+    SuiteSummary,
+    TableScore,
+    TaskScore,
+    from_json,
+    render_summary,
+    render_text,
+    score_database,
+    to_json,
+)
+
+
+def _failing_score(tmp_path: Path) -> TaskScore:
+    """A real score with a missing table, a differing column and a date note."""
+    gold = make_duckdb(tmp_path / "gold.duckdb", {
+        "orders": "SELECT range AS id, range * 1.5 AS amount, DATE '2020-01-01' + range::INT AS d"
+                  " FROM range(6)",
+        "fct_customers": "SELECT 1 AS id"})
+    result = make_duckdb(tmp_path / "result.duckdb", {
+        "orders": "SELECT range AS id, range * 1.5 + (range = 3)::INT AS amount, "
+                  "(DATE '2020-01-01' + range::INT)::VARCHAR AS d FROM range(6)",
+        "dim_customers": "SELECT 1 AS id"})
+    params = EvalParams("gold.duckdb", ("orders", "fct_customers"), ((), ()), (True, False))
+    return score_database(result, gold, params)
+
+
+def test_json_round_trip_of_a_real_failing_score(tmp_path: Path) -> None:
+    score = _failing_score(tmp_path)
+    data = json.loads(json.dumps(to_json(score)))
+    assert from_json(data) == score
+    assert data["tables_passed"] == 0 and data["tables_total"] == 2
+    orders = score.tables[0]
+    assert {c.gold_column for c in orders.columns} == {"amount", "d"}
+    assert score.tables[1].missing and "dim_customers" in score.tables[1].notes[0]
+
+
+def test_json_round_trip_of_error_and_passing_scores() -> None:
+    for score in (
+        TaskScore(False, (TableScore("t", False, 3, None, error="cannot open"),), "cannot open"),
+        TaskScore(True, (TableScore("t", True, 3, 3),)),
+        TaskScore(False, (TableScore("t", False, 2, 2, columns=(
+            ColumnDiagnostic("c", 4, "1 of 2 values differ", "c", 1, "1.5", "2.5"),),
+            notes=("note",)),)),
+    ):
+        assert from_json(json.loads(json.dumps(to_json(score)))) == score
+
+
+def test_render_text_names_each_failure(tmp_path: Path) -> None:
+    text = render_text(_failing_score(tmp_path))
+    lines = text.splitlines()
+    assert lines[0].startswith("FAIL  0/2")
+    assert "gold column 'amount' (#1)" in text and "result column 'amount'" in text
+    assert "first difference at position" in text
+    assert "fct_customers: missing from the result" in text
+    assert "would match result column 'd'" in text
+
+
+def test_suite_summary_counts_attempted_and_all() -> None:
+    passed = TaskScore(True, (TableScore("a", True, 1, 1), TableScore("b", True, 1, 1)))
+    failed = TaskScore(False, (TableScore("a", True, 1, 1), TableScore("b", False, 1, 1)))
+    summary = SuiteSummary.from_scores([("t1", passed), ("t2", failed), ("t3", None),
+                                        ("t4", passed)])
+    assert (summary.tasks_total, summary.tasks_attempted, summary.tasks_passed) == (4, 3, 2)
+    assert (summary.tables_total, summary.tables_passed) == (6, 5)
+    assert summary.pass_rate_attempted == 2 / 3 and summary.pass_rate_all == 0.5
+    assert summary.failed == ("t2",) and summary.unscored == ("t3",)
+    assert "2/3 attempted (66.7%)" in render_summary(summary)
+    empty = SuiteSummary.from_scores([])
+    assert empty.pass_rate_all == empty.pass_rate_attempted == 0.0
