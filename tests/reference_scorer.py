@@ -69,8 +69,22 @@ def gold_column_flags(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Se
 
 def table_agrees(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Sequence[int],
                  ignore_order: bool) -> bool:
-    """Upstream's ``compare_pandas_table`` as a bool (it returns 1 or 0)."""
-    return all(gold_column_flags(pred, gold, condition_cols, ignore_order))
+    """Upstream's ``compare_pandas_table`` as a bool (it returns 1 or 0), with its full cost:
+    upstream checks every gold column against every prediction column until one agrees, and
+    when one does, it walks the prediction columns a second time up to that same match (the
+    second walk changes nothing but the running time, which the benchmark measures)."""
+    cols = list(condition_cols)
+    graded = gold.iloc[:, cols] if cols != [] else gold
+    pred_lists = column_lists(pred)
+    verdict = True
+    for g in column_lists(graded):
+        if not any(lists_agree(g, p, ignore_order) for p in pred_lists):
+            verdict = False
+        else:
+            for p in pred_lists:
+                if lists_agree(g, p, ignore_order):
+                    break
+    return verdict
 
 
 def table_verdicts(result: Path, gold: Path, tabs: Sequence[str],
