@@ -1,4 +1,4 @@
-"""The CLI as a user meets it: real subprocesses, one-line errors with exit code 2, no tracebacks."""
+"""The CLI as a user meets it: real subprocesses, one-line errors (exit code 2), no tracebacks."""
 
 from __future__ import annotations
 

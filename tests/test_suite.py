@@ -102,12 +102,3 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == bundled_suite_path()
     local = write(tmp_path, "schema = 1\n")
     assert default_suite_path(tmp_path) == local
-
-
-def test_shipped_suite_runs_the_sample_with_its_dates() -> None:
-    from spider2local.sample import SAMPLE_TASK_IDS
-
-    suite = load_suite(bundled_suite_path())
-    assert suite.dataset == SAMPLE
-    assert set(SAMPLE_TASK_IDS) <= set(suite.tasks)
-    assert suite.settings("gym001").date == dt.date(2024, 8, 27)
