@@ -11,13 +11,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from spider2local import __version__
 from spider2local.exceptions import UserError
 from spider2local.suite import Suite, default_suite_path, load_suite
+
+if TYPE_CHECKING:
+    from spider2local.dataset import EvalParams
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,7 +41,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            click.echo(f"spider2local: error: {exc}", err=True)
+            one_line = " ".join(str(exc).split())  # library messages may span lines
+            click.echo(f"spider2local: error: {one_line}", err=True)
             ctx.exit(2)
 
 
@@ -174,16 +178,30 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
 @global_options
 @click.argument("target", type=click.Path(exists=True, path_type=Path))
 @click.option("--task", "task_id", help="For a .duckdb file: the task whose gold to use.")
+@click.option("--gold", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="For a .duckdb file: a gold database (instead of --task).")
+@click.option("--tables", help="With --gold: graded tables, comma-separated.")
+@click.option("--cols", help="With --gold: graded column positions per table, as JSON, "
+                             "e.g. '[[0,1],[]]' ([] = every column; default: all).")
+@click.option("--ignore-order", help="With --gold: per table, as JSON, e.g. '[true,false]' "
+                                     "(default: false for every table).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def score(target: Path, task_id: str | None, as_json: bool) -> None:
-    """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json)
-    or one result .duckdb file with --task ID."""
+def score(target: Path, task_id: str | None, gold: Path | None, tables: str | None,
+          cols: str | None, ignore_order: str | None, as_json: bool) -> None:
+    """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
+    or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
+    [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails."""
     from spider2local.dataset import load_dataset
     from spider2local.report import load_report, render_report, report_json
     from spider2local.runfolder import open_run_dir
     from spider2local.runplan import rescore_run, run_dataset_source
 
     if not target.is_dir():
+        if gold is not None:
+            from spider2local.scoreargs import params_from_options
+
+            params = params_from_options(gold, tables, cols, ignore_order)
+            _print_score(target, gold, params, as_json)
         _score_file(target, task_id, as_json)
         return
     folder = open_run_dir(target)
@@ -200,15 +218,25 @@ def score(target: Path, task_id: str | None, as_json: bool) -> None:
 
 def _score_file(db: Path, task_id: str | None, as_json: bool) -> None:
     from spider2local.dataset import load_dataset
-    from spider2local.evaluation import render_text, score_database, to_json
 
     if task_id is None:
-        raise UserError("scoring a .duckdb file needs --task ID (whose gold to compare with)")
+        raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
+                        path=db, fix="say whose gold to compare with")
     task = load_dataset(_globals().load_suite()).get(task_id)
     if task is None or task.gold_db is None or task.eval is None:
         raise UserError(f"task {task_id!r} has no usable gold in this dataset",
                         fix="see `spider2local list`")
-    result = score_database(db, task.gold_db, task.eval)
+    _print_score(db, task.gold_db, task.eval, as_json)
+
+
+def _print_score(db: Path, gold: Path, params: EvalParams, as_json: bool) -> None:
+    from spider2local.evaluation import render_text, score_database, to_json
+    from spider2local.exceptions import ScoringError
+
+    try:
+        result = score_database(db, gold, params)
+    except ScoringError as exc:
+        raise UserError(f"cannot score: {exc}") from None
     _echo_json(to_json(result)) if as_json else click.echo(render_text(result))
     sys.exit(0 if result.passed else 1)
 

@@ -102,3 +102,32 @@ def test_doctor_fails_on_missing_library(tmp_path: Path) -> None:
 def test_basic_invocations(args: list[str]) -> None:
     proc = run_cli(*args)
     assert proc.returncode == 0 and proc.stdout
+
+
+def test_score_file_against_a_gold_file(shared_dataset: Path, tmp_path: Path) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "playbook001" / "playbook.duckdb"
+    start = shared_dataset / "examples" / "playbook001" / "playbook.duckdb"
+    ok = run_cli("score", str(start), "--gold", str(gold), "--tables", "attribution_touches",
+                 "--cols", "[[15, 16, 17, 18]]", "--ignore-order", "true", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["passed"] is True
+    # All 19 columns graded in row order: the start database's rows are not in gold's order.
+    strict = run_cli("score", str(start), "--gold", str(gold), "--tables", "attribution_touches")
+    assert strict.returncode == 1
+    assert "FAIL  attribution_touches" in strict.stdout and "(row by row)" in strict.stdout
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--tables", "a,b", "--cols", "[[0]]"], "unequal lengths (2, 1, 2)"),
+    (["--tables", "a", "--cols", "[[0]"], "--cols is not JSON"),
+    (["--tables", "no_such_table"], "cannot score"),
+    ([], "--gold needs --tables"),
+])
+def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment: str) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
+    assert_one_line_error(run_cli("score", str(gold), "--gold", str(gold), *extra), fragment)
+
+
+def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
+    db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
+    assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
