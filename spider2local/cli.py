@@ -276,7 +276,7 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
 
     from spider2local.dataset import load_dataset
     from spider2local.dates import derivation_rows, derive_all
-    from spider2local.suitewrite import set_task_dates, unified_diff, write_suite
+    from spider2local.suitewrite import set_task_dates, unified_diff, write_suite, write_target
     from spider2local.textable import render_table
 
     suite = _globals().load_suite()
@@ -284,13 +284,13 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
     found = anyio.run(lambda: derive_all(tasks, verify=not no_verify))
     click.echo(render_table(["task", "date", "method", "confidence", "evidence"],
                             derivation_rows(found), max_width=90))
-    old = suite.path.read_text(encoding="utf-8")
-    new = set_task_dates(old, [d.record() for d in found], suite.path)
+    target, old = write_target(suite, Path.cwd())
+    new = set_task_dates(old, [d.record() for d in found], target)
     if dry_run:
-        click.echo(unified_diff(old, new, suite.path) or "(suite file unchanged)")
-    elif new != old:
-        write_suite(suite.path, new)
-        click.echo(f"wrote {len(found)} task(s) into {suite.path}")
+        click.echo(unified_diff(old, new, target) or "(suite file unchanged)")
+    elif new != old or not target.exists():
+        write_suite(target, new)
+        click.echo(f"wrote {len(found)} task(s) into {target}")
 
 
 @cli.command()
@@ -324,7 +324,7 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
 
     from spider2local.audit import audit_dataset, audit_json, audit_text, suggested_subsets
     from spider2local.dataset import load_dataset
-    from spider2local.suitewrite import set_subsets, write_suite
+    from spider2local.suitewrite import set_subsets, write_suite, write_target
 
     suite = _globals().load_suite()
     audits = anyio.run(lambda: audit_dataset(load_dataset(suite), baseline=baseline))
@@ -333,9 +333,9 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
     else:
         click.echo(audit_text(audits))
     if write_subsets:
-        old = suite.path.read_text(encoding="utf-8")
-        write_suite(suite.path, set_subsets(old, suggested_subsets(audits), suite.path))
-        click.echo(f"wrote subsets into {suite.path}", err=as_json)
+        target, old = write_target(suite, Path.cwd())
+        write_suite(target, set_subsets(old, suggested_subsets(audits), target))
+        click.echo(f"wrote subsets into {target}", err=as_json)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import tomlkit
 from tomlkit.items import Table
 
 from spider2local.exceptions import SuiteError
-from spider2local.suite import BUILTIN_SUBSETS, load_suite
+from spider2local.suite import BUILTIN_SUBSETS, Suite, bundled_suite_path, load_suite
 
 DATE_KEYS = ("date", "date_method", "date_evidence", "date_confidence")
 
@@ -124,3 +124,29 @@ def write_suite(path: Path, text: str) -> None:
         partial.unlink(missing_ok=True)
         raise
     partial.replace(path)
+
+
+def write_target(suite: Suite, cwd: Path) -> tuple[Path, str]:
+    """Where edits to ``suite`` go, and the text they start from.
+
+    The embedded default suite belongs to the installation (inside site-packages for a wheel),
+    so edits to it go to a new ``./tasks.toml`` seeded from it instead, with the ``--dataset`` in
+    use recorded as its root so later commands need no ``--dataset``. Any other suite file, and
+    the repo's own ``tasks.toml`` when run from the repo, is edited in place.
+    """
+    text = suite.path.read_text(encoding="utf-8")
+    local = (cwd / "tasks.toml").resolve()
+    if suite.path != bundled_suite_path().resolve() or local == suite.path:
+        return suite.path, text
+    if local.exists():
+        raise SuiteError("exists but the bundled suite is in use", path=local,
+                         fix="pass --suite tasks.toml to edit it")
+    if isinstance(suite.dataset, Path):
+        doc = _parse(text, local)
+        dataset = doc.get("dataset")
+        if dataset is None:
+            dataset = tomlkit.table()
+            doc["dataset"] = dataset
+        dataset["root"] = str(suite.dataset)
+        text = tomlkit.dumps(doc)
+    return local, text

@@ -116,3 +116,21 @@ def test_new_keys_go_before_the_comments_that_introduce_the_next_table(tmp_path:
                          _path(tmp_path))
     head, tail = new.split("# ---- next section ----")
     assert 'date_evidence = "none"' in head and "date_evidence" not in tail
+
+
+def test_edits_of_the_bundled_suite_go_to_a_new_local_file(tmp_path: Path) -> None:
+    from spider2local.suite import bundled_suite_path
+    from spider2local.suitewrite import write_target
+
+    bundled = load_suite(bundled_suite_path())
+    before = bundled_suite_path().read_bytes()
+    target, text = write_target(bundled.with_dataset(str(tmp_path / "data")), tmp_path)
+    assert target == (tmp_path / "tasks.toml").resolve()
+    write_suite(target, text)
+    assert load_suite(target).dataset == tmp_path / "data"
+    assert bundled_suite_path().read_bytes() == before
+    # Once a local file exists it is not silently replaced: the user must name it.
+    with pytest.raises(SuiteError, match=r"pass --suite tasks\.toml"):
+        write_target(bundled, tmp_path)
+    mine = load_suite(target)
+    assert write_target(mine, tmp_path / "elsewhere")[0] == target
