@@ -154,12 +154,25 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     make_agent(name, **options)  # fails now, with one line, on a bad agent or option
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
+    if name == "reference":
+        selection = _needs_solution(selection)
     settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
                                          agent=name, **overrides)
     return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv)
+
+
+def _needs_solution(selection: Selection) -> Selection:
+    """The reference agent proves a task's solution, date and gold agree; a task without a
+    solution would only be scored on its untouched database, which proves nothing."""
+    unsolved = [t for t in selection.tasks if t.solution_dir is None]
+    return replace(selection,
+                   tasks=tuple(t for t in selection.tasks if t.solution_dir is not None),
+                   skipped=(*selection.skipped,
+                            *((t.id, "no reference solution (solutions/<id>/ or the suite's "
+                               "solution setting)") for t in unsolved)))
 
 
 @dataclass(frozen=True)
