@@ -193,8 +193,8 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails."""
     from spider2local.dataset import load_dataset
     from spider2local.report import load_report, render_report, report_json
+    from spider2local.rescore import rescore_run, run_dataset_source
     from spider2local.runfolder import open_run_dir
-    from spider2local.runplan import rescore_run, run_dataset_source
 
     if not target.is_dir():
         if gold is not None:
@@ -253,7 +253,7 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     """Open a shell in a fresh workspace of TASK_ID, with the agent's PATH (dbt shim) and
     fake clock, for debugging by hand."""
     from spider2local.dataset import load_dataset
-    from spider2local.runplan import suite_skills
+    from spider2local.runsettings import suite_skills
     from spider2local.selection import select_tasks
     from spider2local.shell import open_shell
 

@@ -13,67 +13,27 @@ infrastructure failure that outlived its retries ends without a score, because n
 from __future__ import annotations
 
 import functools
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
 from spider2local import workspace as ws_mod
-from spider2local.agents.base import Agent, AgentContext, AgentLimits, AgentOutcome, Transcript
+from spider2local.agents.base import Agent, AgentContext, AgentOutcome, Transcript
 from spider2local.agents.base import Workspace as Ws
 from spider2local.dataset import TaskSpec
 from spider2local.progress import Progress
+from spider2local.reaper import reap
 from spider2local.results import Stage, Status, TaskError, TaskResult, save_result
 from spider2local.runfolder import RunFolder, now_iso
-from spider2local.suite import RunDefaults
+from spider2local.runsettings import RunSettings, limits_for, task_skills
 
 AgentFactory = Callable[[], Agent]
 T = TypeVar("T")
 MAX_BACKOFF = 60.0
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How every task of one invocation runs (the command line over the suite's defaults)."""
-
-    agent: str
-    jobs: int = 3
-    timeout: float = 1800.0
-    """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
-    retries: int = 2
-    max_turns: int = 100
-    model: str | None = None
-    max_budget_usd: float | None = None
-    verify_rounds: int = 2
-    skills: tuple[str, ...] = ()
-    keep: bool = False
-    keep_db: bool = False
-    retry_backoff: float = 5.0
-    """Seconds before the first retry of an infrastructure failure; doubled each time."""
-    workspace_parent: Path | None = None
-    """Where workspaces are made (default: the system temp folder)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_defaults(cls, defaults: RunDefaults, skills: Sequence[str],
-                      **overrides: Any) -> RunSettings:
-        """The suite's [run] defaults, with every non-None override (the command line) on top."""
-        base: dict[str, Any] = {
-            "agent": defaults.agent, "jobs": defaults.jobs, "timeout": defaults.timeout,
-            "retries": defaults.retries, "max_turns": defaults.max_turns,
-            "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
-            "verify_rounds": defaults.verify_rounds, "skills": tuple(skills)}
-        base.update({k: v for k, v in overrides.items() if v is not None})
-        if base["agent"] != "claude" and overrides.get("model") is None:
-            base["model"] = None  # only the Claude agent has a model; don't record a fake one
-        return cls(**base)
 
 
 @dataclass
@@ -103,49 +63,6 @@ class _Stopwatch:
 
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-
-
-def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:
-    """Per-task suite settings (timeout, max_turns) override the run's."""
-    return AgentLimits(max_turns=task.settings.max_turns or settings.max_turns,
-                       timeout=task.settings.timeout or settings.timeout, model=settings.model,
-                       max_budget_usd=settings.max_budget_usd,
-                       verify_rounds=settings.verify_rounds, skills=settings.skills)
-
-
-def task_skills(task: TaskSpec, settings: RunSettings) -> tuple[str, ...]:
-    """The run's skills plus the task's own, minus its skip_skills (Claude agent only)."""
-    if settings.agent != "claude":
-        return ()
-    skip = set(task.settings.skip_skills)
-    names = [*settings.skills, *task.settings.skills]
-    return tuple(dict.fromkeys(n for n in names if n not in skip))
-
-
-def reap(root: Path) -> list[int]:
-    """Kill every process whose working folder is inside ``root`` (a workspace).
-
-    The last line of defence against orphans: run_process kills its own groups and the SDK its
-    CLI, but a background ``dbt run &`` started by an agent belongs to neither. Such a process
-    would keep the task database locked and outlive the run. Our own process is never touched.
-    """
-    killed: list[int] = []
-    prefix = str(root)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cwd = str((entry / "cwd").readlink())
-        except OSError:
-            continue
-        if cwd == prefix or cwd.startswith(prefix + os.sep):
-            pid = int(entry.name)
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except OSError:
-                continue
-    return killed
 
 
 async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, bool]:

@@ -3,7 +3,7 @@
 :func:`plan_run` resolves options against the suite (defaults, selection, agent, credentials)
 and fails fast with a one-line :class:`UserError` before anything starts. :func:`execute_run`
 writes the manifest, skips tasks an earlier invocation finished (resume), runs the rest and
-turns SIGINT/SIGTERM into a clean stop. :func:`rescore_run` re-scores kept databases.
+turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.rescore`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from spider2local.agents import make_agent
 from spider2local.dataset import Dataset
 from spider2local.exceptions import UserError
 from spider2local.progress import Progress
-from spider2local.resources import skills_dir
-from spider2local.results import Stage, Status, TaskResult, save_result
+from spider2local.results import TaskResult
 from spider2local.runfolder import (
     RunFolder,
     SelectedTask,
@@ -31,26 +30,12 @@ from spider2local.runfolder import (
     finish_manifest,
     new_run_id,
 )
-from spider2local.runner import AgentFactory, RunSettings, run_tasks
+from spider2local.runner import AgentFactory, run_tasks
+from spider2local.runsettings import RunSettings, suite_skills
 from spider2local.selection import Selection, parse_shard, select_tasks
-from spider2local.suite import RunDefaults, Suite
+from spider2local.suite import Suite
 
 T = TypeVar("T")
-
-
-def suite_skills(defaults: RunDefaults, agent: str) -> tuple[str, ...]:
-    """Skills to install: the suite's list, or every folder of skills/ when it names none.
-    Only the Claude agent reads skills; other agents get a workspace without them."""
-    if agent != "claude":
-        return ()
-    if defaults.skills is not None:
-        return defaults.skills
-    try:
-        base = skills_dir()
-    except FileNotFoundError:
-        return ()
-    return tuple(sorted(p.name for p in base.iterdir() if (p / "SKILL.md").is_file()))
-
 
 
 async def until_signal(main: Callable[[], Awaitable[T]],
@@ -173,49 +158,3 @@ def _needs_solution(selection: Selection) -> Selection:
                    skipped=(*selection.skipped,
                             *((t.id, "no reference solution (solutions/<id>/ or the suite's "
                                "solution setting)") for t in unsolved)))
-
-
-@dataclass(frozen=True)
-class Rescored:
-    task_id: str
-    result: TaskResult | None
-    """The rewritten result; ``None`` when the task could not be re-scored (see ``reason``)."""
-    reason: str | None = None
-
-
-def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
-    """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
-    A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
-    from spider2local.evaluation import score_database, to_json
-
-    db, task = folder.result_db(old.task_id), data.get(old.task_id)
-    if not db.is_file():
-        return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
-    if task is None or task.gold_db is None or task.eval is None:
-        return Rescored(old.task_id, None, "the dataset has no gold for this task")
-    try:
-        score = score_database(db, task.gold_db, task.eval)
-    except Exception as exc:
-        return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
-    error = old.error
-    if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
-        error = None
-    status = Status.TIMEOUT if old.status is Status.TIMEOUT else \
-        Status.PASSED if score.passed else Status.FAILED
-    new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
-                  tables_total=score.tables_total, score=to_json(score), error=error)
-    save_result(folder.result_path(old.task_id), new)
-    return Rescored(old.task_id, new)
-
-
-def rescore_run(folder: RunFolder, data: Dataset) -> list[Rescored]:
-    """Re-score every finished task of the run from its kept database, never re-running it."""
-    return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
-
-
-def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:
-    """The suite file and dataset root the run was made with (from its manifest)."""
-    manifest: Mapping[str, Any] = folder.read_manifest() or {}
-    suite = manifest.get("suite", {}).get("path") if isinstance(manifest.get("suite"), dict) \
-        else None
-    return (Path(suite) if suite else None), manifest.get("dataset")

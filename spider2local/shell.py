@@ -21,7 +21,7 @@ from typing import TextIO
 
 from spider2local import workspace as ws_mod
 from spider2local.dataset import TaskSpec
-from spider2local.runner import reap
+from spider2local.reaper import reap
 
 
 def shell_argv(command: str | None, env: dict[str, str]) -> list[str]:

@@ -25,8 +25,9 @@ from spider2local.process import run_process
 from spider2local.progress import Progress
 from spider2local.results import Stage, Status, TaskResult, Usage
 from spider2local.runfolder import RunFolder
-from spider2local.runner import RunSettings, run_tasks
+from spider2local.runner import run_tasks
 from spider2local.runplan import RunPlan, execute_run
+from spider2local.runsettings import RunSettings
 from spider2local.selection import select_tasks
 from spider2local.suite import Suite
 
