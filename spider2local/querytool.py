@@ -1,9 +1,10 @@
 """Governed read-only access to the task database for the agent: policy, execution, audit.
 
-Why not just let the agent run ``duckdb`` through Bash: a tool can be *governed*. Only reading
-statements pass (:func:`refusal`); the database is opened ``read_only`` with external access off,
-so even a statement the policy missed cannot write or touch other files; results are cut at a row
-limit with a note saying so; every call is audited to ``queries.jsonl``.
+Why not just let the agent run ``duckdb`` through Bash: a tool can be *governed*. Only one
+reading statement passes (:mod:`spider2local.querypolicy`); the database is opened ``read_only``
+with external access off, so even a statement the policy missed cannot write or touch other
+files; results are cut at a row limit with a note saying so; every call is audited to
+``queries.jsonl``.
 
 Queries run in a child process (``python -m spider2local.querytool``) under the task's fake clock,
 so ``current_date`` in the agent's queries agrees with what dbt computes. A file held by a running
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -23,66 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spider2local.querypolicy import refusal, statements
+
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.agents.base import Workspace
 
-READING = frozenset({"SELECT", "WITH", "FROM", "VALUES", "DESCRIBE", "DESC", "SHOW",
-                     "SUMMARIZE", "PRAGMA", "TABLE"})
-INFO_PRAGMAS = frozenset({"table_info", "show_tables", "show_tables_expanded", "database_list",
-                          "storage_info", "show", "version", "database_size", "functions",
-                          "platform", "metadata_info"})
-WRITING = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "UPSERT", "CREATE", "DROP", "ALTER",
-                     "ATTACH", "DETACH", "COPY", "INSTALL", "LOAD", "SET", "RESET", "EXPORT",
-                     "IMPORT", "CALL", "CHECKPOINT", "VACUUM", "TRUNCATE", "USE", "GRANT",
-                     "BEGIN", "COMMIT", "ROLLBACK", "REPLACE", "PREPARE", "EXECUTE"})
-"""Keywords refused anywhere outside quotes (``WITH x AS (...) INSERT ...`` is a write)."""
-
-_TOKEN = re.compile(r"""
-    (?P<comment>--[^\n]*|/\*.*?(?:\*/|\Z))
-  | (?P<string>'(?:[^']|'')*(?:'|\Z))
-  | (?P<ident>"(?:[^"]|"")*(?:"|\Z))
-  | (?P<dollar>\$(?P<tag>[A-Za-z_]*)\$.*?(?:\$(?P=tag)\$|\Z))
-  | (?P<semi>;)
-  | (?P<word>[A-Za-z_][A-Za-z_0-9]*)
-  | (?P<other>.)
-""", re.VERBOSE | re.DOTALL)
-
-
-def statements(sql: str) -> list[list[str]]:
-    """Split ``sql`` into statements of upper-cased bare words (comments and quoted text are
-    skipped, so a ``;`` or a keyword inside a string or comment never counts)."""
-    result: list[list[str]] = [[]]
-    for match in _TOKEN.finditer(sql):
-        kind = match.lastgroup
-        if kind == "semi":
-            result.append([])
-        elif kind == "word":
-            result[-1].append(match.group().upper())
-        elif kind in ("string", "ident", "dollar", "other") and not match.group().isspace():
-            result[-1].append("")  # a non-word token: keeps statements with content non-empty
-    return [s for s in result if s]
-
-
-def refusal(sql: str) -> str | None:
-    """Why ``sql`` may not run through the query tool, or None when it is one reading statement."""
-    parts = statements(sql)
-    if not parts:
-        return "empty query: send one SELECT/WITH/DESCRIBE/SHOW statement"
-    if len(parts) > 1:
-        return "one statement per call: remove the extra ';'-separated statements"
-    words = [w for w in parts[0] if w]
-    first = words[0] if words else ""
-    if first not in READING:
-        return (f"{first or 'this statement'} is not allowed: the query tool is read-only "
-                "(SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, PRAGMA table_info); change data "
-                "through dbt models instead")
-    writes = sorted(WRITING.intersection(words))
-    if writes:
-        return (f"{', '.join(writes)} is not allowed in the query tool (read-only); "
-                "write models and run dbt to change the database")
-    if first == "PRAGMA" and (len(words) < 2 or words[1].lower() not in INFO_PRAGMAS):
-        return "only informational PRAGMAs are allowed (table_info, show_tables, database_list)"
-    return None
+__all__ = ["QueryLimits", "QueryResult", "QueryService", "refusal", "statements"]
 
 
 @dataclass(frozen=True)

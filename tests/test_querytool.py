@@ -11,63 +11,11 @@ from pathlib import Path
 
 import anyio
 import duckdb
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from spider2local.agents.base import Workspace
-from spider2local.querytool import QueryLimits, QueryService, refusal, statements
+from spider2local.querytool import QueryLimits, QueryService
 
 FAKE_DATE = dt.date(2024, 3, 17)
-
-
-@pytest.mark.parametrize("sql", [
-    "SELECT 1",
-    "select * from orders limit 5;",
-    "  -- look at the data\n  SELECT count(*) FROM orders",
-    "/* block; comment */ WITH x AS (SELECT 1) SELECT * FROM x",
-    "DESCRIBE orders",
-    "SHOW TABLES",
-    "PRAGMA table_info('orders')",
-    "FROM orders",
-    "SUMMARIZE orders",
-    "SELECT 'insert; drop table x' AS note",
-    'SELECT "update" FROM t',
-    "SELECT $$ DELETE FROM t; $$",
-])
-def test_reading_statements_pass(sql: str) -> None:
-    assert refusal(sql) is None
-
-
-@pytest.mark.parametrize(("sql", "word"), [
-    ("INSERT INTO orders VALUES (1)", "INSERT"),
-    ("WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", "INSERT"),
-    ("SELECT 1; DROP TABLE orders", "one statement"),
-    ("select 1 -- harmless\n; delete from orders", "one statement"),
-    ("ATTACH 'other.duckdb' AS o", "ATTACH"),
-    ("COPY orders TO 'out.csv'", "COPY"),
-    ("INSTALL httpfs", "INSTALL"),
-    ("LOAD httpfs", "LOAD"),
-    ("SET threads = 1", "SET"),
-    ("EXPORT DATABASE 'dump'", "EXPORT"),
-    ("/* SELECT */ CREATE TABLE t AS SELECT 1", "CREATE"),
-    ("PRAGMA enable_profiling", "PRAGMA"),
-    ("", "empty"),
-    ("  -- only a comment", "empty"),
-    ("UPDATE orders SET x = 1", "UPDATE"),
-])
-def test_writing_or_unsafe_statements_are_refused(sql: str, word: str) -> None:
-    reason = refusal(sql)
-    assert reason is not None
-    assert word.lower() in reason.lower()
-
-
-@given(st.text(alphabet="abc ;'\"-*/\n$", max_size=40))
-def test_statement_splitting_never_crashes_and_quotes_hide_semicolons(text: str) -> None:
-    parts = statements(text)
-    assert all(isinstance(w, str) for part in parts for w in part)
-    quoted = "SELECT '" + text.replace("'", "''") + "'"
-    assert len(statements(quoted)) == 1
 
 
 def make_workspace(tmp_path: Path, rows: int = 5) -> Workspace:
@@ -118,6 +66,28 @@ def test_queries_run_under_the_fake_clock_with_row_limit_and_audit(tmp_path: Pat
     assert [line["truncated"] for line in lines] == [False, True, False, False]
     assert lines[2]["error"] is not None and str(lines[2]["error"]).startswith("refused")
     assert all(isinstance(line["duration"], float) for line in lines)
+
+
+def test_ordinary_reads_with_write_words_run(tmp_path: Path) -> None:
+    """Reads an earlier keyword scan refused reach the database and answer."""
+    ws = make_workspace(tmp_path, rows=3)
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.query("SELECT replace(CAST(id AS VARCHAR), '1', 'one') AS r "
+                                    "FROM orders ORDER BY id"),
+                await service.query("SELECT * REPLACE (amount * 10 AS amount) FROM orders "
+                                    "ORDER BY id"),
+                await service.query("SELECT id AS load, amount AS set FROM orders "
+                                    "WHERE id = 2"),
+                await service.query("EXPLAIN SELECT count(*) FROM orders")]
+
+    (rep, rep_err), (star, star_err), (named, named_err), (plan, plan_err) = anyio.run(scenario)
+    assert not rep_err and "\none\n" in rep
+    assert not star_err and "\n2 | 40\n" in star
+    assert not named_err and "load (BIGINT) | set (BIGINT)" in named and "\n2 | 4\n" in named
+    assert not plan_err and "physical_plan" in plan
+    assert [line["error"] for line in audit_lines(ws)] == [None] * 4
 
 
 def test_list_describe_and_scan(tmp_path: Path) -> None:

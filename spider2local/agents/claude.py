@@ -81,9 +81,9 @@ def _answer(text: str, is_error: bool) -> dict[str, Any]:
 def database_server(service: QueryService) -> Any:
     """The in-process MCP server exposing :class:`QueryService` (names: ``DB_TOOLS``)."""
 
-    @tool("query", "Run ONE read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE) "
-          "on the task's DuckDB database, under the task's fixed date. Results are cut at a "
-          "row limit; aggregate instead of paging.", {"sql": str})
+    @tool("query", "Run ONE read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, "
+          "EXPLAIN) on the task's DuckDB database, under the task's fixed date. Results are cut "
+          "at a row limit; aggregate instead of paging.", {"sql": str})
     async def query(args: dict[str, Any]) -> dict[str, Any]:
         return _answer(*await service.query(str(args.get("sql", ""))))
 
