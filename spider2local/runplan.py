@@ -87,10 +87,9 @@ class RunOutcome:
 
 def _selected(plan: RunPlan) -> list[SelectedTask]:
     sel = plan.selection
-    run = [SelectedTask(t.id, t.date.isoformat(), len(t.eval.condition_tabs) if t.eval else 0)
-           for t in sel.tasks]
-    return sorted(run + [SelectedTask(tid, "", 0, why) for tid, why in sel.skipped],
-                  key=lambda s: s.id)
+    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0)) for t in sel.tasks]
+    skipped = [SelectedTask(tid, "", sel.graded.get(tid, 0), why) for tid, why in sel.skipped]
+    return sorted(run + skipped, key=lambda s: s.id)
 
 
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:

@@ -14,8 +14,8 @@ tasks" pass rates, which is how the official benchmark counts them.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from spider2local.dataset import Dataset, TaskSpec
 from spider2local.exceptions import UserError
@@ -38,6 +38,9 @@ class Selection:
     """The tasks to run, sorted by id."""
     skipped: tuple[tuple[str, str], ...] = ()
     """(task id, reason) of selected tasks that cannot run."""
+    graded: Mapping[str, int] = field(default_factory=dict)
+    """Graded tables of every selected task, runnable or not (0 without an evaluation): a
+    skipped task's tables still count as failed in the "of all selected" table rate."""
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -94,4 +97,5 @@ def select_tasks(data: Dataset, ids: Sequence[str] = (), *, subset: str | None =
         chosen = chosen[:limit]
     specs = [t for t in (data.get(tid) for tid in chosen) if t is not None]
     return Selection(tuple(t for t in specs if t.runnable),
-                     tuple((t.id, t.status) for t in specs if not t.runnable))
+                     tuple((t.id, t.status) for t in specs if not t.runnable),
+                     {t.id: len(t.eval.condition_tabs) if t.eval else 0 for t in specs})

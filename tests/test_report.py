@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+
+from spider2local.agents.noop import NoopAgent
+from spider2local.dataset import load_dataset
+from spider2local.progress import Progress
 from spider2local.report import load_report, render_report, report_json
 from spider2local.results import Stage, Status, TaskError, TaskResult, Usage, save_result
 from spider2local.runfolder import RunFolder, SelectedTask, build_manifest
+from spider2local.runplan import RunPlan, execute_run
+from spider2local.runsettings import RunSettings
+from spider2local.selection import select_tasks
+from spider2local.suite import Suite, TaskSettings
 
 
 def write_run(root: Path) -> RunFolder:
@@ -62,3 +73,22 @@ def test_report_without_manifest_uses_results(tmp_path: Path) -> None:
     report = load_report(folder)
     assert [r.task_id for r in report.rows] == ["a", "b", "c"]
     assert report.rates.tasks_total == 3
+
+
+def test_skipped_tasks_tables_count_in_all_selected(tiny_dataset: Callable[..., Path],
+                                                     tmp_path: Path) -> None:
+    """A real run with one excluded task: its graded table is failed "of all selected"."""
+    root = tiny_dataset("t1", "t2")
+    suite = Suite(tmp_path / "tasks.toml", root, tasks={"t2": TaskSettings(exclude="broken")})
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data), RunSettings(agent="noop"), NoopAgent,
+                   suite.path, "sha", root)
+    anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+    report = load_report(folder)
+    assert [(r.task_id, r.status, r.tables_total) for r in report.rows] == [
+        ("t1", "failed", 1), ("t2", "skipped", 1)]
+    k = report.rates
+    assert (k.tables_passed, k.tables_attempted, k.tables_total) == (0, 1, 2)
+    assert "tables passed 0/1 (0.0%) of attempted, 0/2 (0.0%) of all selected" in \
+        render_report(report)

@@ -32,6 +32,12 @@ def test_default_is_every_task_sorted_with_unrunnable_skipped(data: Dataset) -> 
     assert sel.ids == tuple(sorted(IDS))
 
 
+def test_graded_tables_are_known_for_skipped_tasks_too(data: Dataset) -> None:
+    sel = select_tasks(data, ["t01", "t04"])
+    assert sel.skipped[0][0] == "t04"
+    assert dict(sel.graded) == {"t01": 1, "t04": 1}
+
+
 def test_explicit_ids_and_suite_subset(data: Dataset) -> None:
     assert [t.id for t in select_tasks(data, ["t02", "t01", "t02"]).tasks] == ["t01", "t02"]
     assert [t.id for t in select_tasks(data, subset="pair").tasks] == ["t01", "t03"]
