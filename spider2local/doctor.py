@@ -32,7 +32,8 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
-    checks += [_claude_cli(), _credentials(), _dataset(suite)]
+    needs_claude = suite.defaults.agent == "claude"
+    checks += [_claude_cli(needs_claude), _credentials(needs_claude), _dataset(suite)]
     return checks
 
 
@@ -79,22 +80,23 @@ def _clock_selftest() -> list[Check]:
     return [Check(f"clock: {name}", ok, detail) for name, ok, detail in clock_selftest()]
 
 
-def _claude_cli() -> Check:
+def _claude_cli(required: bool) -> Check:
+    """Required only when the suite's default agent is Claude; the other agents run offline."""
     from spider2local.agents.claude import cli_version
 
     try:
-        return Check("claude cli", True, cli_version(), required=False)
+        return Check("claude cli", True, cli_version(), required=required)
     except Spider2LocalError as exc:
-        return Check("claude cli", False, str(exc), required=False)
+        return Check("claude cli", False, str(exc), required=required)
 
 
-def _credentials() -> Check:
+def _credentials(required: bool) -> Check:
     found = [v for v in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN") if os.environ.get(v)]
     if found:
-        return Check("credentials", True, f"{found[0]} is set", required=False)
+        return Check("credentials", True, f"{found[0]} is set", required=required)
     return Check("credentials", False,
                  "none (set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN for --agent claude)",
-                 required=False)
+                 required=required)
 
 
 def _dataset(suite: Suite) -> Check:

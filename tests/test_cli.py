@@ -131,3 +131,16 @@ def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment
 def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
+
+
+def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    for agent, code, mark in (("claude", 1, "FAIL"), ("reference", 0, "warn")):
+        suite = tmp_path / f"{agent}.toml"
+        suite.write_text(f'schema = 1\n[run]\nagent = "{agent}"\n')
+        proc = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite),
+                               "doctor", "--no-clock-test"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == code, proc.stdout
+        assert any(line.startswith(f"{mark}  credentials") for line in proc.stdout.splitlines())
