@@ -1,4 +1,4 @@
-"""Scores survive JSON (the runner stores them that way), render readably, and sum up."""
+"""Scores survive JSON (the runner stores them that way), and render readably."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ from conftest import make_duckdb
 from spider2local.dataset import EvalParams
 from spider2local.evaluation import (
     ColumnDiagnostic,
-    SuiteSummary,
     TableScore,
     TaskScore,
     from_json,
-    render_summary,
     render_text,
     score_database,
     to_json,
@@ -65,16 +63,3 @@ def test_render_text_names_each_failure(tmp_path: Path) -> None:
     assert "fct_customers: missing from the result" in text
     assert "would match result column 'd'" in text
 
-
-def test_suite_summary_counts_attempted_and_all() -> None:
-    passed = TaskScore(True, (TableScore("a", True, 1, 1), TableScore("b", True, 1, 1)))
-    failed = TaskScore(False, (TableScore("a", True, 1, 1), TableScore("b", False, 1, 1)))
-    summary = SuiteSummary.from_scores([("t1", passed), ("t2", failed), ("t3", None),
-                                        ("t4", passed)])
-    assert (summary.tasks_total, summary.tasks_attempted, summary.tasks_passed) == (4, 3, 2)
-    assert (summary.tables_total, summary.tables_passed) == (6, 5)
-    assert summary.pass_rate_attempted == 2 / 3 and summary.pass_rate_all == 0.5
-    assert summary.failed == ("t2",) and summary.unscored == ("t3",)
-    assert "2/3 attempted (66.7%)" in render_summary(summary)
-    empty = SuiteSummary.from_scores([])
-    assert empty.pass_rate_all == empty.pass_rate_attempted == 0.0

@@ -6,20 +6,17 @@ and their quirks); diagnostics and notes explain failures without ever changing 
 
 from spider2local.evaluation.model import (
     ColumnDiagnostic,
-    SuiteSummary,
     TableScore,
     TaskScore,
 )
-from spider2local.evaluation.render import from_json, render_summary, render_text, to_json
+from spider2local.evaluation.render import from_json, render_text, to_json
 from spider2local.evaluation.score import score_database
 
 __all__ = [
     "ColumnDiagnostic",
-    "SuiteSummary",
     "TableScore",
     "TaskScore",
     "from_json",
-    "render_summary",
     "render_text",
     "score_database",
     "to_json",

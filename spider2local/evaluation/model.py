@@ -6,7 +6,6 @@ explanation for a human and never changes a verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -65,40 +64,3 @@ class TaskScore:
     def tables_total(self) -> int:
         return len(self.tables)
 
-
-@dataclass(frozen=True)
-class SuiteSummary:
-    """Totals over a run. Tasks without a score (not attempted, crashed) count as failures in
-    ``pass_rate_all`` but are left out of ``pass_rate_attempted``: both numbers matter."""
-
-    tasks_total: int
-    tasks_attempted: int
-    tasks_passed: int
-    tables_total: int
-    tables_passed: int
-    failed: tuple[str, ...]
-    """Ids of attempted tasks that scored 0."""
-    unscored: tuple[str, ...]
-    """Ids of tasks without a score."""
-
-    @property
-    def pass_rate_attempted(self) -> float:
-        return self.tasks_passed / self.tasks_attempted if self.tasks_attempted else 0.0
-
-    @property
-    def pass_rate_all(self) -> float:
-        return self.tasks_passed / self.tasks_total if self.tasks_total else 0.0
-
-    @classmethod
-    def from_scores(cls, scores: Iterable[tuple[str, TaskScore | None]]) -> SuiteSummary:
-        items = list(scores)
-        scored = [(tid, score) for tid, score in items if score is not None]
-        return cls(
-            tasks_total=len(items),
-            tasks_attempted=len(scored),
-            tasks_passed=sum(1 for _, score in scored if score.passed),
-            tables_total=sum(score.tables_total for _, score in scored),
-            tables_passed=sum(score.tables_passed for _, score in scored),
-            failed=tuple(tid for tid, score in scored if not score.passed),
-            unscored=tuple(tid for tid, score in items if score is None),
-        )

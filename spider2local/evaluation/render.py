@@ -1,14 +1,14 @@
 """Scores as JSON (how the runner stores them) and as text (what a person reads).
 
 ``from_json(to_json(score)) == score`` holds for every score: results written by one run can be
-reloaded, summarised and re-rendered later without scoring again.
+reloaded and re-rendered later without scoring again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from spider2local.evaluation.model import ColumnDiagnostic, SuiteSummary, TableScore, TaskScore
+from spider2local.evaluation.model import ColumnDiagnostic, TableScore, TaskScore
 
 
 def to_json(score: TaskScore) -> dict[str, Any]:
@@ -84,10 +84,3 @@ def _column_line(column: ColumnDiagnostic) -> str:
                  f", result {column.result_value}")
     return text
 
-
-def render_summary(summary: SuiteSummary) -> str:
-    """Two lines of totals for the end of a run."""
-    return (f"tasks passed: {summary.tasks_passed}/{summary.tasks_attempted} attempted "
-            f"({summary.pass_rate_attempted:.1%}), {summary.tasks_passed}/{summary.tasks_total} "
-            f"overall ({summary.pass_rate_all:.1%})\n"
-            f"graded tables passed: {summary.tables_passed}/{summary.tables_total}")
