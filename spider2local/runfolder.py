@@ -142,8 +142,23 @@ class RunFolder:
             return None
         return data if isinstance(data, dict) else None
 
+    def create(self) -> None:
+        """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(self.root, exc) from None
+
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
-        write_json_atomic(self.manifest_path, dict(manifest))
+        try:
+            write_json_atomic(self.manifest_path, dict(manifest))
+        except OSError as exc:
+            raise _unwritable(self.manifest_path, exc) from None
+
+
+def _unwritable(path: Path, exc: OSError) -> UserError:
+    return UserError(f"cannot write the run folder: {exc.strerror or exc}", path=path,
+                     fix="pass a writable --runs-dir")
 
 
 def open_run_dir(path: Path) -> RunFolder:

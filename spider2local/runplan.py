@@ -95,6 +95,7 @@ def _selected(plan: RunPlan) -> list[SelectedTask]:
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     """Write the manifest, run what is not finished yet, stop cleanly on SIGINT/SIGTERM."""
     folder, settings = plan.folder, plan.settings
+    folder.create()
     previous = folder.read_manifest()
     check_resumable(previous, settings.agent, folder)
     done = set(folder.results())

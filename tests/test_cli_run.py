@@ -135,6 +135,7 @@ def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path
     (["--agent", "replay"], "replay agent needs a folder"),
     (["--agent", "noop", "--replay-dir", "."], "--replay-dir only applies to --agent replay"),
     (["--run-id", "../up"], "--run-id '../up' is not a plain folder name"),
+    (["--runs-dir", "/proc/spider2local-x"], "cannot write the run folder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                           fragment: str) -> None:
