@@ -44,6 +44,10 @@ SKIP_TOP = frozenset({"target", "logs", "dbt_modules", ".git", ".user.yml", "__p
 ARTIFACT_SUFFIXES = frozenset({".sql", ".yml", ".yaml", ".md", ".py", ".csv"})
 ARTIFACT_SKIP = frozenset({"target", "logs", "dbt_packages", "dbt_modules", CONTEXT_DIR,
                            ".claude", ".git", "__pycache__"})
+DBT_ARTIFACTS = "dbt"
+"""``artifacts/dbt``: the non-LLM agents' per-invocation logs; the project's own go there too."""
+PROJECT_DBT_FILES = (("logs/dbt.log", "dbt.log"), ("target/run_results.json", "run_results.json"))
+"""What an agent's own ``dbt`` calls leave in the project (kept small: no manifest)."""
 _SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CHECKPOINT_RETRIES = 10
 CHECKPOINT_WAIT = 0.3
@@ -124,7 +128,8 @@ def cleanup_workspace(ws: Workspace) -> None:
 
 
 def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
-    """Copy the final project text files (and, with ``keep_db``, the database) to artifacts."""
+    """Copy the final project text files, the project's last dbt log and run_results (to
+    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts."""
     target = ws.artifacts / "project"
     if target.exists():
         shutil.rmtree(target)
@@ -137,12 +142,26 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target / rel)
             files += 1
+    _collect_dbt_files(ws.project_dir, ws.artifacts / DBT_ARTIFACTS)
     database = None
     if keep_db and ws.database.is_file():
         checkpoint_database(ws.database)
         database = ws.artifacts / "result.duckdb"
         fast_copy(ws.database, database)
     return CollectedArtifacts(project=target, files=files, database=database)
+
+
+def _collect_dbt_files(project: Path, target: Path) -> None:
+    """Keep the last dbt log and run_results an agent's own ``dbt`` calls left in the project.
+
+    The Claude agent runs dbt through Bash, so its logs stay in the workspace and would vanish
+    with it. A file already in ``target`` (the non-LLM agents log there directly) is never
+    overwritten.
+    """
+    for source, name in PROJECT_DBT_FILES:
+        if (project / source).is_file() and not (target / name).exists():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(project / source, target / name)
 
 
 def checkpoint_database(db: Path) -> None:

@@ -26,7 +26,12 @@ from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
 from spider2local.suite import SAMPLE, bundled_suite_path, load_suite
 from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
-from spider2local.workspace import checkpoint_database, cleanup_workspace, prepare_workspace
+from spider2local.workspace import (
+    checkpoint_database,
+    cleanup_workspace,
+    collect_artifacts,
+    prepare_workspace,
+)
 
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
@@ -198,6 +203,13 @@ def test_writes_builds_queries_verifies_and_passes(
     checkpoint_database(ctx.workspace.database)
     score = score_database(ctx.workspace.database, task.gold_db, task.eval)
     assert score.passed, score
+    # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt.
+    collect_artifacts(ctx.workspace, keep_db=False)
+    dbt_dir = ctx.workspace.artifacts / "dbt"
+    assert "membership_status" in (dbt_dir / "dbt.log").read_text()
+    run_results = json.loads((dbt_dir / "run_results.json").read_text())
+    statuses = {r["unique_id"].split(".")[-1]: r["status"] for r in run_results["results"]}
+    assert statuses.get("membership_status") == "success"
     # The query ran under the task's clock and was audited.
     query_result = main[3].tool_results()
     assert any(task.date.isoformat() in text for text in query_result.values())

@@ -216,6 +216,28 @@ def test_collect_artifacts_copies_text_and_database(sample: Dataset, tmp_path: P
     cleanup_workspace(ws)
 
 
+def test_collect_artifacts_keeps_the_projects_dbt_log_without_clobbering(
+        sample: Dataset, tmp_path: Path) -> None:
+    """An agent that ran dbt itself leaves logs/ and target/ in the project: keep the log and
+    run_results; a file a non-LLM agent already wrote to artifacts/dbt stays as it was."""
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    for rel, text in (("logs/dbt.log", "project log"), ("target/run_results.json", "{}"),
+                      ("target/manifest.json", "{}")):
+        (ws.project_dir / rel).parent.mkdir(exist_ok=True)
+        (ws.project_dir / rel).write_text(text)
+    collect_artifacts(ws, keep_db=False)
+    dbt_dir = tmp_path / "a" / "dbt"
+    assert sorted(p.name for p in dbt_dir.iterdir()) == ["dbt.log", "run_results.json"]
+    assert (dbt_dir / "dbt.log").read_text() == "project log"
+    (dbt_dir / "dbt.log").write_text("agent's own log")
+    (dbt_dir / "run_results.json").unlink()
+    (ws.project_dir / "target" / "run_results.json").write_text('{"second": 1}')
+    collect_artifacts(ws, keep_db=False)
+    assert (dbt_dir / "dbt.log").read_text() == "agent's own log"
+    assert (dbt_dir / "run_results.json").read_text() == '{"second": 1}'
+    cleanup_workspace(ws)
+
+
 def test_cleanup_removes_read_only_content_and_refuses_foreign_folders(
         sample: Dataset, tmp_path: Path) -> None:
     ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
