@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from spider2local.agents import prompting
+from spider2local.agents.base import Workspace
 from spider2local.dataset import load_dataset
 from spider2local.resources import prompts_dir, skills_dir
 from spider2local.suite import Suite
@@ -30,17 +31,20 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
     ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
     try:
         text = prompting.system_prompt(task, ws)
+        verifier = prompting.verifier_prompt(task, ws)
     finally:
         cleanup_workspace(ws)
-    assert "Build the orders model from raw orders." in text
-    assert task.date.isoformat() in text
     assert "- orders [missing]" in text  # the scan: the model to write
-    assert "main.raw_orders (table, 1 rows): id INTEGER" in text  # the database facts
     assert "shop.duckdb" in text
-    for secret in (SECRET_TABLE, str(task.gold_db), "evaluation_suite", "spider2_eval",
-                   "condition_tabs"):
-        assert secret not in text
-    assert not re.search(r"\$[a-z_]+\b", text), "an unfilled placeholder"
+    # The verifier gets the same facts to compare against (task, date, start database).
+    for prompt in (text, verifier):
+        assert "Build the orders model from raw orders." in prompt
+        assert task.date.isoformat() in prompt
+        assert "main.raw_orders (table, 1 rows): id INTEGER" in prompt  # the database facts
+        for secret in (SECRET_TABLE, str(task.gold_db), "evaluation_suite", "spider2_eval",
+                       "condition_tabs"):
+            assert secret not in prompt
+        assert not re.search(r"\$[a-z_]+\b", prompt), "an unfilled placeholder"
 
 
 def test_verifier_and_follow_up_prompts() -> None:
@@ -48,8 +52,11 @@ def test_verifier_and_follow_up_prompts() -> None:
         instruction = "Build the revenue report."
         date = __import__("datetime").date(2024, 9, 15)
 
-    verifier = prompting.verifier_prompt(Task())  # type: ignore[arg-type]
+    ws = Workspace(root=Path("/nowhere"), project_dir=Path("/nowhere/p"),
+                   database=Path("/nowhere/p/x.duckdb"), env={}, artifacts=Path("/nowhere/a"))
+    verifier = prompting.verifier_prompt(Task(), ws)  # type: ignore[arg-type]
     assert "Build the revenue report." in verifier and "2024-09-15" in verifier
+    assert "no snapshot available" in verifier
     assert "VERDICT: PASS" in verifier and "VERDICT: FAIL" in verifier
     assert "verifier" in prompting.verify_request()
     assert "- daily_revenue: 0 rows" in prompting.fix_request("- daily_revenue: 0 rows\n")

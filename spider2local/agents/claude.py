@@ -135,7 +135,7 @@ class ClaudeAgent:
             description="Checks the built dbt models against their YML declarations and the "
                         "task (models built, columns and order, row counts, grain, filters). "
                         "Read-only; answers with problems and VERDICT: PASS or FAIL.",
-            prompt=prompting.verifier_prompt(ctx.task), tools=list(VERIFIER_TOOLS),
+            prompt=prompting.verifier_prompt(ctx.task, ws), tools=list(VERIFIER_TOOLS),
             model="inherit")
         return ClaudeAgentOptions(
             system_prompt=prompting.system_prompt(ctx.task, ws),

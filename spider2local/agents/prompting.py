@@ -84,21 +84,29 @@ def _read(path: Path | None) -> str | None:
     return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
 
 
+def _database_text(ws: Workspace) -> str:
+    """The start database's facts (from the workspace snapshot), shared by both prompts."""
+    snapshot_text = _read(ws.snapshot_path)
+    return render_database(DbSnapshot.from_json(snapshot_text)) if snapshot_text \
+        else "(no snapshot available: use mcp__spider2__list_tables)"
+
+
 def system_prompt(task: TaskSpec, ws: Workspace) -> str:
-    scan_text, snapshot_text = _read(ws.scan_path), _read(ws.snapshot_path)
+    scan_text = _read(ws.scan_path)
     scan = render_scan(ProjectScan.from_json(scan_text)) if scan_text \
         else "(no project scan available: read the YML files under models/)"
-    database = render_database(DbSnapshot.from_json(snapshot_text)) if snapshot_text \
-        else "(no snapshot available: use mcp__spider2__list_tables)"
     return template("agent.md").substitute(
         instruction=task.instruction.strip(), date=task.date.isoformat(),
         project_dir=str(ws.project_dir), database_file=ws.database.name,
-        scan=scan, database=database)
+        scan=scan, database=_database_text(ws))
 
 
-def verifier_prompt(task: TaskSpec) -> str:
+def verifier_prompt(task: TaskSpec, ws: Workspace) -> str:
+    """The verifier's prompt: the same task, date and start-database facts the agent was given,
+    so it can compare row counts with what the sources held before the work began."""
     return template("verifier.md").substitute(instruction=task.instruction.strip(),
-                                              date=task.date.isoformat())
+                                              date=task.date.isoformat(),
+                                              database=_database_text(ws))
 
 
 def verify_request() -> str:
