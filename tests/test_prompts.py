@@ -36,6 +36,7 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
         cleanup_workspace(ws)
     assert "- orders [missing]" in text  # the scan: the model to write
     assert "shop.duckdb" in text
+    assert ws.problems == () and prompting.PACKAGES_OK in text
     # The verifier gets the same facts to compare against (task, date, start database).
     for prompt in (text, verifier):
         assert "Build the orders model from raw orders." in prompt
@@ -45,6 +46,29 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
                        "condition_tabs"):
             assert secret not in prompt
         assert not re.search(r"\$[a-z_]+\b", prompt), "an unfilled placeholder"
+
+
+def test_missing_packages_are_named_instead_of_claiming_all_is_installed(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", packages_yml="packages:\n  - package: dbt-labs/dbt_utils\n")
+    task = load_dataset(Suite(path=Path("tasks.toml"), dataset=root)).tasks[0]
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        text = prompting.system_prompt(task, ws)
+    finally:
+        cleanup_workspace(ws)
+    assert ws.problems and all(f"  - {p}" in text for p in ws.problems)
+    assert "dbt-labs/dbt_utils" in text
+    assert prompting.PACKAGES_OK not in text
+
+
+def test_setup_problems_sentence() -> None:
+    assert prompting.render_setup_problems(()) == prompting.PACKAGES_OK
+    text = prompting.render_setup_problems(("package x/y not in dbt_packages", "a.yml: bad"),
+                                           shown=("a.yml: bad",))
+    assert "  - package x/y not in dbt_packages" in text and "a.yml" not in text
+    only_shown = prompting.render_setup_problems(("a.yml: bad",), shown=("a.yml: bad",))
+    assert prompting.PACKAGES_OK not in only_shown and "problems" in only_shown
 
 
 def test_verifier_and_follow_up_prompts() -> None:

@@ -11,6 +11,7 @@ Templates use :class:`string.Template` (``$name``) so SQL and Jinja braces need 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from string import Template
@@ -91,14 +92,37 @@ def _database_text(ws: Workspace) -> str:
         else "(no snapshot available: use mcp__spider2__list_tables)"
 
 
+PACKAGES_OK = "packages that are needed are already in `dbt_packages/`."
+
+
+def render_setup_problems(problems: Sequence[str], shown: Sequence[str] = ()) -> str:
+    """The packages sentence of the prompt: true only when preparation found no problem.
+
+    A missing package makes ``dbt run`` refuse to start and ``dbt deps`` cannot fetch it
+    offline, so the agent must hear it rather than be told everything is installed. Problems
+    already listed with the scan (``shown``) are not repeated.
+    """
+    rest = [p for p in problems if p not in shown]
+    if not problems:
+        return PACKAGES_OK
+    if not rest:
+        return "see the problems listed with the project below before running dbt."
+    listed = "\n".join(f"  - {p}" for p in rest)
+    return ("NOT everything is in place; preparing this workspace found these problems (dbt may "
+            "refuse to run until you work around them, e.g. by writing the needed macros "
+            "yourself):\n" + listed)
+
+
 def system_prompt(task: TaskSpec, ws: Workspace) -> str:
     scan_text = _read(ws.scan_path)
-    scan = render_scan(ProjectScan.from_json(scan_text)) if scan_text \
+    parsed = ProjectScan.from_json(scan_text) if scan_text else None
+    scan = render_scan(parsed) if parsed is not None \
         else "(no project scan available: read the YML files under models/)"
+    setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
     return template("agent.md").substitute(
         instruction=task.instruction.strip(), date=task.date.isoformat(),
         project_dir=str(ws.project_dir), database_file=ws.database.name,
-        scan=scan, database=_database_text(ws))
+        scan=scan, database=_database_text(ws), setup_problems=setup)
 
 
 def verifier_prompt(task: TaskSpec, ws: Workspace) -> str:
