@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local import packages
+from spider2local import packages, projectfiles
 from spider2local.exceptions import DatasetError
 from spider2local.suite import SAMPLE, Suite, TaskSettings
 
@@ -151,6 +151,7 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
     else:
         start_db, start_problems = find_start_db(project)
         problems += start_problems
+        problems += projectfiles.package_file_problems(project)
         problems += packages.missing_packages(project)
     params, gold_db = _gold_for(root, tid, evals.get(tid), problems)
     settings = suite.settings(tid)
@@ -186,12 +187,20 @@ def _gold_for(root: Path, tid: str, ev: EvalParams | str | None,
 
 
 def find_start_db(project: Path) -> tuple[Path | None, list[str]]:
-    """The DuckDB file the project's profiles.yml points at (relative paths are relative to the
-    project, where dbt runs), checked to be a readable DuckDB file."""
-    declared = packages.profile_db_path(project)
+    """The DuckDB file the project's profile points at, checked to be a readable DuckDB file.
+
+    Only a project without profiles.yml falls back to its lone ``*.duckdb``: when profiles.yml
+    exists, dbt uses exactly what it says, so a broken one must be reported, not guessed around.
+    """
+    cfg, problem = projectfiles.project_config(project)
+    if cfg is None:
+        return None, [problem or "dbt_project.yml unusable"]
+    declared = projectfiles.profile_target(project, cfg)
+    if isinstance(declared, str):
+        return None, [declared]
     candidates = [declared] if declared else sorted(project.glob("*.duckdb"))
     if not candidates:
-        return None, ["start database missing (no *.duckdb in the project)"]
+        return None, ["start database missing (no profiles.yml and no *.duckdb in the project)"]
     db = candidates[0]
     if not db.is_file():
         return None, [f"start database {db.name} missing (profiles.yml points at it)"]

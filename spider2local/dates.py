@@ -32,7 +32,7 @@ from spider2local.clock import Clock, find_library, find_real_dbt
 from spider2local.clockscan import ClockScan, scan_project
 from spider2local.dataset import TaskSpec
 from spider2local.dbt import run_dbt
-from spider2local.packages import profile_db_path
+from spider2local.projectfiles import profile_db_path
 from spider2local.suitewrite import DateRecord
 
 BUILD_TIMEOUT = 300.0

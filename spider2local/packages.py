@@ -1,4 +1,4 @@
-"""Read a dbt project's declarations offline: its profile's DuckDB path and its packages.
+"""Read a dbt project's package declarations offline and supply missing packages from siblings.
 
 ``dbt deps`` needs the network, so spider2local never runs it; instead it checks that every
 package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored in
@@ -40,23 +40,6 @@ def read_yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-
-
-def profile_db_path(project: Path) -> Path | None:
-    """The DuckDB file named by the project's profile (target output ``path``), if readable."""
-    project_cfg = read_yaml(project / "dbt_project.yml")
-    profiles = read_yaml(project / "profiles.yml")
-    if not isinstance(project_cfg, dict) or not isinstance(profiles, dict):
-        return None
-    profile = profiles.get(str(project_cfg.get("profile")))
-    if not isinstance(profile, dict) or not isinstance(profile.get("outputs"), dict):
-        return None
-    outputs = profile["outputs"]
-    output = outputs.get(profile.get("target")) or next(iter(outputs.values()), None)
-    if not isinstance(output, dict) or not isinstance(output.get("path"), str):
-        return None
-    path = Path(output["path"])
-    return path if path.is_absolute() else project / path
 
 
 def requirements(project: Path) -> list[PackageRequirement]:

@@ -140,3 +140,65 @@ def test_no_eval_config_and_exclusion(tiny_dataset: Callable[..., Path], tmp_pat
     t1, t2 = data.tasks
     assert not t1.runnable and t1.status == "excluded: flaky gold"
     assert t2.problems == ("no evaluation config in spider2_eval.jsonl",) and not t2.has_gold
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (None, "dbt_project.yml missing"),
+    ("name: [unclosed\n", "dbt_project.yml unparsable (line 2, column 1:"),
+    ("- just a list\n", "dbt_project.yml unparsable (not a mapping)"),
+])
+def test_broken_dbt_project_yml_is_not_runnable(tiny_dataset: Callable[..., Path],
+                                                 tmp_path: Path, content: str | None,
+                                                 expected: str) -> None:
+    root = tiny_dataset("t1")
+    cfg = root / "examples" / "t1" / "dbt_project.yml"
+    if content is None:
+        cfg.unlink()
+    else:
+        cfg.write_text(content)
+    (found,) = problems(root, tmp_path)["t1"]
+    assert found.startswith(expected)
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("shop: [unclosed\n", "profiles.yml unparsable (line 2, column 1:"),
+    ("other:\n  target: dev\n  outputs:\n    dev:\n      type: duckdb\n      path: x.duckdb\n",
+     "profiles.yml has no duckdb path for profile shop"),
+    ("shop:\n  target: dev\n  outputs:\n    dev:\n      type: duckdb\n",
+     "profiles.yml has no duckdb path for profile shop"),
+])
+def test_broken_profiles_yml_never_falls_back_to_any_duckdb(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, content: str, expected: str) -> None:
+    root = tiny_dataset("t1")  # shop.duckdb is present: a glob would find it
+    (root / "examples" / "t1" / "profiles.yml").write_text(content)
+    (task,) = load_dataset(suite_for(root, tmp_path)).tasks
+    assert task.start_db is None and len(task.problems) == 1
+    assert task.problems[0].startswith(expected)
+
+
+def test_without_profiles_yml_the_lone_duckdb_file_is_used(tiny_dataset: Callable[..., Path],
+                                                           tmp_path: Path) -> None:
+    root = tiny_dataset("t1")
+    (root / "examples" / "t1" / "profiles.yml").unlink()
+    (task,) = load_dataset(suite_for(root, tmp_path)).tasks
+    assert task.start_db == root / "examples" / "t1" / "shop.duckdb" and task.runnable
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("packages: 5\n", "packages.yml malformed (packages must be a list, not a number)"),
+    ("packages:\n  - 3\n", "packages.yml malformed (package entry 1 names no package, git,"),
+    ("packages:\n  - version: 1.0.0\n", "packages.yml malformed (package entry 1 names no"),
+    ("packages: [unclosed\n", "packages.yml malformed (line 2, column 1:"),
+    ("- package: a/b\n", "packages.yml malformed (the top level must be a mapping, not a list)"),
+])
+def test_malformed_packages_yml_is_a_problem(tiny_dataset: Callable[..., Path], tmp_path: Path,
+                                             content: str, expected: str) -> None:
+    root = tiny_dataset("t1", packages_yml=content)
+    (found,) = problems(root, tmp_path)["t1"]
+    assert found.startswith(expected), found
+
+
+def test_empty_packages_yml_declares_nothing(tiny_dataset: Callable[..., Path],
+                                             tmp_path: Path) -> None:
+    root = tiny_dataset("t1", packages_yml="")
+    assert problems(root, tmp_path)["t1"] == ()

@@ -1,0 +1,122 @@
+"""Check the YAML files dbt reads before it runs anything: dbt_project.yml, profiles.yml and
+packages.yml (or dependencies.yml).
+
+dbt refuses to start when any of them is missing or malformed, so a task whose files are broken
+cannot run, however good the agent is. The loader must say so up front, naming the file, instead
+of listing the task as runnable and letting every run fail the same way. Each check returns a
+problem phrase (or nothing); none of them raises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PACKAGE_FILES = ("packages.yml", "dependencies.yml")
+PACKAGE_KEYS = ("package", "git", "local", "tarball", "private")
+"""The keys dbt accepts to name a package source; an entry with none of them is malformed."""
+
+
+def load_yaml(path: Path) -> tuple[Any, str | None]:
+    """The parsed file, or the reason it cannot be parsed (one line, with the YAML position)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except OSError as exc:
+        return None, exc.strerror or "unreadable"
+    try:
+        return yaml.safe_load(text), None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return None, f"{where}{problem}"
+
+
+def project_config(project: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The project's dbt_project.yml as a mapping, or the problem that makes it unusable."""
+    path = project / "dbt_project.yml"
+    if not path.is_file():
+        return None, "dbt_project.yml missing"
+    data, error = load_yaml(path)
+    if error is None and not isinstance(data, dict):
+        error = "not a mapping"
+    return (None, f"dbt_project.yml unparsable ({error})") if error else (data, None)
+
+
+def profile_target(project: Path, cfg: dict[str, Any]) -> Path | str | None:
+    """The DuckDB file the project's profile writes to (relative paths are relative to the
+    project, where dbt runs); a problem phrase when profiles.yml names none; ``None`` when the
+    project has no profiles.yml at all (then only a lone ``*.duckdb`` can stand in for it)."""
+    path = project / "profiles.yml"
+    if not path.is_file():
+        return None
+    profiles, error = load_yaml(path)
+    if error is not None or not isinstance(profiles, dict):
+        return f"profiles.yml unparsable ({error or 'not a mapping'})"
+    name = cfg.get("profile")
+    if not isinstance(name, str) or not name:
+        return "dbt_project.yml names no profile"
+    db = _output_path(profiles.get(name))
+    if db is None:
+        return f"profiles.yml has no duckdb path for profile {name}"
+    return db if db.is_absolute() else project / db
+
+
+def _output_path(profile: Any) -> Path | None:
+    """The ``path`` of the profile's target output (else its first), if it is a duckdb one."""
+    if not isinstance(profile, dict) or not isinstance(profile.get("outputs"), dict):
+        return None
+    outputs = profile["outputs"]
+    output = outputs.get(profile.get("target")) or next(iter(outputs.values()), None)
+    if not isinstance(output, dict) or output.get("type", "duckdb") != "duckdb":
+        return None
+    db = output.get("path")
+    return Path(db) if isinstance(db, str) and db else None
+
+
+def profile_db_path(project: Path) -> Path | None:
+    """The DuckDB file named by the project's profile, if its files name one."""
+    cfg, _ = project_config(project)
+    target = profile_target(project, cfg) if cfg is not None else None
+    return target if isinstance(target, Path) else None
+
+
+def package_file_problems(project: Path) -> list[str]:
+    """One phrase per malformed packages.yml / dependencies.yml: dbt would refuse to start, yet
+    the package check would skip what it cannot read and call the task runnable."""
+    problems = []
+    for name in PACKAGE_FILES:
+        path = project / name
+        if path.is_file():
+            reason = _package_file_reason(path)
+            if reason is not None:
+                problems.append(f"{name} malformed ({reason})")
+    return problems
+
+
+def _package_file_reason(path: Path) -> str | None:
+    data, error = load_yaml(path)
+    if error is not None:
+        return error
+    if data is None:
+        return None  # an empty file declares nothing
+    if not isinstance(data, dict):
+        return f"the top level must be a mapping, not {_kind(data)}"
+    entries = data.get("packages")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        return f"packages must be a list, not {_kind(entries)}"
+    for number, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict) or not any(k in entry for k in PACKAGE_KEYS):
+            return f"package entry {number} names no {', '.join(PACKAGE_KEYS)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", int: "a number",
+            float: "a number", bool: "true/false"}.get(type(value), type(value).__name__)
