@@ -128,3 +128,33 @@ def test_skills_have_a_clear_trigger_and_concrete_content() -> None:
     readme = (skills_dir() / "README.md").read_text()
     for folder in skills:
         assert f"`{folder.name}`" in readme
+
+
+def solution_identifiers() -> set[str]:
+    """The bundled sample tasks' domains: their solutions' model names, source names and source
+    tables (with the tables' singular: ``memberships`` -> ``membership``)."""
+    import spider2local.sample
+
+    found: set[str] = set()
+    solutions = Path(spider2local.sample.__file__).parent / "solutions"
+    for sql in solutions.rglob("*.sql"):
+        found.add(sql.stem)
+        for name, table in re.findall(r"source\('(\w+)',\s*'(\w+)'\)", sql.read_text()):
+            found |= {name, table, table.removesuffix("s")}
+    return found
+
+
+def domain_words(text: str) -> set[str]:
+    """Every word and every ``_``-separated part of one (``stg_memberships`` gives both)."""
+    words = set(re.findall(r"\w+", text.lower()))
+    return words | {part for word in words for part in word.split("_")}
+
+
+def test_no_skill_or_prompt_example_mirrors_a_sample_solution() -> None:
+    """Examples from a sample task's own domain would inflate sample evaluations."""
+    identifiers = solution_identifiers()
+    assert {"membership_status", "product_sales", "gym", "membership"} <= identifiers
+    assert "membership" in domain_words("from {{ ref('stg_membership') }}")
+    for path in [*skills_dir().rglob("*.md"), *prompts_dir().glob("*.md")]:
+        shared = domain_words(path.read_text()) & identifiers
+        assert not shared, f"{path}: mentions a sample task's domain: {sorted(shared)}"
