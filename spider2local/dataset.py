@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from spider2local import packages, projectfiles
+from spider2local.dbfile import duckdb_file_problem
 from spider2local.exceptions import DatasetError
 from spider2local.suite import SAMPLE, Suite, TaskSettings
 
 TASKS_FILE = Path("examples") / "spider2-dbt.jsonl"
 EVAL_FILE = Path("evaluation_suite") / "gold" / "spider2_eval.jsonl"
-DUCKDB_MAGIC = b"DUCK"
 
 
 @dataclass(frozen=True)
@@ -206,18 +206,6 @@ def find_start_db(project: Path) -> tuple[Path | None, list[str]]:
         return None, [f"start database {db.name} missing (profiles.yml points at it)"]
     problem = duckdb_file_problem(db)
     return (None, [f"start database {problem}"]) if problem else (db, [])
-
-
-def duckdb_file_problem(path: Path) -> str | None:
-    """Cheaply check a DuckDB file's header without opening (and locking) it."""
-    try:
-        with path.open("rb") as fh:
-            header = fh.read(16)
-    except OSError as exc:
-        return f"{path.name} unreadable: {exc.strerror}"
-    if len(header) < 12 or header[8:12] != DUCKDB_MAGIC:
-        return f"{path.name} is not a DuckDB file"
-    return None
 
 
 def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:

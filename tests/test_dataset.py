@@ -4,12 +4,14 @@ or warnings, never an aborted load."""
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spider2local.dataset import load_dataset, parse_eval
+from spider2local.dbfile import max_storage_version
 from spider2local.exceptions import DatasetError
 from spider2local.suite import Suite, load_suite
 
@@ -202,3 +204,15 @@ def test_empty_packages_yml_declares_nothing(tiny_dataset: Callable[..., Path],
                                              tmp_path: Path) -> None:
     root = tiny_dataset("t1", packages_yml="")
     assert problems(root, tmp_path)["t1"] == ()
+
+
+def test_gold_written_by_a_newer_duckdb(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1")
+    gold = root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    data = bytearray(gold.read_bytes())
+    struct.pack_into("<Q", data, 12, max_storage_version() + 1)
+    gold.write_bytes(bytes(data))
+    (task,) = load_dataset(suite_for(root, tmp_path)).tasks
+    assert task.gold_db is None and task.problems == (
+        f"gold database shop.duckdb was written by a newer DuckDB (storage version "
+        f"{max_storage_version() + 1}); this spider2local reads up to {max_storage_version()}",)
