@@ -107,6 +107,26 @@ def test_session_state_asks_for_verification_then_for_fixes() -> None:
     assert state.follow_up() is None
 
 
+def test_an_sdk_exception_after_an_error_result_keeps_the_precise_message() -> None:
+    """The CLI exits non-zero after an error result and the SDK raises: the classified
+    message from the result stays, and so does its infrastructure verdict."""
+    from claude_agent_sdk import ProcessError
+
+    state = SessionState()
+    state.on_error_result("success", 529, "API Error: 529 Overloaded\nsecond line")
+    state.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=1)
+    assert state.error == "API error 529: API Error: 529 Overloaded"
+    assert state.infrastructure is True
+    limited = SessionState()
+    limited.on_error_result("error_max_turns", None, "")
+    limited.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=0)
+    assert limited.error == "the agent reached its turn limit" and not limited.infrastructure
+    crashed = SessionState()
+    crashed.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=0)
+    assert crashed.error is not None and crashed.error.startswith("ProcessError: ")
+    assert crashed.infrastructure is True
+
+
 # --- end to end: real SDK + CLI + dbt, fake API -------------------------------------------------
 
 @pytest.fixture
@@ -295,7 +315,8 @@ def test_overloaded_api_is_an_infrastructure_outcome(
         assert fake.requests and all(r.answer == "error 529" for r in fake.requests
                                      if r.conversation == "main")
     assert outcome.infrastructure is True
-    assert outcome.error is not None and "529" in outcome.error
+    # The classified message from the error result, not the SDK exception raised after it.
+    assert outcome.error is not None and outcome.error.startswith("API error 529: "), outcome.error
     assert outcome.verified is False
     assert "follow_up" not in transcript_kinds(ctx)
 

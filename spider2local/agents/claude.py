@@ -159,8 +159,7 @@ class ClaudeAgent:
             await self._converse(client, ctx, state, tracker)
             finished = True
         except sdk.ClaudeSDKError as exc:
-            state.error = f"{type(exc).__name__}: {exc}"
-            state.infrastructure = tracker.usage().turns == 0
+            state.on_exception(exc, tracker.usage().turns)
         finally:
             with anyio.CancelScope(shield=True):
                 if not finished:  # cancelled or crashed: stop the CLI before waiting on it

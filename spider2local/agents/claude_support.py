@@ -134,6 +134,15 @@ class SessionState:
             where = f"API error {status}: " if status else f"{subtype}: "
             self.error = where + (text.strip().splitlines() or ["no details"])[0][:300]
 
+    def on_exception(self, exc: BaseException, turns: int) -> None:
+        """The SDK raised. After an error result it raises too (the CLI exits non-zero), with
+        less precise text: keep the result's message and classification then. Otherwise a
+        session that never finished a turn failed on our side of the API (infrastructure)."""
+        if self.error is not None:
+            return
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.infrastructure = turns == 0
+
     def follow_up(self) -> str | None:
         """The message to send after the agent stopped, or None when the work is verified."""
         if self.error is not None:
