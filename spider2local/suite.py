@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spider2local import tomlerror
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
 
@@ -113,10 +114,14 @@ def load_suite(path: Path) -> Suite:
     except OSError as exc:
         raise SuiteError(f"cannot read suite file: {exc.strerror}", path=path) from None
     try:
-        data = tomllib.loads(raw_bytes.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SuiteError(f"not valid TOML: {exc}", path=path,
-                         fix="fix the syntax; see the README's suite file format") from None
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"not valid TOML: {exc}", path=path, fix=tomlerror.SYNTAX_FIX) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message, fix = tomlerror.describe(text, exc)
+        raise SuiteError(message, path=path, fix=fix) from None
     return _parse(path, data, hashlib.sha256(raw_bytes).hexdigest())
 
 
@@ -149,10 +154,10 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         max_turns=r.positive(tbl, "max_turns", int, d.max_turns, "run.max_turns"),
         model=r.get(tbl, "model", str, d.model, key="run.model"),
         agent=r.get(tbl, "agent", str, d.agent, key="run.agent"),
-        retries=r.get(tbl, "retries", int, d.retries, key="run.retries"),
+        retries=r.non_negative(tbl, "retries", d.retries, "run.retries"),
         date=r.date(tbl, "date", "run.date") or d.date,
         max_budget_usd=r.get(tbl, "max_budget_usd", (int, float), None, key="run.max_budget_usd"),
-        verify_rounds=r.get(tbl, "verify_rounds", int, d.verify_rounds, key="run.verify_rounds"),
+        verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
         skills=None if skills is None else r.strings(skills, "run.skills"),
     )
 
@@ -234,6 +239,13 @@ class _Reader:
         value = self.get(tbl, name, typ, default, key=key)
         if value is not None and value <= 0:
             raise self.error(key, f"must be positive, not {value}", None)
+        return value
+
+    def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:
+        """An integer count where 0 means "none" (retries, verify rounds), never negative."""
+        value: int = self.get(tbl, name, int, default, key=key)
+        if value < 0:
+            raise self.error(key, f"must be 0 or more, not {value}", None)
         return value
 
     def strings(self, values: list[Any], key: str) -> tuple[str, ...]:

@@ -72,6 +72,13 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[run]\njobs = '3'\n", "run.jobs: must be an integer, not a string"),
     ("[run]\njobs = 0\n", "run.jobs: must be positive"),
     ("[run]\njobs = true\n", "run.jobs: must be an integer, not true or false"),
+    ("[run]\nretries = -3\n", "run.retries: must be 0 or more, not -3"),
+    ("[run]\nverify_rounds = -1\n", "run.verify_rounds: must be 0 or more, not -1"),
+    ("schema = 1\n[tasks.x]\ndate = 2024-13-01\n",
+     "tasks.x.date: bad date 2024-13-01 (line 3) (write it as YYYY-MM-DD"),
+    ("[tasks.x]\n  date=2024-02-30 # typo\n", "tasks.x.date: bad date 2024-02-30 (line 2)"),
+    ("[run]\ndate = 2024-9-1\n", "run.date: bad date 2024-9-1 (line 2)"),
+    ('[run]\nmodel = "a\n', "not valid TOML at run.model: Illegal character"),
     ("[tasks.x]\ndate = '2024-13-01'\n", "tasks.x.date: bad date '2024-13-01'"),
     ("[tasks.x]\ndate = 2024-01-01T10:00:00\n", "tasks.x.date: must be a date, not a date-time"),
     ("[tasks.x]\ndate_method = 'guess'\n", "tasks.x.date_method: 'guess' is not one of"),
@@ -91,6 +98,11 @@ def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: s
     assert expected in message
     assert message.startswith(str(path))
     assert "\n" not in message
+
+
+def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:
+    suite = load_suite(write(tmp_path, "[run]\nretries = 0\nverify_rounds = 0\n"))
+    assert (suite.defaults.retries, suite.defaults.verify_rounds) == (0, 0)
 
 
 def test_missing_suite_file(tmp_path: Path) -> None:
