@@ -69,10 +69,10 @@ def test_registry_names_and_errors(tmp_path: Path) -> None:
         make_agent("gpt")
     with pytest.raises(UserError, match="bad options"):
         make_agent("noop", turbo=True)
-    with pytest.raises(UserError, match="needs a folder"):
-        make_agent("replay")
-    with pytest.raises(UserError, match="replay folder not found"):
-        make_agent("replay", replay_dir=tmp_path / "absent")
+    for options in ({}, {"replay_dir": tmp_path / "absent"}):  # the CLI's option, by name
+        with pytest.raises(UserError, match="needs a folder|replay folder not found") as info:
+            make_agent("replay", **options)
+        assert "--replay-dir" in str(info.value) and "replay_dir=" not in str(info.value)
     register("custom-noop", NoopAgent)
     assert make_agent("custom-noop").name == "noop"
 

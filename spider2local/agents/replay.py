@@ -21,11 +21,13 @@ class ReplayAgent:
                  dbt_args: Sequence[str] = ("run",)) -> None:
         if replay_dir is None:
             raise UserError("the replay agent needs a folder of files to replay",
-                            fix="pass replay_dir=<folder holding one sub-folder per task id>")
+                            fix="pass --replay-dir FOLDER, a folder holding one sub-folder "
+                                "of files per task id")
         self.replay_dir = Path(replay_dir)
         if not self.replay_dir.is_dir():
             raise UserError("replay folder not found", path=self.replay_dir,
-                            fix="pass a folder holding one sub-folder per task id")
+                            fix="pass --replay-dir an existing folder holding one "
+                                "sub-folder of files per task id")
         self.run_dbt = run_dbt
         self.dbt_args = tuple(dbt_args)
 
