@@ -70,7 +70,7 @@ def test_registry_names_and_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="bad options"):
         make_agent("noop", turbo=True)
     for options in ({}, {"replay_dir": tmp_path / "absent"}):  # the CLI's option, by name
-        with pytest.raises(UserError, match="needs a folder|replay folder not found") as info:
+        with pytest.raises(UserError, match=r"needs a folder|replay folder not found") as info:
             make_agent("replay", **options)
         assert "--replay-dir" in str(info.value) and "replay_dir=" not in str(info.value)
     register("custom-noop", NoopAgent)
