@@ -46,6 +46,12 @@ class CredentialsError(UserError):
     """The agent needs credentials that the environment does not provide."""
 
 
+class ResourceMissing(UserError, FileNotFoundError):
+    """A file of the installation itself (prompts/, skills/, tasks.toml) is gone: reinstall.
+    Also a FileNotFoundError, so callers that treat an absent optional resource as empty keep
+    working."""
+
+
 class ProcessTimeout(Spider2LocalError):
     """A child process outlived its deadline and was killed with its whole process group."""
 

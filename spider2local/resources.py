@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spider2local.exceptions import UserError
+from spider2local.exceptions import ResourceMissing
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -17,14 +17,14 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 def resource_dir(name: str) -> Path:
     """Return the folder (or file) ``name`` from the wheel's copy or the source checkout.
 
-    A missing resource means a broken installation, not a bug: it is a :class:`UserError`, so
-    the CLI prints one line with the fix instead of a traceback."""
+    A missing resource means a broken installation, not a bug: :class:`ResourceMissing` is a
+    :class:`UserError`, so the CLI prints one line with the fix instead of a traceback."""
     for candidate in (_PACKAGE_DIR / "_resources" / name, _PACKAGE_DIR.parent / name):
         if candidate.exists():
             return candidate
-    raise UserError(f"resource {name!r} is missing from the spider2local installation",
-                    path=_PACKAGE_DIR,
-                    fix="reinstall spider2local: pip install --force-reinstall spider2local")
+    raise ResourceMissing(f"resource {name!r} is missing from the spider2local installation",
+                          path=_PACKAGE_DIR,
+                          fix="reinstall spider2local: pip install --force-reinstall spider2local")
 
 
 def prompts_dir() -> Path:

@@ -23,3 +23,10 @@ def test_missing_resource_is_a_user_error_with_the_fix(tmp_path: Path,
     message = str(info.value)
     assert "resource 'skills' is missing" in message and "reinstall spider2local" in message
     assert "\n" not in message
+
+
+def test_missing_resource_is_still_a_file_not_found_for_optional_callers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resources, "_PACKAGE_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError):
+        resources.faketime_dir()
