@@ -280,7 +280,14 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
     from spider2local.textable import render_table
 
     suite = _globals().load_suite()
-    tasks = [t for t in load_dataset(suite).tasks if not task_ids or t.id in task_ids]
+    data = load_dataset(suite)
+    unknown = sorted({tid for tid in task_ids if data.get(tid) is None})
+    if unknown:
+        raise UserError(f"unknown task id(s): {', '.join(unknown)}", path=data.root,
+                        fix="see `spider2local list` for the task ids")
+    tasks = [t for t in data.tasks if not task_ids or t.id in task_ids]
+    for t in (t for t in tasks if not t.has_gold):
+        click.echo(f"skipped {t.id}: no usable gold ({t.status})", err=True)
     found = anyio.run(lambda: derive_all(tasks, verify=not no_verify))
     click.echo(render_table(["task", "date", "method", "confidence", "evidence"],
                             derivation_rows(found), max_width=90))

@@ -77,6 +77,23 @@ def test_per_task_problems_do_not_abort(tiny_dataset: Callable[..., Path]) -> No
                       "bad1": "start database shop.duckdb missing (profiles.yml points at it)"}
 
 
+def test_derive_dates_unknown_task_is_a_user_error(tiny_dataset: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    root = tiny_dataset("t1")
+    proc = run_cli("derive-dates", "--dataset", str(root), "--dry-run", "t1", "bogus",
+                   cwd=tmp_path)
+    assert_one_line_error(proc, "unknown task id(s): bogus", "spider2local list")
+    assert not (tmp_path / "tasks.toml").exists()
+
+
+def test_derive_dates_says_which_named_tasks_have_no_gold(tiny_dataset: Callable[..., Path],
+                                                          tmp_path: Path) -> None:
+    root = tiny_dataset("t1", with_gold=False)
+    proc = run_cli("derive-dates", "--dataset", str(root), "--dry-run", "t1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped t1: no usable gold (gold file gold/t1/shop.duckdb missing)" in proc.stderr
+
+
 def test_doctor_reports_each_check(shared_dataset: Path) -> None:
     proc = run_cli("doctor", "--dataset", str(shared_dataset))
     lines = proc.stdout.splitlines()
