@@ -31,7 +31,7 @@ from spider2local.runfolder import (
     new_run_id,
 )
 from spider2local.runner import AgentFactory, run_tasks
-from spider2local.runsettings import RunSettings, suite_skills
+from spider2local.runsettings import RunSettings, check_skills, suite_skills
 from spider2local.selection import Selection, parse_shard, select_tasks
 from spider2local.suite import Suite
 
@@ -143,6 +143,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         selection = _needs_solution(selection)
     settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
                                          agent=name, **overrides)
+    check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,

@@ -13,6 +13,7 @@ from typing import Any
 
 from spider2local.agents.base import AgentLimits
 from spider2local.dataset import TaskSpec
+from spider2local.exceptions import UserError
 from spider2local.resources import skills_dir
 from spider2local.suite import RunDefaults
 
@@ -85,3 +86,34 @@ def task_skills(task: TaskSpec, settings: RunSettings) -> tuple[str, ...]:
     skip = set(task.settings.skip_skills)
     names = [*settings.skills, *task.settings.skills]
     return tuple(dict.fromkeys(n for n in names if n not in skip))
+
+
+def available_skills() -> tuple[str, ...]:
+    """Folder names of the installed ``skills/`` (what a workspace can be given)."""
+    try:
+        base = skills_dir()
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(p.name for p in base.iterdir() if p.is_dir()))
+
+
+def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: Path) -> None:
+    """Refuse unknown skill names before anything runs.
+
+    Found at prepare time instead, an unknown name fails every task with an error result (and
+    exit 0), and those results then block a resume: a typo must cost one line, not a run.
+    ``skip_skills`` are checked too: a misspelt skip silently skips nothing.
+    """
+    if settings.agent != "claude":
+        return
+    known = set(available_skills())
+    keys = [("run.skills", settings.skills)]
+    for task in tasks:
+        keys += [(f"tasks.{task.id}.skills", task.settings.skills),
+                 (f"tasks.{task.id}.skip_skills", task.settings.skip_skills)]
+    for key, names in keys:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"{key}: unknown skill(s) {', '.join(map(repr, unknown))}",
+                            path=suite_path,
+                            fix=f"available skills: {', '.join(sorted(known)) or '(none)'}")

@@ -155,6 +155,20 @@ def test_claude_without_credentials_fails_before_anything(tmp_path: Path) -> Non
     assert not (tmp_path / "runs").exists()
 
 
+def test_unknown_skill_in_the_suite_fails_before_anything(tmp_path: Path) -> None:
+    # Found at prepare time instead, it failed every task, exited 0 and blocked a resume.
+    (tmp_path / "tasks.toml").write_text('[dataset]\nroot = "sample"\n[run]\nagent = "claude"\n'
+                                         '[tasks.gym001]\nskills = ["no-such-skill"]\n')
+    proc = cli("run", "--runs-dir", "runs", cwd=tmp_path,
+               env={**os.environ, "ANTHROPIC_API_KEY": "test",
+                    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})  # never a real API
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "tasks.toml: tasks.gym001.skills: unknown skill(s) 'no-such-skill'" in line
+    assert "dbt-project-workflow" in line and "\n" not in line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_keep_prints_the_workspace_and_leaves_it(tmp_path: Path) -> None:
     proc = cli("run", "bakery001", "--agent", "noop", "--keep", "--runs-dir", "runs",
                cwd=tmp_path)

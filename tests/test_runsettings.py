@@ -1,0 +1,51 @@
+"""Run settings: suite defaults under command-line overrides, per-task skills, skill checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from spider2local.dataset import TaskSpec, load_dataset
+from spider2local.exceptions import UserError
+from spider2local.runsettings import RunSettings, available_skills, check_skills
+from spider2local.suite import Suite, TaskSettings
+
+
+@pytest.fixture
+def task(tiny_dataset: Callable[..., Path], tmp_path: Path) -> TaskSpec:
+    root = tiny_dataset("t1")
+    return load_dataset(Suite(tmp_path / "tasks.toml", root)).tasks[0]
+
+
+def with_skills(task: TaskSpec, **kw: tuple[str, ...]) -> TaskSpec:
+    return dataclasses.replace(task, settings=TaskSettings(**kw))  # type: ignore[arg-type]
+
+
+def test_installed_skills_are_listed() -> None:
+    assert "dbt-project-workflow" in available_skills()
+
+
+@pytest.mark.parametrize("run_skills, task_kw, key", [
+    (("nope",), {}, "run.skills"),
+    ((), {"skills": ("dbt-model-writing", "nosuch")}, "tasks.t1.skills"),
+    ((), {"skip_skills": ("typo",)}, "tasks.t1.skip_skills"),
+])
+def test_unknown_skills_name_the_suite_key_and_the_choices(
+        task: TaskSpec, tmp_path: Path, run_skills: tuple[str, ...],
+        task_kw: dict[str, tuple[str, ...]], key: str) -> None:
+    settings = RunSettings(agent="claude", skills=run_skills)
+    with pytest.raises(UserError) as info:
+        check_skills([with_skills(task, **task_kw)], settings, tmp_path / "tasks.toml")
+    text = str(info.value)
+    assert text.startswith(f"{tmp_path / 'tasks.toml'}: {key}: unknown skill")
+    assert "dbt-project-workflow" in text and "\n" not in text
+
+
+def test_known_skills_pass_and_other_agents_ignore_skills(task: TaskSpec,
+                                                          tmp_path: Path) -> None:
+    good = RunSettings(agent="claude", skills=("dbt-project-workflow",))
+    check_skills([with_skills(task, skip_skills=("duckdb-dialect",))], good, tmp_path)
+    check_skills([with_skills(task, skills=("nosuch",))], RunSettings(agent="noop"), tmp_path)
