@@ -276,7 +276,7 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
 
     from spider2local.dataset import load_dataset
     from spider2local.dates import derivation_rows, derive_all
-    from spider2local.suitewrite import set_task_dates, unified_diff, write_suite, write_target
+    from spider2local.suitewrite import dry_run_diff, set_task_dates, write_suite, write_target
     from spider2local.textable import render_table
 
     suite = _globals().load_suite()
@@ -294,7 +294,7 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
     target, old = write_target(suite, Path.cwd())
     new = set_task_dates(old, [d.record() for d in found], target)
     if dry_run:
-        click.echo(unified_diff(old, new, target) or "(suite file unchanged)")
+        click.echo(dry_run_diff(suite, target, new) or "(suite file unchanged)")
     elif new != old or not target.exists():
         write_suite(target, new)
         click.echo(f"wrote {len(found)} task(s) into {target}")

@@ -114,6 +114,20 @@ def unified_diff(old: str, new: str, path: Path) -> str:
                                         fromfile=f"{path} (current)", tofile=f"{path} (new)"))
 
 
+def dry_run_diff(suite: Suite, target: Path, new: str) -> str:
+    """What ``--dry-run`` prints: the diff against the file that would be edited, or, when a new
+    ``./tasks.toml`` would be seeded from the bundled suite, against the bundled suite itself,
+    labelled as such (so the seeded dataset root shows, and nothing claims a file that does not
+    exist yet is "current")."""
+    if target == suite.path:
+        return unified_diff(suite.path.read_text(encoding="utf-8"), new, target)
+    old = suite.path.read_text(encoding="utf-8")
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                        new.splitlines(keepends=True),
+                                        fromfile=f"{suite.path} (bundled suite)",
+                                        tofile=f"{target} (new file)"))
+
+
 def write_suite(path: Path, text: str) -> None:
     """Validate ``text`` with the strict suite parser, then replace the file atomically."""
     partial = path.with_name(path.name + ".partial")

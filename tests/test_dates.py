@@ -146,3 +146,24 @@ def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path]
     settings = load_suite(suite).settings("d001")
     assert (settings.date, settings.date_method) == (dt.date(2024, 3, 9), "date-spine")
     assert suite.read_text().startswith("# mine")
+
+
+def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tiny_dataset("c001")  # its models never read the clock: no dbt run needed
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = ["--dataset", str(root), "derive-dates", "--no-verify"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"--- {bundled_suite_path().resolve()} (bundled suite)" in dry.output
+    assert f"+++ {work / 'tasks.toml'} (new file)" in dry.output
+    assert "(current)" not in dry.output
+    assert f"+root = {json.dumps(str(root))}" in dry.output
+    assert not (work / "tasks.toml").exists()
+    wet = CliRunner().invoke(cli, args)
+    assert wet.exit_code == 0, wet.output
+    seeded = load_suite(work / "tasks.toml")
+    assert seeded.dataset == root and seeded.settings("c001").date_method == "clock-independent"
