@@ -10,6 +10,9 @@ The CLI sends ``POST /v1/messages?beta=true`` with ``"stream": true`` and reads 
 calls are ``tool_use`` blocks and the next request carries the ``tool_result``. Non-streaming
 requests get the same message as JSON, ``count_tokens`` a small count.
 
+The script types live in :mod:`.script`, the wire encoding in :mod:`.sse`; this module is the
+HTTP server and its bookkeeping.
+
 Several conversations share one server (the verifier subagent is a separate conversation of the
 same CLI): a ``route`` function names each request's conversation, and each conversation consumes
 its own list of turns in order. Requests no route claims, and conversations whose script ran out,
@@ -18,114 +21,29 @@ get a plain "Done." text with zero usage, so stray side requests never hang a te
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from spider2local.testing.script import (
+    Hang,
+    HttpError,
+    RecordedRequest,
+    Reply,
+    ToolCall,
+    Turn,
+    reply,
+    route_by_system,
+    system_text,
+    tool,
+)
+from spider2local.testing.sse import message_json, next_id, stream_events
 
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    input: Mapping[str, Any]
-    id: str | None = None
-    """Generated (``toolu_<conversation>_<n>``) when not given."""
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One assistant message: texts and tool calls, with the usage the server reports for it."""
-
-    blocks: tuple[str | ToolCall, ...]
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
-
-    @property
-    def stop_reason(self) -> str:
-        return "tool_use" if any(isinstance(b, ToolCall) for b in self.blocks) else "end_turn"
-
-
-@dataclass(frozen=True)
-class HttpError:
-    """Answer with an HTTP error (529 = overloaded). ``repeat`` answers every later request of
-    the conversation the same way (the CLI retries errors on its own)."""
-
-    status: int = 529
-    error_type: str = "overloaded_error"
-    message: str = "Overloaded"
-    repeat: bool = False
-
-
-@dataclass(frozen=True)
-class Hang:
-    """Accept the request and never answer (until the server closes)."""
-
-
-Turn = Reply | HttpError | Hang | Callable[[Mapping[str, Any]], "Reply | HttpError | Hang"]
-"""A scripted answer, or a function of the request body returning one."""
-
-
-def reply(*blocks: str | ToolCall, input_tokens: int = 0, output_tokens: int = 0,
-          cache_read_tokens: int = 0, cache_creation_tokens: int = 0) -> Reply:
-    return Reply(tuple(blocks), input_tokens, output_tokens, cache_read_tokens,
-                 cache_creation_tokens)
-
-
-def tool(name: str, tool_id: str | None = None, /, **arguments: Any) -> ToolCall:
-    return ToolCall(name, arguments, tool_id)
-
-
-def system_text(body: Mapping[str, Any]) -> str:
-    """The request's system prompt as one string (it may be a string or a list of blocks)."""
-    system = body.get("system", "")
-    if isinstance(system, str):
-        return system
-    return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
-
-
-def route_by_system(markers: Mapping[str, str],
-                    default: str | None = None) -> Callable[[Mapping[str, Any]], str | None]:
-    """Route to the first conversation whose marker text occurs in the system prompt."""
-    def route(body: Mapping[str, Any]) -> str | None:
-        text = system_text(body)
-        return next((name for name, marker in markers.items() if marker in text), default)
-    return route
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    conversation: str | None
-    method: str
-    path: str
-    body: Mapping[str, Any]
-    answer: str
-    """``scripted``, ``fallback``, ``error <status>``, ``hang`` or ``other``."""
-
-    @property
-    def tool_names(self) -> list[str]:
-        return [str(t.get("name")) for t in self.body.get("tools", []) or []]
-
-    def tool_results(self) -> dict[str, str]:
-        """``tool_use_id -> text`` of the tool results in the last user message."""
-        messages = self.body.get("messages") or []
-        content = messages[-1].get("content") if messages else None
-        results: dict[str, str] = {}
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result":
-                results[str(block.get("tool_use_id"))] = _flatten(block.get("content"))
-        return results
-
-
-def _flatten(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(c.get("text", "")) if isinstance(c, Mapping) else str(c)
-                         for c in content)
-    return "" if content is None else str(content)
+__all__ = ["FakeAnthropic", "Hang", "HttpError", "RecordedRequest", "Reply", "ToolCall", "Turn",
+           "reply", "route_by_system", "system_text", "tool"]
 
 
 @dataclass
@@ -136,7 +54,6 @@ class _State:
 
 
 _FALLBACK = Reply(("Done.",))
-_ids = itertools.count(1)
 
 
 class FakeAnthropic:
@@ -220,59 +137,6 @@ class FakeAnthropic:
             self._state.requests.append(request)
 
 
-def _sse(event: str, data: Mapping[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _content(blocks: Sequence[str | ToolCall], prefix: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, ToolCall):
-            out.append({"type": "tool_use", "id": block.id or f"toolu_{prefix}_{next(_ids)}",
-                        "name": block.name, "input": dict(block.input)})
-        else:
-            out.append({"type": "text", "text": block})
-    return out
-
-
-def _message(answer: Reply, model: str, conversation: str | None) -> dict[str, Any]:
-    return {
-        "id": f"msg_fake_{next(_ids)}", "type": "message", "role": "assistant", "model": model,
-        "content": _content(answer.blocks, conversation or "x"),
-        "stop_reason": answer.stop_reason, "stop_sequence": None,
-        "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens,
-                  "cache_read_input_tokens": answer.cache_read_tokens,
-                  "cache_creation_input_tokens": answer.cache_creation_tokens},
-    }
-
-
-def _stream_events(message: Mapping[str, Any]) -> Iterator[bytes]:
-    """SSE events for a complete message: usage (but output tokens) up front, output at the end,
-    as the real API does."""
-    start = {**message, "content": [], "stop_reason": None,
-             "usage": {**message["usage"], "output_tokens": 0}}
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    for index, block in enumerate(message["content"]):
-        first: dict[str, Any]
-        delta: dict[str, Any]
-        if block["type"] == "text":
-            first = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": block["text"]}
-        else:
-            first = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        yield _sse("content_block_start", {"type": "content_block_start", "index": index,
-                                           "content_block": first})
-        yield _sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                           "delta": delta})
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    yield _sse("message_delta", {"type": "message_delta",
-                                 "delta": {"stop_reason": message["stop_reason"],
-                                           "stop_sequence": None},
-                                 "usage": {"output_tokens": message["usage"]["output_tokens"]}})
-    yield _sse("message_stop", {"type": "message_stop"})
-
-
 def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -284,7 +148,7 @@ def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
-            self.send_header("request-id", f"req_fake_{next(_ids)}")
+            self.send_header("request-id", f"req_fake_{next_id()}")
             self.end_headers()
             self.wfile.write(payload)
             self.wfile.flush()
@@ -331,9 +195,9 @@ def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self._json(answer.status, {"type": "error", "error": {
                     "type": answer.error_type, "message": answer.message}})
                 return
-            message = _message(answer, str(body.get("model") or "claude-fake"), conversation)
+            message = message_json(answer, str(body.get("model") or "claude-fake"), conversation)
             if body.get("stream"):
-                self._send(200, b"".join(_stream_events(message)), "text/event-stream")
+                self._send(200, b"".join(stream_events(message)), "text/event-stream")
             else:
                 self._json(200, message)
 
