@@ -219,11 +219,3 @@ def finish_manifest(manifest: Mapping[str, Any], *, interrupted: bool) -> dict[s
     if sessions:
         sessions[-1].update(finished_at=done, interrupted=interrupted)
     return {**manifest, "finished_at": done, "interrupted": interrupted, "sessions": sessions}
-
-
-def check_resumable(previous: Mapping[str, Any] | None, agent: str, folder: RunFolder) -> None:
-    """Refuse to mix agents in one run folder: its results would no longer mean one thing."""
-    if previous is not None and previous.get("agent") not in (None, agent):
-        raise UserError(f"run {folder.run_id} was made with --agent {previous['agent']}, "
-                        f"not {agent}", path=folder.root,
-                        fix="resume with the same agent or pick another --run-id")

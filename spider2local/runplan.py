@@ -22,11 +22,11 @@ from spider2local.dataset import Dataset
 from spider2local.exceptions import UserError
 from spider2local.progress import Progress
 from spider2local.results import TaskResult
+from spider2local.resume import check_resumable, merged_tasks
 from spider2local.runfolder import (
     RunFolder,
     SelectedTask,
     build_manifest,
-    check_resumable,
     finish_manifest,
     new_run_id,
 )
@@ -97,14 +97,15 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     folder, settings = plan.folder, plan.settings
     folder.create()
     previous = folder.read_manifest()
-    check_resumable(previous, settings.agent, folder)
-    done = set(folder.results())
-    todo = [t for t in plan.selection.tasks if t.id not in done]
     manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
                               settings=settings.to_json(), suite_path=plan.suite_path,
                               suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
                               tasks=_selected(plan), previous=previous, argv=plan.argv)
+    check_resumable(previous, manifest, folder)
+    manifest["tasks"] = merged_tasks(previous, manifest["tasks"])
     folder.write_manifest(manifest)
+    done = set(folder.results())
+    todo = [t for t in plan.selection.tasks if t.id not in done]
     already = tuple(t.id for t in plan.selection.tasks if t.id in done)
     progress.run_started(folder.run_id, todo=len(todo), already_done=already,
                          skipped=plan.selection.skipped)

@@ -14,7 +14,6 @@ from spider2local.runfolder import (
     RunFolder,
     SelectedTask,
     build_manifest,
-    check_resumable,
     finish_manifest,
     new_run_id,
     open_run_dir,
@@ -95,14 +94,6 @@ def test_tree_hash_tracks_names_and_contents(tmp_path: Path) -> None:
     (tmp_path / "p" / "sub" / "x.md").rename(tmp_path / "p" / "sub" / "y.md")
     assert len({h1, h2, tree_sha256(tmp_path / "p")}) == 3
     assert tree_sha256(tmp_path / "missing") is None
-
-
-def test_resume_refuses_another_agent(tmp_path: Path) -> None:
-    folder = RunFolder.at(tmp_path, "r1")
-    check_resumable(None, "claude", folder)
-    check_resumable({"agent": "noop"}, "noop", folder)
-    with pytest.raises(UserError, match="made with --agent noop"):
-        check_resumable({"agent": "noop"}, "claude", folder)
 
 
 def test_open_run_dir_needs_a_manifest(tmp_path: Path) -> None:
