@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,13 +27,13 @@ from spider2local.agents.base import Workspace as Ws
 from spider2local.dataset import TaskSpec
 from spider2local.progress import Progress
 from spider2local.reaper import reap
-from spider2local.results import Stage, Status, TaskError, TaskResult, save_result
+from spider2local.results import Stage, Status, TaskError, TaskResult, Usage, save_result
+from spider2local.retrypolicy import add_usage, backoff, nothing_done, should_retry
 from spider2local.runfolder import RunFolder, now_iso
 from spider2local.runsettings import RunSettings, limits_for, task_skills
 
 AgentFactory = Callable[[], Agent]
 T = TypeVar("T")
-MAX_BACKOFF = 60.0
 
 
 @dataclass
@@ -121,12 +121,16 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
 
 async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: AgentFactory,
                               progress: Progress) -> tuple[AgentOutcome, bool]:
-    """Infrastructure failures get a fresh workspace and another try, with backoff."""
+    """Infrastructure failures get a fresh workspace and another try, with
+    backoff (see :mod:`.retrypolicy`). The outcome returned is the last attempt's, with the
+    usage of every attempt added up."""
+    spent = Usage()
     while True:
         outcome, timed_out = await _attempt_agent(state, settings, factory, progress)
-        if not outcome.infrastructure or timed_out or state.attempts > settings.retries:
-            return outcome, timed_out
-        wait = min(MAX_BACKOFF, settings.retry_backoff * 2 ** (state.attempts - 1))
+        spent = add_usage(spent, outcome.usage)
+        if not should_retry(outcome, timed_out, state.attempts, settings.retries):
+            return replace(outcome, usage=spent), timed_out
+        wait = backoff(settings.retry_backoff, state.attempts)
         progress.note(state.task.id, f"infrastructure error ({outcome.error}); "
                                      f"retry {state.attempts}/{settings.retries} in {wait:g}s")
         await _cleanup(state, False, progress)
@@ -176,7 +180,7 @@ def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
 
 async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
                   timed_out: bool, progress: Progress) -> dict[str, Any]:
-    if outcome.infrastructure and not timed_out:
+    if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
         return {"status": Status.ERROR,
                 "error": TaskError(Stage.AGENT, "infrastructure", outcome.error or "")}
     fields = _verdict_with_agent(await _score(state, progress), outcome, timed_out)

@@ -189,6 +189,35 @@ def test_infrastructure_errors_are_retried(tasks: list[TaskSpec], tmp_path: Path
     assert result.error is not None and result.error.kind == "infrastructure"
 
 
+class CostlyFlakyAgent:
+    """Each failed attempt is billed (tokens spent before the API gave up, no turn done)."""
+
+    name = "costly"
+    calls = 0
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        CostlyFlakyAgent.calls += 1
+        if CostlyFlakyAgent.calls <= 2:
+            ctx.meter.set(Usage(input_tokens=10, cost_usd_reported=0.01, cost_usd_computed=0.02,
+                                by_model={"m1": {"input_tokens": 10}}))
+            return AgentOutcome(usage=ctx.meter.usage, error="HTTP 529", infrastructure=True)
+        await WriterAgent().run(ctx)
+        ctx.meter.set(Usage(turns=2, input_tokens=100, output_tokens=7, cost_usd_computed=0.5,
+                            by_model={"m1": {"input_tokens": 60}, "m2": {"input_tokens": 40}}))
+        return AgentOutcome(usage=ctx.meter.usage)
+
+
+def test_usage_of_retried_attempts_is_summed(tasks: list[TaskSpec], tmp_path: Path) -> None:
+    CostlyFlakyAgent.calls = 0
+    result = run(tasks[:1], RunFolder.at(tmp_path, "r"), CostlyFlakyAgent, retries=2)["t1"]
+    assert result.status is Status.PASSED and result.attempts == 3
+    usage = result.usage
+    assert (usage.turns, usage.input_tokens, usage.output_tokens) == (2, 120, 7)
+    assert usage.cost_usd_reported == pytest.approx(0.02)
+    assert usage.cost_usd_computed == pytest.approx(0.54)
+    assert usage.by_model == {"m1": {"input_tokens": 80}, "m2": {"input_tokens": 40}}
+
+
 def test_prepare_and_score_failures_are_recorded_per_stage(tasks: list[TaskSpec],
                                                            tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.duckdb"
