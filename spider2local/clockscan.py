@@ -14,10 +14,11 @@ file and line so a human can check the verdict.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local import scan
 from spider2local.packages import read_yaml
 
 CLOCK_PATTERN = re.compile(
@@ -108,6 +109,17 @@ def scan_project(project: Path) -> ClockScan:
     used = _reachable(model_calls, bodies)
     unused = [hit for name, macro in bodies.items() if name not in used for hit in macro.hits]
     return ClockScan(project, tuple(hits), tuple(unused))
+
+
+def unshipped_models(project: Path, names: Iterable[str]) -> tuple[str, ...]:
+    """The ``names`` (graded tables) whose model SQL the project does not ship complete: declared
+    in YML only, a stub, or absent. The scan above cannot see their clock reads: that SQL is
+    what the agent will write, so "never reads the clock" only covers the shipped models."""
+    found = scan.scan_project(project)
+    complete = {m.name.lower() for m in found.models if m.status == "complete"}
+    complete |= {Path(rel).stem.lower() for rel in found.undeclared
+                 if scan.sql_status(project / rel) == "complete"}
+    return tuple(n for n in dict.fromkeys(names) if n.lower() not in complete)
 
 
 def _direct_hits(src: _Source) -> list[ClockHit]:

@@ -22,14 +22,14 @@ import datetime as dt
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 
 from spider2local.clock import Clock, find_library, find_real_dbt
-from spider2local.clockscan import ClockScan, scan_project
+from spider2local.clockscan import ClockScan, scan_project, unshipped_models
 from spider2local.dataset import TaskSpec
 from spider2local.dbt import run_dbt
 from spider2local.projectfiles import profile_db_path
@@ -69,11 +69,10 @@ class Derivation:
 async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
     """Derive one task's date (see the module docstring). ``task`` must have gold."""
     scan = scan_project(task.project_dir)
+    assert task.gold_db is not None and task.eval is not None
     if not scan.reads_clock:
-        return Derivation(task.id, None, "clock-independent",
-                          "no model, macro or package model reads the clock", "high")
-    assert task.gold_db is not None
-    candidates = gold_candidates(task.gold_db, scan)
+        return _clock_free(task, task.gold_db, task.eval.condition_tabs)
+    candidates = gold_candidates(task.gold_db, scan.models)
     if not candidates:
         return Derivation(task.id, None, None,
                           f"{scan.summary(2)}; no date spine, month spine or age column in the "
@@ -84,6 +83,28 @@ async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
             if verified is not None:
                 return _conclude(task.id, scan, verified, verified=True)
     return _conclude(task.id, scan, candidates[0], verified=False)
+
+
+def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivation:
+    """No shipped SQL reads the clock. That is the whole story only when every graded model is
+    shipped: the agent writes the others, and their SQL may read the clock, so the verdict is
+    then at most "medium", and "low" when their gold tables hold date evidence. That evidence is
+    only named, not used as the date: a spine in clock-free data (daily revenue) is common, and
+    a wrong fake date would hurt more than the suite's default."""
+    clean = "no model, macro or package model reads the clock"
+    unknown = unshipped_models(task.project_dir, graded)
+    if not unknown:
+        return Derivation(task.id, None, "clock-independent", clean, "high")
+    caveat = (f"{clean} as shipped, but {len(unknown)} graded model(s) not shipped: their SQL "
+              f"is unknown ({', '.join(unknown)})")
+    candidates = gold_candidates(gold_db, unknown)
+    if not candidates:
+        return Derivation(task.id, None, "clock-independent",
+                          f"{caveat}; their gold tables show no date evidence", "medium")
+    best = candidates[0]
+    return Derivation(task.id, None, "clock-independent",
+                      f"{caveat}; {best.detail}: if that SQL reads the clock, the gold may have "
+                      f"been built on {best.date} (not used; set a manual date to use it)", "low")
 
 
 def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) -> Derivation:
@@ -99,12 +120,12 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
                       f"{reads}; {cand.detail}; not verified by a rebuild", confidence)
 
 
-def gold_candidates(gold_db: Path, scan: ClockScan) -> list[Candidate]:
-    """Heuristic candidates from the gold tables named like clock-reading models, best first."""
+def gold_candidates(gold_db: Path, models: Iterable[str]) -> list[Candidate]:
+    """Heuristic candidates from the gold tables named like ``models``, best first."""
     found: list[Candidate] = []
     with duckdb.connect(str(gold_db), read_only=True) as con:
         tables = _tables(con)
-        for model in scan.models:
+        for model in models:
             if model.lower() in tables:
                 found += _table_candidates(con, tables[model.lower()], model)
     return sorted(found, key=lambda c: -_PRIORITY[c.method])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spider2local.clockscan import scan_project, strip_comments
+from spider2local.clockscan import scan_project, strip_comments, unshipped_models
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
@@ -72,3 +72,15 @@ def test_real_tasks(shared_dataset: Path) -> None:
     mrr = scan_project(shared_dataset / "examples" / "mrr001")
     assert [h.describe() for h in mrr.hits] == ["models/utils/util_months.sql:10 current_date"]
     assert not scan_project(shared_dataset / "examples" / "playbook001").reads_clock
+
+
+def test_unshipped_models_are_the_graded_ones_without_complete_sql(tmp_path: Path) -> None:
+    p = _project(tmp_path / "p", {
+        "models/done.sql": "select 1 as x",
+        "models/stub.sql": "{{ config(materialized='table') }}\n-- TODO\n",
+        "models/helper.sql": "select 2 as y",
+        "models/schema.yml": "version: 2\nmodels:\n  - name: done\n  - name: stub\n"
+                             "  - name: declared_only\n",
+    })
+    assert unshipped_models(p, ["done", "Stub", "declared_only", "helper", "nowhere"]) == (
+        "Stub", "declared_only", "nowhere")

@@ -73,7 +73,7 @@ def _scan_for(tmp: Path, *models: str):  # type: ignore[no-untyped-def]
     (project / "dbt_project.yml").write_text("name: p\n")
     for m in models:
         (project / "models" / f"{m}.sql").write_text("select current_date")
-    return scan_project(project)
+    return scan_project(project).models
 
 
 def test_no_evidence_means_no_date(tiny_dataset: Callable[..., Path]) -> None:
@@ -167,3 +167,16 @@ def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
     assert wet.exit_code == 0, wet.output
     seeded = load_suite(work / "tasks.toml")
     assert seeded.dataset == root and seeded.settings("c001").date_method == "clock-independent"
+
+
+def test_unshipped_graded_models_cap_clock_independence_on_the_sample_suite() -> None:
+    data = load_dataset(load_suite(bundled_suite_path()))
+    bakery, fleet = data.get("bakery001"), data.get("fleet001")
+    assert bakery is not None and fleet is not None
+    d = _derive(bakery, verify=False)  # product_sales is declared in YML only
+    assert (d.date, d.method, d.confidence) == (None, "clock-independent", "low")
+    assert "2 graded model(s) not shipped: their SQL is unknown" in d.evidence
+    assert "gold daily_revenue.order_date is a daily spine" in d.evidence
+    f = _derive(fleet, verify=False)
+    assert (f.date, f.method, f.confidence) == (None, "clock-independent", "medium")
+    assert "1 graded model(s) not shipped" in f.evidence
