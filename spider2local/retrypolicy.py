@@ -1,8 +1,10 @@
 """When a task's agent stage is tried again, and what the attempts cost together.
 
-Infrastructure errors (API overloaded or rate-limited, a CLI crash) get a fresh workspace and
-another attempt, with backoff. Every attempt is paid for, so the usage recorded for the task is
-the sum over its attempts.
+The rule comes from the benchmark's contract: infrastructure errors (API overloaded or
+rate-limited, a CLI crash before any turn) may be retried, because no work was done. Once a turn
+has completed, the workspace holds the agent's work: starting again from scratch would throw it
+away (and pay for it twice), so such a task is checkpointed and scored like any other failure,
+with the error recorded beside the verdict.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ MAX_BACKOFF = 60.0
 
 
 def nothing_done(outcome: AgentOutcome, timed_out: bool) -> bool:
-    """An infrastructure failure: no usable work to score."""
-    return outcome.infrastructure and not timed_out
+    """An infrastructure failure before any completed turn: the workspace is untouched."""
+    return outcome.infrastructure and not timed_out and outcome.usage.turns == 0
 
 
 def should_retry(outcome: AgentOutcome, timed_out: bool, attempts: int, retries: int) -> bool:

@@ -6,8 +6,9 @@ becomes data in its ``result.json`` with the stage it happened in, and the run g
 cancellation (Ctrl-C / SIGTERM) stops a task without a result, so a resume re-runs it.
 
 Verdicts follow the official benchmark: the database the agent left is what gets scored, also
-after an agent error or a timeout (the error is recorded beside the verdict). Only an
-infrastructure failure that outlived its retries ends without a score, because no work was done.
+after an agent error, a timeout or an infrastructure error in mid-session (the error is recorded
+beside the verdict). Only an infrastructure failure before any turn that outlived its retries
+ends without a score, because no work was done.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
 
 async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: AgentFactory,
                               progress: Progress) -> tuple[AgentOutcome, bool]:
-    """Infrastructure failures get a fresh workspace and another try, with
+    """Infrastructure failures before any turn get a fresh workspace and another try, with
     backoff (see :mod:`.retrypolicy`). The outcome returned is the last attempt's, with the
     usage of every attempt added up."""
     spent = Usage()
@@ -173,7 +174,8 @@ def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
     if timed_out:
         fields = {**fields, "status": Status.TIMEOUT}
     if (timed_out or outcome.error) and "error" not in fields:
-        kind = "timeout" if timed_out else "agent"
+        kind = "timeout" if timed_out else "infrastructure" if outcome.infrastructure \
+            else "agent"
         fields["error"] = TaskError(Stage.AGENT, kind, outcome.error or "")
     return fields
 

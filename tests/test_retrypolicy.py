@@ -6,16 +6,18 @@ import pytest
 
 from spider2local.agents.base import AgentOutcome
 from spider2local.results import Usage
-from spider2local.retrypolicy import MAX_BACKOFF, add_usage, backoff, should_retry
+from spider2local.retrypolicy import MAX_BACKOFF, add_usage, backoff, nothing_done, should_retry
 
 INFRA = AgentOutcome(error="HTTP 529", infrastructure=True)
 
 
-def test_only_infrastructure_errors_are_retried() -> None:
+def test_only_infrastructure_errors_before_any_turn_are_retried() -> None:
     assert should_retry(INFRA, False, attempts=1, retries=2)
     assert should_retry(INFRA, False, attempts=2, retries=2)
     assert not should_retry(INFRA, False, attempts=3, retries=2)  # retries used up
     assert not should_retry(INFRA, True, attempts=1, retries=2)  # the deadline passed
+    mid = AgentOutcome(usage=Usage(turns=1), error="HTTP 529", infrastructure=True)
+    assert not should_retry(mid, False, attempts=1, retries=2) and not nothing_done(mid, False)
     assert not should_retry(AgentOutcome(error="bug"), False, attempts=1, retries=2)
 
 

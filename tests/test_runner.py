@@ -218,6 +218,34 @@ def test_usage_of_retried_attempts_is_summed(tasks: list[TaskSpec], tmp_path: Pa
     assert usage.by_model == {"m1": {"input_tokens": 80}, "m2": {"input_tokens": 40}}
 
 
+class MidSessionFailureAgent:
+    """Does the work over three turns, then the API fails: an infrastructure error with work
+    already in the workspace."""
+
+    name = "mid"
+    calls = 0
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        MidSessionFailureAgent.calls += 1
+        await WriterAgent().run(ctx)
+        ctx.meter.set(Usage(turns=3, input_tokens=30))
+        return AgentOutcome(usage=ctx.meter.usage, error="HTTP 529 overloaded",
+                            infrastructure=True)
+
+
+def test_infrastructure_error_after_a_turn_is_scored_not_retried(tasks: list[TaskSpec],
+                                                                  tmp_path: Path) -> None:
+    MidSessionFailureAgent.calls = 0
+    folder = RunFolder.at(tmp_path, "r")
+    result = run(tasks[:1], folder, MidSessionFailureAgent, retries=2)["t1"]
+    assert MidSessionFailureAgent.calls == 1 and result.attempts == 1
+    assert result.status is Status.PASSED and result.passed and result.tables_passed == 1
+    assert result.error is not None and result.error.stage is Stage.AGENT
+    assert result.error.kind == "infrastructure" and "529" in result.error.message
+    assert result.usage.turns == 3 and result.usage.input_tokens == 30
+    assert (folder.task_dir("t1") / "project" / "models" / "schema.yml").is_file()
+
+
 def test_prepare_and_score_failures_are_recorded_per_stage(tasks: list[TaskSpec],
                                                            tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.duckdb"
