@@ -308,12 +308,14 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
               help="DBT_start_db.zip (omit both zips to check the existing layout).")
 @click.option("--gold-zip", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="dbt_gold.zip.")
-def setup(spider2: Path, start_zip: Path | None, gold_zip: Path | None) -> None:
+@click.option("--force", is_flag=True,
+              help="Accept a --start-zip named like a gold zip (or the reverse).")
+def setup(spider2: Path, start_zip: Path | None, gold_zip: Path | None, force: bool) -> None:
     """Place the zips' DuckDB files as upstream's setup does, supply packages from sibling
     tasks, and verify every file. Safe to re-run. Exit 1 if a file is unusable."""
     from spider2local.dataset_setup import setup_dataset
 
-    report = setup_dataset(spider2, start_zip, gold_zip)
+    report = setup_dataset(spider2, start_zip, gold_zip, force=force)
     for line in report.lines():
         click.echo(line)
     sys.exit(0 if report.ok else 1)

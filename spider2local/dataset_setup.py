@@ -14,6 +14,7 @@ that vendor a compatible copy (see :func:`spider2local.packages.supply_packages`
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import json
 import zipfile
@@ -25,7 +26,7 @@ import duckdb
 
 from spider2local import packages
 from spider2local.dataset import EVAL_FILE, TASKS_FILE
-from spider2local.exceptions import DatasetError
+from spider2local.exceptions import DatasetError, UserError
 
 START, GOLD = "start", "gold"
 _TARGETS = {START: Path("examples"), GOLD: Path("evaluation_suite") / "gold"}
@@ -54,6 +55,9 @@ class SetupReport:
     """Zip entries that are not task files (``__MACOSX/``, stray files, unknown folders)."""
     supplies: tuple[tuple[str, packages.Supply], ...]
     """(task, supply) for every package a task lacked: supplied from a sibling or not."""
+    now_identical: tuple[tuple[str, str], ...] = ()
+    """(task, file name) whose start and gold files became byte-identical during this setup:
+    every run of such a task passes untouched, the sign of a swapped zip."""
 
     @property
     def ok(self) -> bool:
@@ -66,6 +70,11 @@ class SetupReport:
             counts[p.action] = counts.get(p.action, 0) + 1
         out = [f"{self.root}: " + (", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
                                    or "no DuckDB files")]
+        out += [f"replaced {p.path.relative_to(self.root)} (its content differed)"
+                for p in self.placements if p.action == "replaced"]
+        out += [f"WARNING {task}: start and gold {name} are now byte-identical (they were not "
+                "before): every run would pass untouched; were the zips swapped?"
+                for task, name in self.now_identical]
         out += [f"skipped zip entry {s}" for s in self.skipped]
         out += [f"BAD {p.path}: {p.problem}" for p in self.placements if p.problem]
         for task, s in self.supplies:
@@ -84,11 +93,18 @@ def resolve_spider2_dbt(path: Path) -> Path:
                        fix="pass --spider2 with a Spider2 checkout or its spider2-dbt folder")
 
 
-def setup_dataset(spider2: Path, start_zip: Path | None = None,
-                  gold_zip: Path | None = None) -> SetupReport:
-    """Place the zips' files (when given), supply packages, and verify every DuckDB file."""
+def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path | None = None,
+                  *, force: bool = False) -> SetupReport:
+    """Place the zips' files (when given), supply packages, and verify every DuckDB file.
+
+    Zips whose names say they are the other kind are refused unless ``force``: placing the gold
+    databases as start databases would silently make every task pass with no work.
+    """
+    if not force:
+        check_zip_names(start_zip, gold_zip)
     root = resolve_spider2_dbt(spider2)
     tasks = task_ids(root)
+    identical_before = identical_pairs(root)
     placements: list[Placement] = []
     skipped: list[str] = []
     for kind, archive in ((START, start_zip), (GOLD, gold_zip)):
@@ -100,7 +116,32 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None,
     placements = [_verified(p) for p in placements]
     supplies = [(project.name, s) for project in _projects(root)
                 for s in packages.supply_packages(project)]
-    return SetupReport(root, tuple(placements), tuple(skipped), tuple(supplies))
+    now_identical = sorted(identical_pairs(root) - identical_before)
+    return SetupReport(root, tuple(placements), tuple(skipped), tuple(supplies),
+                       tuple(now_identical))
+
+
+def check_zip_names(start_zip: Path | None, gold_zip: Path | None) -> None:
+    """Refuse ``--start-zip`` named like a gold zip, or ``--gold-zip`` named like a start zip
+    (upstream's are ``DBT_start_db.zip`` and ``dbt_gold.zip``)."""
+    for option, archive, other in (("--start-zip", start_zip, GOLD),
+                                   ("--gold-zip", gold_zip, START)):
+        if archive is not None and other in archive.name.lower():
+            raise UserError(f"{option} {archive.name} looks like the {other} zip", path=archive,
+                            fix="pass DBT_start_db.zip as --start-zip and dbt_gold.zip as "
+                                "--gold-zip, or add --force if the name misleads")
+
+
+def identical_pairs(root: Path) -> set[tuple[str, str]]:
+    """(task, file name) where ``examples/<id>/<name>`` and the gold ``<id>/<name>`` are
+    byte-identical. Sizes are compared first, so only equal-sized files are read."""
+    pairs = set()
+    for task, kind, start in _layout_files(root):
+        gold = root / _TARGETS[GOLD] / task / start.name
+        if (kind == START and gold.is_file() and gold.stat().st_size == start.stat().st_size
+                and filecmp.cmp(start, gold, shallow=False)):
+            pairs.add((task, start.name))
+    return pairs
 
 
 def task_ids(root: Path) -> set[str] | None:

@@ -15,7 +15,7 @@ from spider2local import packages
 from spider2local.cli import cli
 from spider2local.dataset import load_dataset
 from spider2local.dataset_setup import resolve_spider2_dbt, setup_dataset
-from spider2local.exceptions import DatasetError
+from spider2local.exceptions import DatasetError, UserError
 from spider2local.suite import Suite
 
 TASKS = ("shop001", "bank001", "misnamed001", "nogold001")
@@ -188,3 +188,30 @@ def test_setup_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "7 placed" in result.output
     assert "7 identical" in CliRunner().invoke(cli, args).output
+
+
+def test_zips_named_like_the_other_kind_are_refused(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    start, gold = _zips(tmp_path)
+    with pytest.raises(UserError, match=r"--start-zip dbt_gold\.zip looks like the gold zip"):
+        setup_dataset(root, gold, None)
+    with pytest.raises(UserError, match=r"--gold-zip DBT_start_db\.zip looks like the start"):
+        setup_dataset(root, None, start)
+    assert not list((root / "examples").glob("*/*.duckdb"))
+    result = CliRunner().invoke(cli, ["setup", "--spider2", str(root), "--start-zip", str(gold)])
+    assert result.exit_code == 2 and "--force" in result.output
+
+
+def test_forced_gold_as_start_names_each_replacement_and_warns(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    start, gold = _zips(tmp_path)
+    assert setup_dataset(root, start, gold).now_identical == ()
+    report = setup_dataset(root, gold, None, force=True)
+    lines = report.lines()
+    assert "replaced examples/shop001/shop.duckdb (its content differed)" in lines
+    assert "replaced examples/bank001/bank.duckdb (its content differed)" in lines
+    assert {("shop001", "shop.duckdb"), ("bank001", "bank.duckdb")} <= set(report.now_identical)
+    assert any(line.startswith("WARNING shop001: start and gold shop.duckdb are now "
+                               "byte-identical") for line in lines)
+    again = setup_dataset(root, gold, None, force=True)  # already identical before: no warning
+    assert again.now_identical == () and not any("WARNING" in x for x in again.lines())
