@@ -39,6 +39,8 @@ class GradedTable:
 class TaskAudit:
     id: str
     runnable: bool
+    has_gold: bool
+    """A usable gold database and evaluation config (the built-in ``has-gold`` subset)."""
     problems: tuple[str, ...]
     supplied: tuple[str, ...]
     """Packages setup copied from sibling tasks (``dbt_utils: retail001 exact 1.1.1``)."""
@@ -68,7 +70,7 @@ async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
                      for name, text in packages.supplied_packages(task.project_dir).items())
     passed, note = await _baseline(task) if baseline else (None, None)
     return TaskAudit(
-        id=task.id, runnable=task.runnable,
+        id=task.id, runnable=task.runnable, has_gold=task.has_gold,
         problems=((f"excluded: {task.excluded}",) if task.excluded else ()) + task.problems,
         supplied=supplied, reads_clock=scan.reads_clock,
         clock_reads=tuple(h.describe() for h in scan.hits),
@@ -116,7 +118,7 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
 
 async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
     if task.start_db is None or task.gold_db is None or task.eval is None:
-        return None, "cannot score: start or gold database missing"
+        return None, f"cannot score: {_why_unscorable(task)}"
     from spider2local.evaluation import score_database
 
     try:
@@ -125,6 +127,19 @@ async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
     except Exception as exc:  # a broken gold must not stop the audit of the other tasks
         return None, f"scoring failed: {str(exc).splitlines()[0]}"
     return score.passed, f"{score.tables_passed}/{score.tables_total} graded tables pass untouched"
+
+
+_START_PROBLEMS = ("project folder", "dbt_project.yml", "profiles.yml", "start database")
+_GOLD_PROBLEMS = ("gold", "evaluation config", "no evaluation config")
+
+
+def _why_unscorable(task: TaskSpec) -> str:
+    """The loader's own words for the missing start or gold (a corrupt file is not "missing")."""
+    prefixes: tuple[str, ...] = _START_PROBLEMS if task.start_db is None else ()
+    if task.gold_db is None or task.eval is None:
+        prefixes += _GOLD_PROBLEMS
+    found = [p for p in task.problems if p.startswith(prefixes)]
+    return "; ".join(found) or "start or gold database missing"
 
 
 def suggested_subsets(audits: Sequence[TaskAudit]) -> dict[str, list[str]]:
@@ -147,6 +162,7 @@ def audit_json(audits: Sequence[TaskAudit]) -> dict[str, Any]:
 def summary(audits: Sequence[TaskAudit]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "tasks": len(audits), "runnable": sum(a.runnable for a in audits),
+        "has_gold": sum(a.has_gold for a in audits),
         "read_clock": sum(a.reads_clock for a in audits),
         "dated": sum(a.date is not None for a in audits),
     }

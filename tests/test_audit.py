@@ -91,12 +91,13 @@ def test_cli_json_and_write_subsets(tiny_dataset: Callable[..., Path]) -> None:
     out = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--baseline", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
-    assert data["summary"] == {"tasks": 6, "runnable": 4, "read_clock": 1, "dated": 0,
-                               "pass_with_no_work": 1}
+    assert data["summary"] == {"tasks": 6, "runnable": 4, "has_gold": 5, "read_clock": 1,
+                               "dated": 0, "pass_with_no_work": 1}
+    assert sum(t["has_gold"] for t in data["tasks"]) == 5
     text = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--baseline",
                                     "--write-subsets"])
     assert text.exit_code == 0, text.output
-    assert "pass_with_no_work=1" in text.output
+    assert "pass_with_no_work=1" in text.output and "has_gold=5" in text.output
     written = load_suite(suite)
     assert written.subsets["free"] == ("free001",)
     assert suite.read_text().startswith("# keep me")
@@ -112,3 +113,12 @@ def test_real_tasks(shared_dataset: Path) -> None:
     assert not tasks["playbook001"]["reads_clock"]
     assert tasks["mrr001"]["clock_reads"] == ["models/utils/util_months.sql:10 current_date"]
     assert "month spine 2018-01-01..2024-08-01" in tasks["mrr001"]["date_evidence"]
+
+
+def test_corrupt_gold_is_named_not_called_missing(tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("bad001")
+    (root / "evaluation_suite" / "gold" / "bad001" / "shop.duckdb").write_bytes(b"garbage" * 9)
+    data = load_dataset(Suite(root / "tasks.toml", root))
+    (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
+    assert not audit.has_gold and audit.passes_with_no_work is None
+    assert audit.baseline_note == "cannot score: gold database shop.duckdb is not a DuckDB file"
