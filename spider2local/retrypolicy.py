@@ -17,9 +17,18 @@ from spider2local.results import Usage
 MAX_BACKOFF = 60.0
 
 
+def turns_completed(usage: Usage) -> int:
+    """Turns that got an answer from a model. The Claude CLI counts a failed API call as a turn
+    (a synthetic assistant message: ``num_turns`` 1, no tokens), so turns without a single
+    token spent are not completed turns; every real API answer reports input tokens."""
+    spent = (usage.input_tokens + usage.output_tokens + usage.cache_read_tokens
+             + usage.cache_creation_tokens)
+    return usage.turns if spent else 0
+
+
 def nothing_done(outcome: AgentOutcome, timed_out: bool) -> bool:
     """An infrastructure failure before any completed turn: the workspace is untouched."""
-    return outcome.infrastructure and not timed_out and outcome.usage.turns == 0
+    return outcome.infrastructure and not timed_out and turns_completed(outcome.usage) == 0
 
 
 def should_retry(outcome: AgentOutcome, timed_out: bool, attempts: int, retries: int) -> bool:

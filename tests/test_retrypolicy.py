@@ -6,7 +6,14 @@ import pytest
 
 from spider2local.agents.base import AgentOutcome
 from spider2local.results import Usage
-from spider2local.retrypolicy import MAX_BACKOFF, add_usage, backoff, nothing_done, should_retry
+from spider2local.retrypolicy import (
+    MAX_BACKOFF,
+    add_usage,
+    backoff,
+    nothing_done,
+    should_retry,
+    turns_completed,
+)
 
 INFRA = AgentOutcome(error="HTTP 529", infrastructure=True)
 
@@ -16,9 +23,18 @@ def test_only_infrastructure_errors_before_any_turn_are_retried() -> None:
     assert should_retry(INFRA, False, attempts=2, retries=2)
     assert not should_retry(INFRA, False, attempts=3, retries=2)  # retries used up
     assert not should_retry(INFRA, True, attempts=1, retries=2)  # the deadline passed
-    mid = AgentOutcome(usage=Usage(turns=1), error="HTTP 529", infrastructure=True)
+    mid = AgentOutcome(usage=Usage(turns=1, input_tokens=5), error="HTTP 529",
+                       infrastructure=True)
     assert not should_retry(mid, False, attempts=1, retries=2) and not nothing_done(mid, False)
+    # The CLI reports a failed first call as one turn with no tokens: nothing was done.
+    synthetic = AgentOutcome(usage=Usage(turns=1), error="HTTP 529", infrastructure=True)
+    assert should_retry(synthetic, False, attempts=1, retries=2)
     assert not should_retry(AgentOutcome(error="bug"), False, attempts=1, retries=2)
+
+
+def test_turns_without_tokens_are_not_completed_turns() -> None:
+    assert turns_completed(Usage(turns=3, cache_read_tokens=1)) == 3
+    assert turns_completed(Usage(turns=1)) == 0 and turns_completed(Usage()) == 0
 
 
 def test_backoff_doubles_and_is_capped() -> None:
