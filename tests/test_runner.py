@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -351,6 +352,43 @@ def test_claude_agent_hung_api_stopped_at_deadline_nothing_survives(
     survivors = [e.name for e in Path("/proc").iterdir() if e.name.isdigit()
                  and token in _cmdline(e) and alive(int(e.name))]
     assert survivors == []
+
+
+@pytest.mark.slow
+def test_claude_agent_overloaded_api_is_retried_with_usage_summed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real SDK + bundled CLI: the first session meets HTTP 529 before any turn (the CLI's
+    own retries off), the runner starts a fresh one, which answers; both are accounted for."""
+    from spider2local.agents import make_agent
+    from spider2local.suite import SAMPLE, bundled_suite_path, load_suite
+    from spider2local.testing import FakeAnthropic, HttpError, reply, route_by_system
+
+    data = load_dataset(load_suite(bundled_suite_path()).with_dataset(SAMPLE))
+    task = next(t for t in data.tasks if t.id == "bakery001")
+    script = [HttpError(529), reply("done", input_tokens=120, output_tokens=9,
+                                    cache_read_tokens=30)]
+    route = route_by_system({"main": "senior analytics engineer"})
+    with FakeAnthropic(script, route=route) as fake:
+        for key, value in {**fake.env(), "CLAUDE_CODE_MAX_RETRIES": "0"}.items():
+            monkeypatch.setenv(key, value)
+        result = run([task], RunFolder.at(tmp_path, "c"), lambda: make_agent("claude"),
+                     agent="claude", model="claude-sonnet-4-5", verify_rounds=0, retries=2,
+                     timeout=90.0)["bakery001"]
+        answers = [r.answer for r in fake.conversation_requests("main")]
+        totals = fake.totals()
+    assert answers == ["error 529", "scripted"], answers
+    assert result.attempts == 2 and result.error is None, result.error
+    assert result.status is Status.FAILED and result.tables_total > 0  # scored the untouched db
+    usage = result.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens) == (120, 9, 30)
+    assert usage.input_tokens == totals["input_tokens"]
+    assert usage.by_model and usage.cost_usd_computed is not None and usage.cost_usd_computed > 0
+    lines = [json.loads(line) for line in
+             (tmp_path / "c" / "bakery001" / "transcript.jsonl").read_text().splitlines()]
+    assert sum(e["kind"] == "attempt" for e in lines) == 2
+    # Each session reported its own turns (the failed call counts as one): all are kept.
+    per_session = [e["data"]["num_turns"] for e in lines if e["kind"] == "ResultMessage"]
+    assert len(per_session) == 2 and usage.turns == sum(per_session), per_session
 
 
 def _cmdline(entry: Path) -> str:
