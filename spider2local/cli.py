@@ -253,16 +253,16 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     """Open a shell in a fresh workspace of TASK_ID, with the agent's PATH (dbt shim) and
     fake clock, for debugging by hand."""
     from spider2local.dataset import load_dataset
-    from spider2local.runsettings import suite_skills
     from spider2local.selection import select_tasks
-    from spider2local.shell import open_shell
+    from spider2local.shell import open_shell, shell_skills
 
     suite = _globals().load_suite()
     selection = select_tasks(load_dataset(suite), [task_id])
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
-    skills = suite_skills(suite.defaults, agent or suite.defaults.agent)
-    sys.exit(open_shell(selection.tasks[0], skills=skills, command=command, keep=keep))
+    task = selection.tasks[0]
+    skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
+    sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
 
 
 @cli.command("derive-dates")

@@ -22,11 +22,20 @@ from typing import TextIO
 from spider2local import workspace as ws_mod
 from spider2local.dataset import TaskSpec
 from spider2local.reaper import reap
+from spider2local.runsettings import RunSettings, suite_skills, task_skills
+from spider2local.suite import RunDefaults
 
 
 def shell_argv(command: str | None, env: dict[str, str]) -> list[str]:
     shell = env.get("SHELL") or os.environ.get("SHELL") or "/bin/sh"
     return [shell, "-c", command] if command is not None else [shell]
+
+
+def shell_skills(task: TaskSpec, defaults: RunDefaults, agent: str) -> tuple[str, ...]:
+    """Exactly the skills ``agent`` gets for ``task`` in a run: the suite's, plus the task's
+    own, minus its skip_skills (the runner's own rule, so the two cannot drift apart)."""
+    settings = RunSettings.from_defaults(defaults, suite_skills(defaults, agent), agent=agent)
+    return task_skills(task, settings)
 
 
 def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), command: str | None = None,

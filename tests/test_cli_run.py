@@ -192,6 +192,18 @@ def test_shell_command_runs_in_the_agents_environment(tmp_path: Path) -> None:
     assert workspace.name == "gym001" and not workspace.exists()  # removed afterwards
 
 
+def test_shell_gets_the_tasks_own_skills(tmp_path: Path) -> None:
+    (tmp_path / "tasks.toml").write_text(
+        '[dataset]\nroot = "sample"\n[run]\nagent = "claude"\n'
+        'skills = ["dbt-project-workflow", "duckdb-dialect"]\n'
+        '[tasks.gym001]\nskills = ["fixed-clock-dates"]\nskip_skills = ["duckdb-dialect"]\n')
+    proc = cli("shell", "gym001", "--command", "ls .claude/skills", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["dbt-project-workflow", "fixed-clock-dates"]
+    noop = cli("shell", "gym001", "--agent", "noop", "--command", "ls -a", cwd=tmp_path)
+    assert noop.returncode == 0 and ".claude" not in noop.stdout.split(), noop.stderr
+
+
 # -- slow: real dbt -------------------------------------------------------------------------
 @pytest.mark.slow
 def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(tmp_path: Path) -> None:

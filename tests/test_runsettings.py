@@ -10,7 +10,7 @@ import pytest
 
 from spider2local.dataset import TaskSpec, load_dataset
 from spider2local.exceptions import UserError
-from spider2local.runsettings import RunSettings, available_skills, check_skills
+from spider2local.runsettings import RunSettings, available_skills, check_skills, task_skills
 from spider2local.suite import Suite, TaskSettings
 
 
@@ -22,6 +22,16 @@ def task(tiny_dataset: Callable[..., Path], tmp_path: Path) -> TaskSpec:
 
 def with_skills(task: TaskSpec, **kw: tuple[str, ...]) -> TaskSpec:
     return dataclasses.replace(task, settings=TaskSettings(**kw))  # type: ignore[arg-type]
+
+
+def test_task_skills_add_the_tasks_own_and_drop_its_skips(task: TaskSpec) -> None:
+    run = RunSettings(agent="claude", skills=("a", "b", "c"))
+    merged = with_skills(task, skills=("d", "b"), skip_skills=("c", "d2"))
+    assert task_skills(merged, run) == ("a", "b", "d")  # run order, then the task's; no repeats
+    assert task_skills(with_skills(task, skip_skills=("a", "b", "c")), run) == ()
+    assert task_skills(task, run) == ("a", "b", "c")
+    # Only the Claude agent reads skills: others get a workspace without them.
+    assert task_skills(merged, RunSettings(agent="noop", skills=("a",))) == ()
 
 
 def test_installed_skills_are_listed() -> None:
