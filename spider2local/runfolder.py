@@ -27,6 +27,7 @@ from typing import Any
 from spider2local import __version__, resources
 from spider2local.exceptions import UserError
 from spider2local.results import TaskResult, load_result, write_json_atomic
+from spider2local.stale import remove_stale_workspaces
 
 MANIFEST = "run.json"
 RESULT = "result.json"
@@ -128,9 +129,14 @@ class RunFolder:
 
     def reset_task(self, task_id: str) -> Path:
         """Empty a task's folder before (re-)running it: an interrupted attempt leaves a partial
-        transcript and dbt logs that would otherwise mix with the new attempt's."""
+        transcript and dbt logs that would otherwise mix with the new attempt's.
+
+        A SIGKILLed run also left its workspace and the processes working in it (a dbt still
+        holding the database, a CLI): only this folder records where that workspace is, so
+        those are killed and removed first (see :mod:`.stale`)."""
         folder = self.task_dir(task_id)
         if folder.exists():
+            remove_stale_workspaces(folder)
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         return folder

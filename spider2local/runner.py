@@ -198,7 +198,7 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                    factory: AgentFactory, progress: Progress) -> TaskResult:
     """Run one task start to finish and write its result.json (the last thing written)."""
-    state = _Attempt(task, folder.reset_task(task.id))
+    state = _Attempt(task, await in_thread(folder.reset_task, task.id))
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(task.id)
     outcome, timed_out = AgentOutcome(), False

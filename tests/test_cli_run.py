@@ -287,13 +287,16 @@ def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
         if runner.poll() is None:
             runner.kill()
     kill_leftovers |= descendants(runner.pid)
-    for pid in kill_leftovers:  # the orphaned dbt of the killed run
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
     first = results(run_dir)
     assert list(first) == ["bakery001"]
+    attempt = json.loads((run_dir / "fleet001" / "transcript.jsonl").read_text().splitlines()[0])
+    stale = Path(attempt["data"]["workspace"])
+    assert stale.is_dir()
     proc = cli(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # The resume reaped what the killed run left running in its workspace, and removed it.
+    assert not stale.exists()
+    assert not [cmdline(p) for p in kill_leftovers if alive(p)]
     final = results(run_dir)
     assert {t: r["status"] for t, r in final.items()} == {"bakery001": "passed",
                                                          "fleet001": "passed"}

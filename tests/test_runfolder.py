@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from spider2local import workspace
 from spider2local.exceptions import UserError
 from spider2local.results import Status, TaskResult, save_result
 from spider2local.runfolder import (
@@ -19,6 +22,7 @@ from spider2local.runfolder import (
     open_run_dir,
     tree_sha256,
 )
+from spider2local.stale import PREFIX, recorded_workspaces
 
 
 def result(task_id: str, status: Status = Status.PASSED) -> TaskResult:
@@ -104,3 +108,43 @@ def test_open_run_dir_needs_a_manifest(tmp_path: Path) -> None:
         open_run_dir(tmp_path / "r")
     (tmp_path / "r" / "run.json").write_text(json.dumps({"run_id": "r"}))
     assert open_run_dir(tmp_path / "r").run_id == "r"
+
+
+def _sleeper(cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", "300"], cwd=cwd, start_new_session=True)
+
+
+def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) -> None:
+    """After a SIGKILL only the task folder names the old workspace: its processes are killed
+    and the folder deleted; a recorded path that is not a workspace is never touched."""
+    folder = RunFolder.at(tmp_path / "runs", "r1")
+    stale = tmp_path / f"{PREFIX}a-x1y2"
+    (stale / "a" / "models").mkdir(parents=True)
+    (stale / "a" / "models" / "ro.sql").write_text("select 1")
+    (stale / "a" / "models").chmod(0o500)  # agents can chmod: still removed
+    earlier = tmp_path / f"{PREFIX}a-first"  # a retried attempt's, named in the transcript
+    earlier.mkdir()
+    foreign = tmp_path / "not-a-workspace"
+    foreign.mkdir()
+    procs = [_sleeper(stale / "a"), _sleeper(foreign)]
+    try:
+        task_dir = folder.task_dir("a")
+        task_dir.mkdir(parents=True)
+        (task_dir / "workspace.json").write_text(json.dumps({"task": "a", "root": str(stale)}))
+        (task_dir / "transcript.jsonl").write_text("".join(
+            json.dumps({"kind": "attempt", "data": {"workspace": str(p)}}) + "\n"
+            for p in (earlier, foreign)) + "not json\n")
+        assert recorded_workspaces(task_dir) == [stale, earlier, foreign]
+        folder.reset_task("a")
+        assert procs[0].wait(5) == -signal.SIGKILL
+        assert not stale.exists() and not earlier.exists()
+        assert foreign.is_dir() and procs[1].poll() is None
+        assert list(folder.task_dir("a").iterdir()) == []
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_stale_prefix_is_the_workspace_prefix() -> None:
+    assert PREFIX == workspace.PREFIX
