@@ -15,6 +15,7 @@ from typing import Any
 from spider2local.dataset import Dataset
 from spider2local.results import Stage, Status, TaskResult, save_result
 from spider2local.runfolder import RunFolder
+from spider2local.runlock import run_lock
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,10 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
 
 
 def rescore_run(folder: RunFolder, data: Dataset) -> list[Rescored]:
-    """Re-score every finished task of the run from its kept database, never re-running it."""
-    return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
+    """Re-score every finished task of the run from its kept database, never re-running it
+    (under the run's lock: a run still writing results must not be re-scored meanwhile)."""
+    with run_lock(folder):
+        return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
 
 
 def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:

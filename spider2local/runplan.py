@@ -30,6 +30,7 @@ from spider2local.runfolder import (
     finish_manifest,
     new_run_id,
 )
+from spider2local.runlock import run_lock
 from spider2local.runner import AgentFactory, run_tasks
 from spider2local.runsettings import RunSettings, check_skills, suite_skills
 from spider2local.selection import Selection, parse_shard, select_tasks
@@ -93,9 +94,28 @@ def _selected(plan: RunPlan) -> list[SelectedTask]:
 
 
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
-    """Write the manifest, run what is not finished yet, stop cleanly on SIGINT/SIGTERM."""
+    """Under the run's lock: write the manifest, run what is not finished yet, stop cleanly on
+    SIGINT/SIGTERM."""
     folder, settings = plan.folder, plan.settings
     folder.create()
+    with run_lock(folder):
+        manifest = _start_manifest(plan)
+        done = set(folder.results())
+        todo = [t for t in plan.selection.tasks if t.id not in done]
+        already = tuple(t.id for t in plan.selection.tasks if t.id in done)
+        progress.run_started(folder.run_id, todo=len(todo), already_done=already,
+                             skipped=plan.selection.skipped)
+        ran: dict[str, TaskResult] = {}
+        _, interrupted = await until_signal(
+            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran))
+        folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
+    return RunOutcome(folder, ran, already, interrupted)
+
+
+def _start_manifest(plan: RunPlan) -> dict[str, Any]:
+    """The manifest of this invocation, written before any task starts; a resume must match
+    the run's first settings and keeps every task selected so far."""
+    folder, settings = plan.folder, plan.settings
     previous = folder.read_manifest()
     manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
                               settings=settings.to_json(), suite_path=plan.suite_path,
@@ -104,16 +124,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     check_resumable(previous, manifest, folder)
     manifest["tasks"] = merged_tasks(previous, manifest["tasks"])
     folder.write_manifest(manifest)
-    done = set(folder.results())
-    todo = [t for t in plan.selection.tasks if t.id not in done]
-    already = tuple(t.id for t in plan.selection.tasks if t.id in done)
-    progress.run_started(folder.run_id, todo=len(todo), already_done=already,
-                         skipped=plan.selection.skipped)
-    ran: dict[str, TaskResult] = {}
-    _, interrupted = await until_signal(
-        lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran))
-    folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
-    return RunOutcome(folder, ran, already, interrupted)
+    return manifest
 
 
 def run_plan_sync(plan: RunPlan, progress: Progress) -> RunOutcome:
