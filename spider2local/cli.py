@@ -153,25 +153,14 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.dataset import load_dataset
-    from spider2local.progress import Progress
-    from spider2local.report import load_report, render_report, report_json
-    from spider2local.runplan import plan_run, run_plan_sync
+    from spider2local.runcommands import run_command
+    from spider2local.runplan import plan_run
 
     suite = _globals().load_suite()
     plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], **overrides)
-    outcome = run_plan_sync(plan, Progress())
-    report = load_report(outcome.folder)
-    if as_json:
-        _echo_json(report_json(report))
-    else:
-        click.echo(render_report(report))
-        click.echo(f"run folder: {outcome.folder.root}")
-    if outcome.interrupted:
-        click.echo("interrupted: run the same command with --run-id "
-                   f"{outcome.folder.run_id} to resume", err=True)
-        sys.exit(130)
+    sys.exit(run_command(plan, as_json))
 
 
 @cli.command()
@@ -190,10 +179,11 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
           cols: str | None, ignore_order: str | None, as_json: bool) -> None:
     """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
     or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
-    [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails."""
+    [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails; for a run
+    folder, exit 1 when no task could be re-scored."""
     from spider2local.dataset import load_dataset
-    from spider2local.report import load_report, render_report, report_json
-    from spider2local.rescore import rescore_run, run_dataset_source
+    from spider2local.rescore import run_dataset_source
+    from spider2local.runcommands import score_command
     from spider2local.runfolder import open_run_dir
 
     if not target.is_dir():
@@ -208,12 +198,7 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     g = _globals()
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
-    rescored = rescore_run(folder, load_dataset(g.load_suite()))
-    for item in rescored:
-        if item.result is None:
-            click.echo(f"{item.task_id}: not re-scorable: {item.reason}", err=True)
-    report = load_report(folder)
-    _echo_json(report_json(report)) if as_json else click.echo(render_report(report))
+    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json))
 
 
 def _score_file(db: Path, task_id: str | None, as_json: bool) -> None:

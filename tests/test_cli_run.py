@@ -192,6 +192,21 @@ def test_shell_command_runs_in_the_agents_environment(tmp_path: Path) -> None:
     assert workspace.name == "gym001" and not workspace.exists()  # removed afterwards
 
 
+def test_score_run_dir_exits_1_when_nothing_could_be_rescored(tmp_path: Path) -> None:
+    for run_id, keep in (("plain", ()), ("kept", ("--keep-db",))):
+        proc = cli("run", "bakery001", "--agent", "noop", "--runs-dir", "runs", "--run-id",
+                   run_id, *keep, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    plain = cli("score", "runs/plain", cwd=tmp_path)
+    assert plain.returncode == 1, plain.stderr
+    assert "bakery001: not re-scorable: no kept database" in plain.stderr
+    assert "nothing re-scored: no task of" in plain.stderr
+    assert "tasks passed 0/1" in plain.stdout  # the report is still printed
+    kept = cli("score", "runs/kept", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert "nothing re-scored" not in kept.stderr
+
+
 def test_shell_gets_the_tasks_own_skills(tmp_path: Path) -> None:
     (tmp_path / "tasks.toml").write_text(
         '[dataset]\nroot = "sample"\n[run]\nagent = "claude"\n'

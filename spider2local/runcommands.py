@@ -1,0 +1,69 @@
+"""The bodies of ``spider2local run`` and ``score RUN_DIR``: run or re-score, print the report,
+choose the exit code.
+
+Kept out of cli.py so the command line module stays declarations (options, help, error
+handling) and these rules can be read in one place: ``run`` exits 0 when the run completed
+whatever the verdicts and 130 when interrupted; ``score RUN_DIR`` exits 1 when not a single
+task could be re-scored, because a report that silently kept every old verdict would look like
+a successful re-score.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from spider2local.dataset import Dataset
+from spider2local.progress import Progress
+from spider2local.report import load_report, render_report, report_json
+from spider2local.rescore import rescore_run
+from spider2local.runfolder import RunFolder
+from spider2local.runplan import RunPlan, run_plan_sync
+
+INTERRUPTED = 130
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def print_report(folder: RunFolder, as_json: bool) -> None:
+    report = load_report(folder)
+    if as_json:
+        _out(json.dumps(report_json(report), indent=2, default=str))
+    else:
+        _out(render_report(report))
+
+
+def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
+    """Run ``plan``, print the final report; returns the exit code."""
+    outcome = run_plan_sync(plan, progress or Progress())
+    print_report(outcome.folder, as_json)
+    if not as_json:
+        _out(f"run folder: {outcome.folder.root}")
+    if outcome.interrupted:
+        _err(f"interrupted: run the same command with --run-id {outcome.folder.run_id} "
+             "to resume")
+        return INTERRUPTED
+    return 0
+
+
+def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
+    """Re-score ``folder`` from its kept databases, print the report; returns the exit code."""
+    rescored = rescore_run(folder, data)
+    for item in rescored:
+        if item.result is None:
+            _err(f"{item.task_id}: not re-scorable: {item.reason}")
+    print_report(folder, as_json)
+    done = sum(item.result is not None for item in rescored)
+    if not done:
+        why = "no finished task" if not rescored else "no task"
+        _err(f"nothing re-scored: {why} of {folder.root} could be re-scored "
+             "(kept databases come from `run --keep-db`)")
+        return 1
+    return 0
+
