@@ -133,7 +133,8 @@ AGENT_CHOICES = ("noop", "reference", "replay", "claude")
               help="For --agent replay: a folder with one sub-folder of files per task id.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds per task; its processes are killed at the deadline.")
+              help="Seconds per task for the agent stage (the dbt runs it starts "
+                   "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
 @click.option("--max-turns", type=click.IntRange(min=1))
 @click.option("--model")
