@@ -52,8 +52,8 @@ class RunSettings:
             "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
             "verify_rounds": defaults.verify_rounds, "skills": tuple(skills)}
         base.update({k: v for k, v in overrides.items() if v is not None})
-        if base["agent"] != "claude" and overrides.get("model") is None:
-            base["model"] = None  # only the Claude agent has a model; don't record a fake one
+        if base["agent"] != "claude":
+            base["model"] = None  # only the Claude agent has a model (even if --model is given)
         return cls(**base)
 
 

@@ -11,7 +11,7 @@ import pytest
 from spider2local.dataset import TaskSpec, load_dataset
 from spider2local.exceptions import UserError
 from spider2local.runsettings import RunSettings, available_skills, check_skills, task_skills
-from spider2local.suite import Suite, TaskSettings
+from spider2local.suite import RunDefaults, Suite, TaskSettings
 
 
 @pytest.fixture
@@ -32,6 +32,18 @@ def test_task_skills_add_the_tasks_own_and_drop_its_skips(task: TaskSpec) -> Non
     assert task_skills(task, run) == ("a", "b", "c")
     # Only the Claude agent reads skills: others get a workspace without them.
     assert task_skills(merged, RunSettings(agent="noop", skills=("a",))) == ()
+
+
+def test_command_line_over_suite_defaults_and_no_model_without_an_llm() -> None:
+    defaults = RunDefaults(jobs=4, timeout=60.0, model="claude-a")
+    claude = RunSettings.from_defaults(defaults, ("s",), agent="claude", jobs=None, timeout=9.0)
+    assert (claude.jobs, claude.timeout, claude.model, claude.skills) == (4, 9.0, "claude-a",
+                                                                          ("s",))
+    assert RunSettings.from_defaults(defaults, (), agent="claude", model="claude-b").model == \
+        "claude-b"
+    # A non-LLM agent has no model: a run.json naming one would describe a model never used.
+    assert RunSettings.from_defaults(defaults, (), agent="noop").model is None
+    assert RunSettings.from_defaults(defaults, (), agent="noop", model="claude-b").model is None
 
 
 def test_installed_skills_are_listed() -> None:
