@@ -34,8 +34,13 @@ class Globals:
         return load_suite(self.suite or default_suite_path()).with_dataset(self.dataset)
 
 
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
+
+
 class _Group(click.Group):
-    """Turns :class:`UserError` into a one-line message and exit code 2, never a traceback."""
+    """Turns :class:`UserError` into a one-line message and exit code 2, never a traceback;
+    Ctrl-C outside a run (a run handles it itself) into "interrupted" and exit code 130."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -44,6 +49,9 @@ class _Group(click.Group):
             one_line = " ".join(str(exc).split())  # library messages may span lines
             click.echo(f"spider2local: error: {one_line}", err=True)
             ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("\nspider2local: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
 
 
 def _set_suite(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:

@@ -169,6 +169,28 @@ def test_unknown_skill_in_the_suite_fails_before_anything(tmp_path: Path) -> Non
     assert not (tmp_path / "runs").exists()
 
 
+def test_ctrl_c_before_the_run_starts_is_exit_130_without_traceback(tmp_path: Path) -> None:
+    # The suite file is a FIFO nobody writes: the CLI blocks reading it, before any run starts
+    # (as it can while a sample suite is built on first use), and gets Ctrl-C there.
+    os.mkfifo(tmp_path / "tasks.toml")
+    proc = subprocess.Popen([sys.executable, "-m", "spider2local", "run", "--agent", "noop",
+                             "--suite", "tasks.toml"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(lambda: "partner" in Path(f"/proc/{proc.pid}/wchan").read_text()
+                 or "fifo" in Path(f"/proc/{proc.pid}/wchan").read_text(), 60,
+                 "the CLI to block on the suite file")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "spider2local: interrupted" and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_keep_prints_the_workspace_and_leaves_it(tmp_path: Path) -> None:
     proc = cli("run", "bakery001", "--agent", "noop", "--keep", "--runs-dir", "runs",
                cwd=tmp_path)
