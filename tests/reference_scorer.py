@@ -60,9 +60,15 @@ def column_lists(frame: pd.DataFrame) -> list[list[Any]]:
 def gold_column_flags(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Sequence[int],
                       ignore_order: bool) -> list[bool]:
     """For each graded gold column: does some prediction column agree with it?"""
+    return flags_against(column_lists(pred), gold, condition_cols, ignore_order)
+
+
+def flags_against(pred_lists: list[list[Any]], gold: pd.DataFrame,
+                  condition_cols: Sequence[int], ignore_order: bool) -> list[bool]:
+    """:func:`gold_column_flags` with the prediction's column lists already built (they do not
+    depend on the grading, so tests grading one pair several ways build them once)."""
     cols = list(condition_cols)
     graded = gold.iloc[:, cols] if cols != [] else gold
-    pred_lists = column_lists(pred)
     return [any(lists_agree(g, p, ignore_order) for p in pred_lists)
             for g in column_lists(graded)]
 

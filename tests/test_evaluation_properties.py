@@ -1,25 +1,34 @@
 """Property tests: the fast scorer reaches upstream's verdict on every generated case.
 
-Tables are generated as typed SQL and loaded into real DuckDB (in memory, or as files for the
-database-level test), then read with ``fetchdf`` exactly as upstream reads them. The oracle is
+Tables are drawn with Hypothesis strategies (so a failure shrinks to a small table pair), written
+as typed SQL and loaded into real DuckDB (in memory, or as files for the database-level test),
+then read with ``fetchdf`` exactly as upstream reads them. The oracle is
 tests/reference_scorer.py, a literal restatement of upstream. Result tables are derived from
 gold tables the way agents get things slightly wrong: other types (int vs double vs decimal vs
-text, date vs timestamp), values nudged just inside or just outside the 0.01 tolerance, NULLs
-moved, rows shuffled, dropped or duplicated, columns shuffled, renamed, dropped or added.
+text vs bool, date vs timestamp), values nudged just inside or just outside the 0.01 tolerance,
+NULLs moved, rows shuffled, dropped or duplicated, columns shuffled, renamed, dropped or added.
+
+In-memory frames are cheap, so most examples go there; database files cost a few hundred
+milliseconds each, so that test draws fewer. Every example is counted, and the module's
+teardown asserts that each test ran its planned number (together at least 5,000 generated
+examples); ``pytest -s`` prints the counts, ``--hypothesis-show-statistics`` shows them too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
-import random
 import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pandas as pd
+import pytest
 import reference_scorer as ref
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -27,7 +36,6 @@ from hypothesis import strategies as st
 from spider2local.dataset import EvalParams
 from spider2local.evaluation import score_database
 from spider2local.evaluation.columns import frame_columns
-from spider2local.evaluation.official import sort_key
 from spider2local.evaluation.reader import TableRead
 from spider2local.evaluation.score import match_columns, score_table
 
@@ -36,10 +44,10 @@ FLOAT_TYPES = ["DOUBLE", "FLOAT", "DECIMAL(18,3)"]
 TIME_TYPES = ["DATE", "TIMESTAMP"]
 RARE_TYPES = ["TIMESTAMPTZ", "TIMESTAMP_NS", "TIME", "INTERVAL", "BLOB"]
 
-INTS = [-12, -10, -9, -2, -1, 0, 1, 2, 3, 9, 10, 11, 100, 10**15, 2**53 + 1]
-FLOATS = [0.1, 0.2, 0.3, 0.30000000000000004, 1.5, -1.5, 2.675, 9.5, 10.0, 1e16, 1e-5, -0.0,
-          0.0, 1.0, 1.004, 1.011, 12345678.9, math.nan, math.inf, -math.inf, 1e300]
-DECIMALS = [0.1, 1.5, -2.675, 10.0, 9.5, 0.0, 1.004, 12345.678]
+INTS = [0, 1, -1, 2, -2, 3, 9, 10, 11, -9, -10, -12, 100, 10**15, 2**53 + 1]
+FLOATS = [0.0, 1.0, 0.1, 0.2, 0.3, 0.30000000000000004, 1.5, -1.5, 2.675, 9.5, 10.0, 1e16,
+          1e-5, -0.0, 1.004, 1.011, 12345678.9, math.nan, math.inf, -math.inf, 1e300]
+DECIMALS = [0.0, 0.1, 1.5, -2.675, 10.0, 9.5, 1.004, 12345.678]
 STRINGS = ["a", "b", "A", "10", "9", "10.0", "", "nan", "None", "<NA>", "True", "é", "2020-01-01",
            "2020-01-01 00:00:00", "z z"]
 DAYS = [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2), dt.datetime(2019, 12, 31),
@@ -47,6 +55,34 @@ DAYS = [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2), dt.datetime(2019, 12, 
 MOMENTS = [*DAYS, dt.datetime(2020, 1, 1, 10, 30), dt.datetime(2020, 1, 1, 0, 0, 0, 500000),
            dt.datetime(2020, 1, 1, 23, 59, 59)]
 OLD_DAY = dt.datetime(900, 1, 1)
+
+VERDICT_EXAMPLES = 4000
+VALUE_EXAMPLES = 1000
+DATABASE_EXAMPLES = 40
+PLANNED = {"test_fast_column_verdicts_equal_reference": VERDICT_EXAMPLES,
+           "test_values_and_sort_order_equal_upstreams": VALUE_EXAMPLES,
+           "test_database_verdicts_equal_reference": DATABASE_EXAMPLES}
+EXAMPLES: Counter[str] = Counter()
+"""Examples each property test actually ran (its body was entered), checked at teardown."""
+FAILED: set[str] = set()
+SETTINGS: dict[str, Any] = {"deadline": None, "derandomize": False,
+                            "suppress_health_check": [HealthCheck.too_slow,
+                                                      HealthCheck.data_too_large]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _examples_ran() -> Iterator[None]:
+    """Demonstrates the example count: every property test that ran reached its plan."""
+    yield
+    for name, count in sorted(EXAMPLES.items()):
+        print(f"{name}: {count} generated examples")
+    short = {name: count for name, count in EXAMPLES.items()
+             if count < PLANNED[name] and name not in FAILED}
+    assert not short, f"fewer generated examples than planned {PLANNED}: {short}"
+
+
+def test_planned_examples_total_at_least_5000() -> None:
+    assert sum(PLANNED.values()) >= 5000
 
 
 @dataclass(frozen=True)
@@ -120,89 +156,196 @@ def literal(value: Any, sql_type: str) -> str:
     return "NULL"
 
 
-def gold_type(rng: random.Random, family: str) -> str:
-    if family == "num":
-        return rng.choice([*INT_TYPES, *FLOAT_TYPES, "BOOLEAN"])
-    if family == "time":
-        return rng.choice(TIME_TYPES)
-    if family == "str":
-        return "VARCHAR"
-    return rng.choice(RARE_TYPES)
+TENTHS = st.integers(0, 9)
 
 
-def table_pair(rng: random.Random) -> tuple[list[Col], list[Col]]:
-    """A gold table and a result table derived from it."""
-    rows = rng.randint(0, 7)
-    shape = rng.choice(["num", "num", "mixed", "mixed", "mixed", "time", "str"])
-    families = {"num": ["num"], "time": ["time"], "str": ["str"],
-                "mixed": ["num", "num", "str", "time", "other"]}[shape]
-    gold = []
-    for i in range(rng.randint(1, 4)):
-        sql_type = gold_type(rng, rng.choice(families))
-        pool = _pool(sql_type)
-        null_rate = rng.choice([0.0, 0.0, 0.2, 1.0])
-        values = tuple(None if rng.random() < null_rate else rng.choice(pool)
-                       for _ in range(rows))
-        gold.append(Col(f"c{i}", sql_type, values))
-    return gold, derived_result(rng, gold, rows)
+def _chance(draw: st.DrawFn, tenths: int) -> bool:
+    """True with about ``tenths``/10 probability; shrinks to False (the simpler case)."""
+    return draw(TENTHS) >= 10 - tenths
 
 
-def derived_result(rng: random.Random, gold: list[Col], rows: int) -> list[Col]:
-    order = list(range(rows))
-    if rng.random() < 0.5:
-        rng.shuffle(order)
-    change = rng.choice(["none"] * 8 + ["drop", "dup"])
+# Strategies are built once per parameter set (functools.cache): building and validating a new
+# strategy object on every draw cost more than the whole comparison.
+
+@functools.cache
+def _pool_values(sql_type: str) -> st.SearchStrategy[Any]:
+    """Edge values of the type's pool (shrinking towards its first, simplest entry), plus
+    freely generated ones for the common types."""
+    pool = st.sampled_from(_pool(sql_type))
+    if sql_type in ("BIGINT", "HUGEINT"):
+        return pool | st.integers(-(10**6), 10**6)
+    if sql_type in ("DOUBLE", "FLOAT"):
+        return pool | st.floats(-1e6, 1e6).map(lambda x: round(x, 3))
+    if sql_type == "DECIMAL(18,3)":
+        return pool | st.decimals(-1000, 1000, places=3).map(float)
+    if sql_type == "VARCHAR":
+        return pool | st.text("aAb9 .-_é", max_size=4)
+    return pool
+
+
+@functools.cache
+def _column_values(sql_type: str, nulls: str, rows: int) -> st.SearchStrategy[list[Any]]:
+    """``rows`` values of ``sql_type``: no NULLs, about one in five NULL, or all NULL."""
+    value = _pool_values(sql_type) if nulls != "all" else st.none()
+    if nulls == "some":
+        value = st.builds(lambda k, v: None if k >= 8 else v, TENTHS, value)
+    return st.lists(value, min_size=rows, max_size=rows)
+
+
+FAMILY_TYPES = {family: st.sampled_from(types) for family, types in (
+    ("num", [*INT_TYPES, *FLOAT_TYPES, "BOOLEAN"]), ("time", TIME_TYPES), ("str", ["VARCHAR"]),
+    ("other", RARE_TYPES))}
+SHAPES = {"num": ["num"], "time": ["time"], "str": ["str"],
+          "mixed": ["num", "str", "time", "other"]}
+SHAPE = st.sampled_from(list(SHAPES))
+SHAPE_FAMILIES = {shape: st.sampled_from(families) for shape, families in SHAPES.items()}
+NULLS = st.sampled_from(["none", "some", "all"])
+ROWS = st.integers(0, 7)
+WIDTH = st.integers(1, 4)
+
+
+@st.composite
+def gold_table(draw: st.DrawFn) -> list[Col]:
+    """All-numeric, all-time, all-text or mixed tables (frame typing depends on the mix).
+    Values come from small pools, so duplicates are common."""
+    rows, shape = draw(ROWS), draw(SHAPE)
+    table = []
+    for i in range(draw(WIDTH)):
+        sql_type = draw(FAMILY_TYPES[draw(SHAPE_FAMILIES[shape])])
+        values = draw(_column_values(sql_type, draw(NULLS), rows))
+        table.append(Col(f"c{i}", sql_type, tuple(values)))
+    return table
+
+
+GOLD_TABLES = gold_table()
+
+
+@functools.cache
+def _permutation(size: int) -> st.SearchStrategy[list[int]]:
+    return st.permutations(range(size))
+
+
+@functools.cache
+def _index(size: int) -> st.SearchStrategy[int]:
+    return st.integers(0, size - 1)
+
+
+ROW_CHANGE = st.sampled_from(["none"] * 8 + ["drop", "dup"])
+
+
+def _row_order(draw: st.DrawFn, rows: int) -> list[int]:
+    """Which gold rows the result holds, in what order: shuffled, one lost or one repeated."""
+    order = draw(_permutation(rows)) if _chance(draw, 5) else list(range(rows))
+    change = draw(ROW_CHANGE)
     if change == "drop" and order:
-        order = order[:-1]
-    elif change == "dup" and order:
-        order = [*order, order[0]]
-    result = []
-    for col in gold:
-        if rng.random() < 0.1:
-            continue  # the agent lost this column
-        values = nudged(rng, [col.values[i] for i in order])
-        name = col.name if rng.random() < 0.8 else col.name + "_x"
-        result.append(Col(name, retyped(rng, col.sql_type), tuple(values)))
-    for extra in range(rng.randint(0, 2)):
-        sql_type = gold_type(rng, rng.choice(["num", "str", "time"]))
-        pool = [*_pool(sql_type), None]
-        result.append(Col(f"extra{extra}", sql_type, tuple(rng.choice(pool) for _ in order)))
-    if not result:
-        result.append(Col("only", "INTEGER", tuple(1 for _ in order)))
-    rng.shuffle(result)
-    return result
+        return order[:-1]
+    if change == "dup" and order:
+        return [*order, order[draw(_index(len(order)))]]
+    return order
 
 
-def nudged(rng: random.Random, values: list[Any]) -> list[Any]:
-    """Maybe change one value: inside or outside tolerance, to NULL, from NULL, or another one."""
-    if not values or rng.random() < 0.6:
+HOW = st.sampled_from(["delta", "null", "other"])
+DELTAS = st.sampled_from([0.0099, 0.0101, 0.004, 0.02, 1e-7, None]) | st.floats(-0.02, 0.02)
+"""Just inside and just outside the 0.01 tolerance; None: a relative nudge of 2e-9."""
+TIME_DELTAS = st.sampled_from([dt.timedelta(seconds=1), dt.timedelta(days=1)])
+
+
+def _nudged(draw: st.DrawFn, values: list[Any]) -> list[Any]:
+    """Maybe change one value: inside or outside tolerance, to NULL, or to another one."""
+    if not values or not _chance(draw, 4):
         return values
-    i = rng.randrange(len(values))
-    value = values[i]
-    out = list(values)
-    how = rng.choice(["null", "delta", "delta", "other"])
+    i = draw(_index(len(values)))
+    value, out = values[i], list(values)
+    how = draw(HOW)
     if how == "null":
         out[i] = None
     elif how == "delta" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        out[i] = float(value) + rng.choice([0.004, 0.0099, 0.0101, 0.02, 1e-7, abs(value) * 2e-9])
+        delta = draw(DELTAS)
+        out[i] = float(value) + (abs(value) * 2e-9 if delta is None else delta)
     elif how == "delta" and isinstance(value, dt.datetime):
-        out[i] = value + rng.choice([dt.timedelta(seconds=1), dt.timedelta(days=1)])
+        out[i] = value + draw(TIME_DELTAS)
     elif how == "delta" and isinstance(value, str):
         out[i] = value.upper() if value != value.upper() else value + "!"
     else:
-        out[i] = rng.choice([v for v in values if v is not None] or [None])
+        present = [v for v in values if v is not None] or [None]
+        out[i] = present[draw(_index(len(present)))]
     return out
 
 
-def retyped(rng: random.Random, sql_type: str) -> str:
-    if rng.random() < 0.6:
+NUMERIC_RETYPES = st.sampled_from(["BIGINT", "DOUBLE", "DECIMAL(18,3)", "VARCHAR", "FLOAT",
+                                   "HUGEINT", "BOOLEAN"])
+TIME_RETYPES = st.sampled_from(["DATE", "TIMESTAMP", "VARCHAR", "TIMESTAMPTZ"])
+
+
+def _retyped(draw: st.DrawFn, sql_type: str) -> str:
+    """Often the same type; else another of its kind (or text): bool vs int, date vs
+    timestamp, decimal vs double, numbers or dates stored as text."""
+    if not _chance(draw, 4):
         return sql_type
     if sql_type in INT_TYPES or sql_type in FLOAT_TYPES or sql_type == "BOOLEAN":
-        return rng.choice(["BIGINT", "DOUBLE", "DECIMAL(18,3)", "VARCHAR", "FLOAT", "HUGEINT",
-                           "BOOLEAN"])
+        return draw(NUMERIC_RETYPES)
     if sql_type in TIME_TYPES or sql_type in ("TIMESTAMPTZ", "TIMESTAMP_NS"):
-        return rng.choice(["DATE", "TIMESTAMP", "VARCHAR", "TIMESTAMPTZ"])
+        return draw(TIME_RETYPES)
     return sql_type
+
+
+EXTRAS = st.integers(0, 2)
+EXTRA_FAMILY = st.sampled_from(["num", "str", "time"])
+
+
+@functools.cache
+def _extra_values(sql_type: str, rows: int) -> st.SearchStrategy[list[Any]]:
+    return st.lists(st.none() | _pool_values(sql_type), min_size=rows, max_size=rows)
+
+
+def _result_table(draw: st.DrawFn, gold: list[Col]) -> list[Col]:
+    """A result derived from ``gold``: rows reordered or changed, columns lost, renamed,
+    retyped, nudged, extra columns added, and the columns shuffled."""
+    order = _row_order(draw, len(gold[0].values))
+    result = []
+    for col in gold:
+        if _chance(draw, 1):
+            continue  # the agent lost this column
+        values = _nudged(draw, [col.values[i] for i in order])
+        name = col.name + "_x" if _chance(draw, 2) else col.name
+        result.append(Col(name, _retyped(draw, col.sql_type), tuple(values)))
+    for extra in range(draw(EXTRAS)):
+        sql_type = draw(FAMILY_TYPES[draw(EXTRA_FAMILY)])
+        values = draw(_extra_values(sql_type, len(order)))
+        result.append(Col(f"extra{extra}", sql_type, tuple(values)))
+    if not result:
+        result.append(Col("only", "INTEGER", tuple(1 for _ in order)))
+    return [result[i] for i in draw(_permutation(len(result)))]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A gold table, a result derived from it, and gold column positions to grade."""
+
+    gold: list[Col]
+    result: list[Col]
+    subset: tuple[int, ...]
+    """Random positions, negative and repeated ones included, as ``iloc`` allows."""
+    single: int
+
+    def gradings(self) -> list[tuple[tuple[int, ...], bool]]:
+        """Six gradings: every column, the subset, one column; each with order kept and
+        ignored."""
+        return [(cols, ignore) for cols in ((), self.subset, (self.single,))
+                for ignore in (True, False)]
+
+
+@functools.cache
+def _positions(width: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(-width, width - 1), min_size=1, max_size=width)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    gold = draw(GOLD_TABLES)
+    width = len(gold)
+    subset = tuple(draw(_positions(width)))
+    return Case(gold, _result_table(draw, gold), subset, draw(_index(width)))
 
 
 def select_sql(cols: list[Col]) -> str:
@@ -223,14 +366,7 @@ def create_table(con: duckdb.DuckDBPyConnection, name: str, cols: list[Col]) -> 
     con.execute(f"CREATE TABLE {name} AS {select_sql(cols)}")
 
 
-def condition_variants(rng: random.Random, width: int) -> list[tuple[tuple[int, ...], bool]]:
-    """Six gradings of one table pair: all columns, a random subset (with negative and repeated
-    positions, as ``iloc`` allows), one column; each with order kept and ignored."""
-    subset = tuple(rng.randint(-width, width - 1) for _ in range(rng.randint(1, width)))
-    single = (rng.randrange(width),)
-    return [(cols, ignore) for cols in ((), subset, single) for ignore in (True, False)]
-
-
+CASES = cases()
 _MEMORY = duckdb.connect()
 
 
@@ -243,71 +379,97 @@ def _typed(values: list[Any]) -> list[tuple[type, str]]:
     return [(type(v), repr(v)) for v in values]
 
 
-SEEDS = st.integers(0, 2**63)
+def _counted(test: Callable[..., None]) -> Callable[..., None]:
+    """Counts the examples a property test's body really ran (see ``_examples_ran``)."""
+
+    @functools.wraps(test)
+    def run(**kwargs: Any) -> None:
+        EXAMPLES[test.__name__] += 1
+        try:
+            test(**kwargs)
+        except BaseException:
+            FAILED.add(test.__name__)  # its own failure is the report; no count check then
+            raise
+
+    return run
 
 
-@settings(max_examples=900, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=SEEDS)
-def test_fast_column_verdicts_equal_reference(seed: int) -> None:
+@settings(max_examples=VERDICT_EXAMPLES, **SETTINGS)
+@given(case=CASES)
+@_counted
+def test_fast_column_verdicts_equal_reference(case: Case) -> None:
     """Six verdict comparisons per example, per gold column (stronger than per table)."""
-    rng = random.Random(seed)
-    gold, pred = _frames(*table_pair(rng))
-    pred_columns = frame_columns(pred)
-    for cols, ignore in condition_variants(rng, gold.shape[1]):
-        expected = ref.gold_column_flags(pred, gold, cols, ignore)
+    gold, pred = _frames(case.gold, case.result)
+    pred_columns, pred_lists = frame_columns(pred), ref.column_lists(pred)
+    for cols, ignore in case.gradings():
+        expected = ref.flags_against(pred_lists, gold, cols, ignore)
         graded = frame_columns(gold.iloc[:, list(cols)] if cols else gold)
         found = [m is not None for m in match_columns(graded, pred_columns, ignore)]
         assert found == expected, (cols, ignore, gold.dtypes.tolist(), pred.dtypes.tolist())
         if not cols:  # the whole table path, diagnostics included, must agree and not crash
             assert score_table("t", gold, TableRead(pred), cols, ignore).passed == all(expected)
         event(f"verdict {'pass' if all(expected) else 'fail'}")
+    event("rows: none" if gold.empty else
+          "rows: result length differs" if len(gold) != len(pred) else "rows: same length")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=SEEDS)
-def test_values_and_sort_order_equal_upstreams(seed: int) -> None:
+@settings(max_examples=VALUE_EXAMPLES, **SETTINGS)
+@given(case=CASES)
+@_counted
+def test_values_and_sort_order_equal_upstreams(case: Case) -> None:
     """Every column carries upstream's exact Python values (type and repr) in both orders."""
-    for frame in _frames(*table_pair(random.Random(seed))):
+    for frame in _frames(case.gold, case.result):
         literal_lists = ref.column_lists(frame) if len(frame) else [[] for _ in frame.columns]
         for column, expected in zip(frame_columns(frame), literal_lists, strict=True):
             assert _typed(column.sequence(False)) == _typed(expected), frame.dtypes.tolist()
-            assert _typed(column.sequence(True)) == _typed(sorted(expected, key=sort_key))
+            assert _typed(column.sequence(True)) == _typed(sorted(expected, key=ref.upstream_key))
 
 
-def database_case(rng: random.Random) -> tuple[list[tuple[str, list[Col], list[Col] | None]],
-                                               list[tuple[int, ...]], list[bool]]:
-    tables: list[tuple[str, list[Col], list[Col] | None]] = []
-    cols: list[tuple[int, ...]] = []
-    orders: list[bool] = []
-    for t in range(rng.randint(2, 4)):
-        gold, result = table_pair(rng)
-        kept = result if rng.random() < 0.85 else None  # sometimes the table is missing
-        tables.append((f"t{t}", gold, kept))
+@dataclass(frozen=True)
+class DbTable:
+    name: str
+    gold: list[Col]
+    result: list[Col] | None
+    """None: the result database lacks this table."""
+    cols: tuple[int, ...]
+    ignore_order: bool
+
+
+@st.composite
+def database_tables(draw: st.DrawFn) -> list[DbTable]:
+    """Two to four graded tables; sometimes one is missing from the result."""
+    tables = []
+    for t in range(draw(st.integers(2, 4))):
+        gold = draw(GOLD_TABLES)
+        result = None if _chance(draw, 1) else _result_table(draw, gold)
         width = len(gold)
-        cols.append(rng.choice([(), tuple(range(width)), (width - 1,), (0,)]))
-        orders.append(rng.random() < 0.5)
-    return tables, cols, orders
+        cols = draw(st.sampled_from([(), tuple(range(width)), (width - 1,), (0,)]))
+        tables.append(DbTable(f"t{t}", gold, result, cols, draw(st.booleans())))
+    return tables
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=SEEDS, as_view=st.booleans())
-def test_database_verdicts_equal_reference(seed: int, as_view: bool) -> None:
+@settings(max_examples=DATABASE_EXAMPLES, **SETTINGS)
+@given(tables=database_tables(), as_view=st.booleans())
+@_counted
+def test_database_verdicts_equal_reference(tables: list[DbTable], as_view: bool) -> None:
     """Whole files: read-only opening, missing tables, views, several tables per task."""
-    tables, cols, orders = database_case(random.Random(seed))
     with tempfile.TemporaryDirectory() as tmp:
         gold_db, result_db = Path(tmp) / "gold.duckdb", Path(tmp) / "result.duckdb"
         with duckdb.connect(str(gold_db)) as gcon, duckdb.connect(str(result_db)) as rcon:
-            for name, gold, result in tables:
-                create_table(gcon, name, gold)
-                if result is not None:
-                    create_table(rcon, f"{name}_src" if as_view else name, result)
+            for table in tables:
+                create_table(gcon, table.name, table.gold)
+                if table.result is not None:
+                    source = f"{table.name}_src" if as_view else table.name
+                    create_table(rcon, source, table.result)
                     if as_view:
-                        rcon.execute(f"CREATE VIEW {name} AS SELECT * FROM {name}_src")
-        names = tuple(name for name, _, _ in tables)
+                        rcon.execute(f"CREATE VIEW {table.name} AS SELECT * FROM {source}")
+        names = tuple(table.name for table in tables)
+        cols = [table.cols for table in tables]
+        orders = [table.ignore_order for table in tables]
         params = EvalParams("gold.duckdb", names, tuple(cols), tuple(orders))
         score = score_database(result_db, gold_db, params)
         expected = ref.table_verdicts(result_db, gold_db, names, cols, orders)
         assert [t.passed for t in score.tables] == expected
         assert int(score.passed) == ref.duckdb_match(result_db, gold_db, names, cols, orders)
-        assert [t.missing for t in score.tables] == [r is None for _, _, r in tables]
+        assert [t.missing for t in score.tables] == [t.result is None for t in tables]
         event(f"task {'pass' if score.passed else 'fail'}")
