@@ -1,26 +1,31 @@
 """The bundled sample suite: its build, its layout, and that each reference solution, built by
-real dbt (under the fake clock where the gold needs it), reproduces the gold tables exactly."""
+real dbt through spider2local's own clock and dbt runner, passes official scoring at the task's
+date (and the clock task fails at today's real date)."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
-import importlib.util
+import functools
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import tomllib
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
 import duckdb
 import pytest
 import yaml
 
+from spider2local.clock import TELEMETRY_ENV, Clock, find_library, strip_fake_clock
+from spider2local.dataset import Dataset, TaskSpec, load_dataset
+from spider2local.dbt import run_dbt
+from spider2local.evaluation import TaskScore, render_text, score_database
 from spider2local.sample import SAMPLE_TASK_IDS, build, default_cache_dir, ensure_built
 from spider2local.suite import SAMPLE, bundled_suite_path, load_suite
 
@@ -73,17 +78,6 @@ def read_table(db: Path, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         return names, [tuple(_norm(v) for v in row) for row in cur.fetchall()]
     finally:
         con.close()
-
-
-def same_table(result: Path, gold: Path, table: str, ignore_order: bool) -> bool:
-    """Equal column names and rows; rows sorted first unless the row order is graded."""
-    got_names, got = read_table(result, table)
-    want_names, want = read_table(gold, table)
-    if ignore_order:
-        def key(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
-            return tuple((v is None, str(v)) for v in row)
-        got, want = sorted(got, key=key), sorted(want, key=key)
-    return got_names == want_names and got == want
 
 
 # --- the build -------------------------------------------------------------------------------
@@ -245,48 +239,64 @@ def test_bundled_suite_file(root: Path) -> None:
     assert all(set(ids) <= set(SAMPLE_TASK_IDS) for ids in sample_subsets)
 
 
-# --- the reference solutions, built by real dbt ----------------------------------------------
+# --- the reference solutions, built by real dbt under the product's clock, scored officially ---
 
 
-def faketime_env(day: dt.date) -> dict[str, str]:
-    spec = importlib.util.find_spec("libfaketime")
-    assert spec is not None and spec.submodule_search_locations
-    lib = Path(spec.submodule_search_locations[0]) / "vendor/libfaketime/src/libfaketime.so.1"
-    assert lib.is_file(), lib
-    return {"LD_PRELOAD": str(lib), "FAKETIME": f"@{day.isoformat()} 12:00:00",
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_FORCE_MONOTONIC_FIX": "0",
-            "FAKETIME_DONT_RESET": "1"}
+@pytest.fixture(scope="module")
+def dataset(root: Path) -> Dataset:
+    """The built sample as the runner loads it: task dates from the bundled suite file."""
+    return load_dataset(load_suite(bundled_suite_path()).with_dataset(root))
 
 
-def build_solution(root: Path, task_id: str, dest: Path, day: dt.date | None) -> Path:
-    """Copy the task, lay the reference solution over it and run real ``dbt run``."""
-    project = dest / task_id
-    shutil.copytree(root / "examples" / task_id, project)
-    shutil.copytree(root / "solutions" / task_id, project, dirs_exist_ok=True)
-    env = {**os.environ, "DO_NOT_TRACK": "1", **(faketime_env(day) if day else {})}
-    dbt = Path(sys.executable).parent / "dbt"
-    proc = subprocess.run([str(dbt), "run", "--project-dir", ".", "--profiles-dir", "."],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return project
+def build_solution(task: TaskSpec, dest: Path, env: Mapping[str, str]) -> Path:
+    """Copy the task, lay the reference solution over it, run real ``dbt run`` through
+    :func:`spider2local.dbt.run_dbt`; returns the result database."""
+    assert task.solution_dir is not None and task.eval is not None
+    project = dest / task.id
+    shutil.copytree(task.project_dir, project)
+    shutil.copytree(task.solution_dir, project, dirs_exist_ok=True)
+    result = anyio.run(functools.partial(run_dbt, project, ["run"], env=env, timeout=300))
+    assert result.ok and not result.timed_out, result.stdout_tail[-3000:] + result.stderr_tail
+    return project / task.eval.gold
+
+
+def official_score(task: TaskSpec, result_db: Path) -> TaskScore:
+    assert task.gold_db is not None and task.eval is not None
+    return score_database(result_db, task.gold_db, task.eval)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
-def test_reference_solution_reproduces_gold(root: Path, tmp_path: Path, task_id: str) -> None:
-    params = evaluations(root)[task_id]
-    project = build_solution(root, task_id, tmp_path,
-                             CLOCK_DATE if task_id == CLOCK_TASK else None)
-    gold = root / "evaluation_suite" / "gold" / task_id / params["gold"]
-    for table, ignore in zip(params["condition_tabs"], params["ignore_orders"], strict=True):
-        assert same_table(project / params["gold"], gold, table, ignore), table
+def test_reference_solution_passes_at_the_tasks_date(dataset: Dataset, tmp_path: Path,
+                                                     task_id: str) -> None:
+    """Every dbt process runs under the task's own date, as the runner runs it."""
+    task = dataset.get(task_id)
+    assert task is not None and task.runnable, task
+    if task_id == CLOCK_TASK:
+        assert task.date == CLOCK_DATE
+    result_db = build_solution(task, tmp_path, Clock(task.date, find_library()).faked_env(
+        os.environ))
+    score = official_score(task, result_db)
+    assert score.passed, render_text(score)
+    assert score.tables_passed == len(evaluations(dataset.root)[task_id]["condition_tabs"])
+    for table in score.tables:  # the solution also reproduces the gold's column names
+        assert read_table(result_db, table.name)[0] == read_table(task.gold_db, table.name)[0]
 
 
 @pytest.mark.slow
-def test_clock_task_solution_fails_at_the_real_date(root: Path, tmp_path: Path) -> None:
-    assert dt.date.today() != CLOCK_DATE
-    params = evaluations(root)[CLOCK_TASK]
-    project = build_solution(root, CLOCK_TASK, tmp_path, None)
-    gold = root / "evaluation_suite" / "gold" / CLOCK_TASK / params["gold"]
-    for table in params["condition_tabs"]:
-        assert not same_table(project / params["gold"], gold, table, True), table
+def test_clock_task_solution_fails_at_the_real_date(dataset: Dataset, tmp_path: Path) -> None:
+    """Without the fake clock the same solution fails: the graded spine runs up to today and
+    membership ages and activity change. Proves the clock, not luck, makes it pass above."""
+    assert dt.date.today() > CLOCK_DATE
+    task = dataset.get(CLOCK_TASK)
+    assert task is not None
+    real_clock = {**strip_fake_clock(os.environ), **TELEMETRY_ENV}
+    score = official_score(task, build_solution(task, tmp_path, real_clock))
+    assert not score.passed
+    failing = {table.name: table for table in score.tables if not table.passed}
+    assert sorted(failing) == ["dim_dates", "membership_status"], render_text(score)
+    dim_dates = failing["dim_dates"]
+    assert dim_dates.result_rows is not None and dim_dates.result_rows > dim_dates.gold_rows
+    assert failing["membership_status"].result_rows == failing["membership_status"].gold_rows
+    assert any(column.gold_column in ("days_since_start", "is_active")
+               for column in failing["membership_status"].columns)
