@@ -11,16 +11,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from spider2local import __version__
 from spider2local.exceptions import UserError
 from spider2local.suite import Suite, default_suite_path, load_suite
-
-if TYPE_CHECKING:
-    from spider2local.dataset import EvalParams
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -192,7 +189,7 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     folder, exit 1 when no task could be re-scored."""
     from spider2local.dataset import load_dataset
     from spider2local.rescore import run_dataset_source
-    from spider2local.runcommands import score_command
+    from spider2local.runcommands import score_command, score_file_command, task_gold
     from spider2local.runfolder import open_run_dir
 
     if not target.is_dir():
@@ -200,39 +197,17 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
             from spider2local.scoreargs import params_from_options
 
             params = params_from_options(gold, tables, cols, ignore_order)
-            _print_score(target, gold, params, as_json)
-        _score_file(target, task_id, as_json)
-        return
+            sys.exit(score_file_command(target, gold, params, as_json))
+        if task_id is None:
+            raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
+                            path=target, fix="say whose gold to compare with")
+        gold_db, params = task_gold(load_dataset(_globals().load_suite()), task_id)
+        sys.exit(score_file_command(target, gold_db, params, as_json))
     folder = open_run_dir(target)
     g = _globals()
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
     sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json))
-
-
-def _score_file(db: Path, task_id: str | None, as_json: bool) -> None:
-    from spider2local.dataset import load_dataset
-
-    if task_id is None:
-        raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
-                        path=db, fix="say whose gold to compare with")
-    task = load_dataset(_globals().load_suite()).get(task_id)
-    if task is None or task.gold_db is None or task.eval is None:
-        raise UserError(f"task {task_id!r} has no usable gold in this dataset",
-                        fix="see `spider2local list`")
-    _print_score(db, task.gold_db, task.eval, as_json)
-
-
-def _print_score(db: Path, gold: Path, params: EvalParams, as_json: bool) -> None:
-    from spider2local.evaluation import render_text, score_database, to_json
-    from spider2local.exceptions import ScoringError
-
-    try:
-        result = score_database(db, gold, params)
-    except ScoringError as exc:
-        raise UserError(f"cannot score: {exc}") from None
-    _echo_json(to_json(result)) if as_json else click.echo(render_text(result))
-    sys.exit(0 if result.passed else 1)
 
 
 @cli.command()

@@ -1,19 +1,20 @@
-"""The bodies of ``spider2local run`` and ``score RUN_DIR``: run or re-score, print the report,
-choose the exit code.
+"""The bodies of ``spider2local run`` and ``score``: run or score, print, choose the exit code.
 
 Kept out of cli.py so the command line module stays declarations (options, help, error
 handling) and these rules can be read in one place: ``run`` exits 0 when the run completed
-whatever the verdicts and 130 when interrupted; ``score RUN_DIR`` exits 1 when not a single
-task could be re-scored, because a report that silently kept every old verdict would look like
-a successful re-score.
+whatever the verdicts and 130 when interrupted; ``score FILE`` exits 0 when the database passes
+and 1 when it fails; ``score RUN_DIR`` exits 1 when not a single task could be re-scored,
+because a report that silently kept every old verdict would look like a successful re-score.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from spider2local.dataset import Dataset
+from spider2local.dataset import Dataset, EvalParams
+from spider2local.exceptions import ScoringError, UserError
 from spider2local.progress import Progress
 from spider2local.report import load_report, render_report, report_json
 from spider2local.rescore import rescore_run
@@ -67,3 +68,24 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
         return 1
     return 0
 
+
+
+def task_gold(data: Dataset, task_id: str) -> tuple[Path, EvalParams]:
+    """The gold database and evaluation parameters of ``task_id`` (``score FILE --task``)."""
+    task = data.get(task_id)
+    if task is None or task.gold_db is None or task.eval is None:
+        raise UserError(f"task {task_id!r} has no usable gold in this dataset",
+                        fix="see `spider2local list`")
+    return task.gold_db, task.eval
+
+
+def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:
+    """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
+    from spider2local.evaluation import render_text, score_database, to_json
+
+    try:
+        result = score_database(db, gold, params)
+    except ScoringError as exc:
+        raise UserError(f"cannot score: {exc}") from None
+    _out(json.dumps(to_json(result), indent=2, default=str) if as_json else render_text(result))
+    return 0 if result.passed else 1
