@@ -69,7 +69,6 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
     return 0
 
 
-
 def task_gold(data: Dataset, task_id: str) -> tuple[Path, EvalParams]:
     """The gold database and evaluation parameters of ``task_id`` (``score FILE --task``)."""
     task = data.get(task_id)
@@ -81,8 +80,13 @@ def task_gold(data: Dataset, task_id: str) -> tuple[Path, EvalParams]:
 
 def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:
     """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
+    from spider2local.dbfile import duckdb_file_problem
     from spider2local.evaluation import render_text, score_database, to_json
 
+    problem = duckdb_file_problem(db)  # a typo'd path must not read as a FAIL verdict
+    if problem is not None:
+        raise UserError(f"cannot score: {problem}", path=db,
+                        fix="pass the result .duckdb file (run --keep-db keeps them)")
     try:
         result = score_database(db, gold, params)
     except ScoringError as exc:

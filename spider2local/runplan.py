@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 
 from spider2local.agents import make_agent
+from spider2local.clock import find_library
 from spider2local.dataset import Dataset
 from spider2local.exceptions import UserError
 from spider2local.progress import Progress
@@ -149,6 +150,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
 
         check_credentials(os.environ)
     make_agent(name, **options)  # fails now, with one line, on a bad agent or option
+    find_library()  # every task needs the fake clock: fail once here, not once per task
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
     if name == "reference":

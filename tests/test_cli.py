@@ -161,3 +161,11 @@ def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> 
                               capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == code, proc.stdout
         assert any(line.startswith(f"{mark}  credentials") for line in proc.stdout.splitlines())
+
+
+def test_score_a_file_that_is_not_duckdb(shared_dataset: Path, tmp_path: Path) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
+    notdb = tmp_path / "run3.out"
+    notdb.write_text("a log, not a database\n")
+    assert_one_line_error(run_cli("score", str(notdb), "--gold", str(gold), "--tables", "mrr"),
+                          "cannot score: run3.out is not a DuckDB file")

@@ -147,6 +147,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
     assert not (tmp_path / "runs").exists()
 
 
+def test_missing_libfaketime_fails_once_before_anything(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "SPIDER2LOCAL_LIBFAKETIME": str(tmp_path / "missing.so")}
+    proc = cli("run", "--agent", "noop", "--run-id", "x", cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "libfaketime library not found" in proc.stderr
+    assert not (tmp_path / "runs" / "x").exists()
+
+
 def test_claude_without_credentials_fails_before_anything(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
