@@ -3,7 +3,8 @@
 The CLI turns a :class:`UserError` into one line on stderr and exit code 2: bad input must never
 show a traceback. Errors that belong to a single task (a dbt crash, a timeout, a failed score) are
 not raised out of the runner: they are stored as data in that task's result, so one broken task
-never stops a run.
+never stops a run. Infrastructure failures (API overloaded, CLI crash before any turn) are data
+too: ``AgentOutcome.infrastructure`` tells the runner a retry may help.
 """
 
 from __future__ import annotations
@@ -63,10 +64,6 @@ class DbtError(Spider2LocalError):
 class AgentError(Spider2LocalError):
     """The agent failed in a way that is the agent's (or the model's) fault."""
 
-
-class InfrastructureError(AgentError):
-    """A failure outside the agent's control (API overloaded, rate limit, CLI crash before any
-    turn). The runner may retry these with backoff; nothing else is retried."""
 
 
 class ScoringError(Spider2LocalError):
