@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 
 from spider2local.exceptions import ProcessTimeout
+from spider2local.procfs import live_pids, stat_fields
 
 DEFAULT_OUTPUT_LIMIT = 1 << 20
 """Bytes kept per stream (the tail): enough for any dbt log worth reading, bounded memory."""
@@ -90,19 +91,9 @@ def group_members(pgid: int) -> list[int]:
 
     ``killpg(pgid, 0)`` is not enough: it succeeds while only unreaped zombies remain.
     """
-    members: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+    return [pid for pid in live_pids()
+            if (fields := stat_fields(pid)) is not None and len(fields) > 2
+            and int(fields[2]) == pgid]
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -11,6 +11,8 @@ import os
 import signal
 from pathlib import Path
 
+from spider2local.procfs import PROC, live_pids
+
 
 def reap(root: Path) -> list[int]:
     """Kill every process whose working folder is inside ``root`` (a workspace).
@@ -21,15 +23,12 @@ def reap(root: Path) -> list[int]:
     """
     killed: list[int] = []
     prefix = str(root)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
+    for pid in live_pids():
         try:
-            cwd = str((entry / "cwd").readlink())
+            cwd = str((PROC / str(pid) / "cwd").readlink())
         except OSError:
             continue
         if cwd == prefix or cwd.startswith(prefix + os.sep):
-            pid = int(entry.name)
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

@@ -16,6 +16,7 @@ import anyio
 
 from spider2local.agents import prompting
 from spider2local.exceptions import CredentialsError
+from spider2local.procfs import PROC, live_pids
 
 CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
 MARKER_ENV = "SPIDER2LOCAL_AGENT_RUN"
@@ -68,15 +69,11 @@ def marked_processes(marker: str) -> list[int]:
     """Live processes (never ourselves) whose environment carries ``MARKER_ENV=marker``."""
     needle = f"{MARKER_ENV}={marker}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
+    for pid in live_pids():
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    found.append(int(entry.name))
-        except (OSError, IndexError):
+            if needle in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
             continue
     return found
 
