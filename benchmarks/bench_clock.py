@@ -20,8 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from spider2local.clock import Clock, find_library, strip_fake_clock
-from spider2local.dbt import run_dbt
+from spider2local.clock.dbt import run_dbt
+from spider2local.clock.faketime import Clock, find_library, strip_fake_clock
 
 TARGET = 1.15
 

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import duckdb
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import reference_scorer
-
-from spider2local.dataset import EvalParams
+from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import score_database
+from tests.evaluation import reference_scorer
 
 # Ten column shapes, repeated for wider tables; `i` is the row number, `h` a row hash.
 SHAPES = [

@@ -1,5 +1,5 @@
 """Allow ``python -m spider2local``."""
 
-from spider2local.cli import main
+from spider2local.cli.app import main
 
 main()

@@ -6,11 +6,13 @@ at the start ("free" tasks), and this agent finds them.
 
 from __future__ import annotations
 
-from spider2local.agents.base import AgentContext, AgentOutcome
+from spider2local.agents.registry import Capabilities
+from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class NoopAgent:
     name = "noop"
+    capabilities = Capabilities()
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         ctx.transcript.append("noop", {"task": ctx.task.id})

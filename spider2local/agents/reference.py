@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spider2local.agents.base import AgentContext, AgentOutcome
-from spider2local.agents.dbt_agent_common import apply_files, build
+from spider2local.agents.applying import apply_files, build
+from spider2local.agents.registry import Capabilities
+from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class ReferenceAgent:
     name = "reference"
+    capabilities = Capabilities(needs_solution=True)
 
     def __init__(self, dbt_args: Sequence[str] = ("run",)) -> None:
         self.dbt_args = tuple(dbt_args)

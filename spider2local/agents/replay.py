@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from spider2local.agents.base import AgentContext, AgentOutcome
-from spider2local.agents.dbt_agent_common import apply_files, build
+from spider2local.agents.applying import apply_files, build
+from spider2local.agents.registry import Capabilities
 from spider2local.exceptions import UserError
+from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class ReplayAgent:
     name = "replay"
+    capabilities = Capabilities()
 
     def __init__(self, replay_dir: Path | str | None = None, *, run_dbt: bool = True,
                  dbt_args: Sequence[str] = ("run",)) -> None:

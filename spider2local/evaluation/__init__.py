@@ -4,13 +4,13 @@ Verdicts equal upstream's on frames read with ``fetchdf`` (see docs/scoring.md f
 and their quirks); diagnostics and notes explain failures without ever changing a verdict.
 """
 
-from spider2local.evaluation.model import (
+from spider2local.evaluation.score import score_database
+from spider2local.evaluation.serialize import from_json, render_text, to_json
+from spider2local.evaluation.verdicts import (
     ColumnDiagnostic,
     TableScore,
     TaskScore,
 )
-from spider2local.evaluation.render import from_json, render_text, to_json
-from spider2local.evaluation.score import score_database
 
 __all__ = [
     "ColumnDiagnostic",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spider2local.evaluation.kinds import (
+from spider2local.evaluation.column_types import (
     Column,
     NumColumn,
     ObjColumn,

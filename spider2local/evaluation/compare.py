@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from spider2local.evaluation import official
-from spider2local.evaluation.kinds import (
+from spider2local.evaluation.column_types import (
     Array,
     Column,
     NumColumn,

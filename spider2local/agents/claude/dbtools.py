@@ -1,0 +1,234 @@
+"""Governed read-only access to the task database for the agent: policy, execution, audit.
+
+Why not just let the agent run ``duckdb`` through Bash: a tool can be *governed*. Only one
+reading statement passes (:mod:`.sqlpolicy`); the database is opened ``read_only`` with external
+access off, so even a statement the policy missed cannot write or touch other files; results are
+cut at a row limit with a note saying so; every call is audited to ``queries.jsonl``.
+
+Queries run in a child process (``python -m spider2local.agents.claude.dbtools``) under the
+task's fake clock, so ``current_date`` in the agent's queries agrees with what dbt computes. A
+file held by a running ``dbt run`` is locked even for readers (DuckDB takes an exclusive lock
+for a writer): the child retries with backoff and then says so. No SDK import here:
+:mod:`.session` wraps these functions as MCP tools.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spider2local.agents.claude.sqlpolicy import refusal, statements
+from spider2local.run.layout import QUERIES
+
+if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
+    from spider2local.workspace.prepare import Workspace
+
+__all__ = ["QueryLimits", "QueryResult", "QueryService", "refusal", "statements"]
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    rows: tuple[tuple[Any, ...], ...] = ()
+    truncated: bool = False
+    error: str | None = None
+    duration: float = 0.0
+
+    def render(self, max_cell: int = 200) -> str:
+        """The text the agent reads: a pipe table, then a note when rows were cut."""
+        if self.error:
+            return f"ERROR: {self.error}"
+        if not self.columns:
+            return "OK (no result set)"
+        head = " | ".join(f"{c} ({t})" for c, t in zip(self.columns, self.types, strict=True))
+        lines = [head, "-" * min(len(head), 120)]
+        lines += [" | ".join(_cell(v, max_cell) for v in row) for row in self.rows]
+        count = len(self.rows)
+        if self.truncated:
+            lines.append(f"[result cut: showing the first {count} rows; more rows exist. "
+                         "Add a LIMIT, filter or aggregate (count(*)) to see the rest]")
+        else:
+            lines.append(f"({count} row{'s' if count != 1 else ''})")
+        return "\n".join(lines)
+
+
+def _cell(value: Any, limit: int) -> str:
+    text = "NULL" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
+    """Append one line to ``queries.jsonl``: what ran, how many rows, how long, what failed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = {"t": round(time.time(), 3), "tool": tool, "sql": sql, "rows": len(result.rows),
+            "truncated": result.truncated, "duration": round(result.duration, 3),
+            "error": result.error}
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line, default=str) + "\n")
+
+
+def child_command() -> list[str]:
+    return [sys.executable, "-m", "spider2local.agents.claude.dbtools"]
+
+
+def child_request(database: Path, sql: str, max_rows: int, lock_wait: float) -> bytes:
+    return json.dumps({"database": str(database), "sql": sql, "max_rows": max_rows,
+                       "lock_wait": lock_wait}).encode()
+
+
+def parse_child_output(stdout: str, stderr: str, returncode: int) -> QueryResult:
+    """Turn the child's JSON line into a result; anything else becomes a clear error."""
+    try:
+        data = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return QueryResult(error=f"query process failed (exit {returncode}): {tail}")
+    return QueryResult(columns=tuple(data.get("columns", ())), types=tuple(data.get("types", ())),
+                       rows=tuple(tuple(r) for r in data.get("rows", ())),
+                       truncated=bool(data.get("truncated")), error=data.get("error"))
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    max_rows: int = 200
+    """Rows shown per query; enough to eyeball, small enough for the model's context."""
+    timeout: float = 60.0
+    """Seconds per query, including waits on a locked file."""
+    lock_wait: float = 20.0
+    """Seconds the child keeps retrying a file locked by dbt before giving up."""
+
+
+class QueryService:
+    """The agent's database tools for one workspace. Every method returns ``(text, is_error)``."""
+
+    def __init__(self, database: Path, env: Mapping[str, str], audit_path: Path,
+                 scan_path: Path | None = None, limits: QueryLimits | None = None) -> None:
+        self.database = database
+        self.env = dict(env)
+        """The child's environment: the workspace env plus the libfaketime preload."""
+        self.audit_path = audit_path
+        self.scan_path = scan_path
+        self.limits = limits or QueryLimits()
+
+    @classmethod
+    def for_workspace(cls, ws: Workspace, date: dt.date,
+                      limits: QueryLimits | None = None) -> QueryService:
+        from spider2local.clock.faketime import LIBRARY_ENV, Clock, find_library
+
+        library = ws.env.get(LIBRARY_ENV)
+        clock = Clock(date, Path(library) if library else find_library())
+        return cls(ws.database, clock.faked_env(ws.env), ws.artifacts / QUERIES,
+                   ws.scan_path, limits)
+
+    async def run_sql(self, sql: str, tool: str = "query") -> QueryResult:
+        """Policy check, then the child process under the deadline; audited either way."""
+        started = time.monotonic()
+        reason = refusal(sql)
+        result = QueryResult(error=f"refused: {reason}") if reason else await self._child(sql)
+        result = replace(result, duration=time.monotonic() - started)
+        audit(self.audit_path, tool, sql, result)
+        return result
+
+    async def _child(self, sql: str) -> QueryResult:
+        from spider2local.proc.run import run_process
+
+        limits = self.limits
+        proc = await run_process(
+            child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
+            input=child_request(self.database, sql, limits.max_rows,
+                                min(limits.lock_wait, limits.timeout / 2)))
+        if proc.timed_out:
+            return QueryResult(error=f"the query ran longer than {limits.timeout:.0f} s and was "
+                                     "stopped; narrow it (filters, LIMIT, fewer joins)")
+        return parse_child_output(proc.stdout, proc.stderr, proc.returncode)
+
+    async def query(self, sql: str) -> tuple[str, bool]:
+        result = await self.run_sql(sql)
+        return result.render(), result.error is not None
+
+    async def list_tables(self) -> tuple[str, bool]:
+        result = await self.run_sql(LIST_TABLES_SQL, tool="list_tables")
+        return result.render(), result.error is not None
+
+    async def describe(self, table: str) -> tuple[str, bool]:
+        schema, _, name = table.rpartition(".")
+        where = f"lower(table_name) = lower({literal(name.strip(chr(34)))})"
+        if schema:
+            where += f" AND lower(table_schema) = lower({literal(schema.strip(chr(34)))})"
+        result = await self.run_sql(DESCRIBE_SQL.format(where=where), tool="describe_table")
+        if result.error is None and not result.rows:
+            result = replace(result, error=f"no table or view named {table!r}; "
+                                           "call list_tables to see what exists")
+        return result.render(), result.error is not None
+
+    def project_scan(self) -> tuple[str, bool]:
+        if self.scan_path is None or not self.scan_path.is_file():
+            return "no project scan is available for this task", True
+        return self.scan_path.read_text(encoding="utf-8"), False
+
+
+LIST_TABLES_SQL = """SELECT t.table_schema, t.table_name, t.table_type, d.estimated_size AS rows
+FROM information_schema.tables AS t
+LEFT JOIN duckdb_tables() AS d
+  ON d.database_name = t.table_catalog AND d.schema_name = t.table_schema
+ AND d.table_name = t.table_name
+WHERE t.table_catalog = current_database()
+ORDER BY 1, 2"""
+DESCRIBE_SQL = """SELECT table_schema, table_name, column_name, data_type, is_nullable
+FROM information_schema.columns
+WHERE table_catalog = current_database() AND {where}
+ORDER BY table_schema, table_name, ordinal_position"""
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Child side: open read-only (retrying while dbt holds the lock) and fetch max_rows + 1."""
+    import duckdb
+
+    deadline = time.monotonic() + float(request["lock_wait"])
+    delay = 0.1
+    while True:
+        try:
+            con = duckdb.connect(request["database"], read_only=True,
+                                 config={"enable_external_access": False})
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                return {"error": f"cannot open the database: {exc}"}
+            if time.monotonic() + delay > deadline:
+                return {"error": "the database is locked by another process (probably a running "
+                                 "dbt command); wait for it to finish and query again"}
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    try:
+        cursor = con.execute(request["sql"])
+        if cursor.description is None:
+            return {"columns": [], "rows": []}
+        limit = int(request["max_rows"])
+        rows = cursor.fetchmany(limit + 1)
+        return {"columns": [d[0] for d in cursor.description],
+                "types": [str(d[1]) for d in cursor.description],
+                "rows": [list(r) for r in rows[:limit]], "truncated": len(rows) > limit}
+    except duckdb.Error as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        con.close()
+
+
+def _main() -> None:
+    request = json.loads(sys.stdin.read())
+    print(json.dumps(_execute(request), default=str))
+
+
+if __name__ == "__main__":
+    _main()

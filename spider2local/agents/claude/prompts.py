@@ -1,0 +1,147 @@
+"""The Claude agent's texts: templates from ``prompts/`` filled with what the agent may know.
+
+What goes in: the task's instruction, its fixed date, the project scan and the start database's
+snapshot (both written by the workspace). What never goes in: anything from ``TaskSpec.eval`` or
+``TaskSpec.gold_db``; this module does not read them at all, so a prompt cannot leak the graded
+table names or the gold (tests/agents/claude/test_prompts.py checks it).
+
+Templates use :class:`string.Template` (``$name``) so SQL and Jinja braces need no escaping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from string import Template
+
+from spider2local.dataset.load import TaskSpec
+from spider2local.db.snapshot import DbSnapshot
+from spider2local.dbtproject.inventory import ProjectScan
+from spider2local.resources import prompts_dir
+from spider2local.workspace.prepare import Workspace
+
+VERIFIER = "verifier"
+"""The subagent's name, as the agent passes it in ``subagent_type``."""
+MAX_TABLES = 80
+MAX_COLUMNS = 40
+"""Caps that keep a huge database from flooding the system prompt; the tools show the rest."""
+
+_VERDICT = re.compile(r"VERDICT:\s*(PASS|FAIL)\b", re.IGNORECASE)
+
+
+@cache
+def template(name: str) -> Template:
+    return Template((prompts_dir() / name).read_text(encoding="utf-8"))
+
+
+def render_scan(scan: ProjectScan) -> str:
+    """Models to write first (with their YML and columns), then what exists already."""
+    lines: list[str] = []
+    todo = scan.todo
+    if todo:
+        lines.append("Models declared in YML whose SQL is missing or a stub (write these):")
+        for m in todo:
+            where = m.sql or f"no SQL file yet (declared in {m.yml})"
+            cols = ", ".join(m.columns) if m.columns else "(no columns declared)"
+            lines.append(f"- {m.name} [{m.status}] {where}\n  columns: {cols}")
+    else:
+        lines.append("Every model declared in YML has SQL; the task may need changes to them.")
+    done = scan.by_status("complete")
+    if done:
+        lines.append("Complete models: " + ", ".join(m.name for m in done))
+    if scan.undeclared:
+        lines.append("Model files not declared in any YML: " + ", ".join(scan.undeclared))
+    for source in scan.sources:
+        lines.append(f"Source {source.name} (schema {source.schema or 'main'}): "
+                     + ", ".join(source.tables))
+    own = [m.name for m in scan.macros if m.package is None]
+    if own:
+        lines.append("Project macros: " + ", ".join(sorted(own)))
+    packages = sorted({m.package for m in scan.macros if m.package})
+    if packages:
+        lines.append("Installed packages (dbt_packages/): " + ", ".join(packages))
+    lines += [f"Problem noticed while scanning: {p}" for p in scan.problems]
+    return "\n".join(lines)
+
+
+def render_database(snapshot: DbSnapshot) -> str:
+    """One line per table: schema.name (kind, rows): column type, ..."""
+    lines = []
+    for table in snapshot.tables[:MAX_TABLES]:
+        rows = "rows unknown" if table.rows is None else f"{table.rows} rows"
+        cols = ", ".join(f"{c.name} {c.type}" for c in table.columns[:MAX_COLUMNS])
+        more = f", ... {len(table.columns) - MAX_COLUMNS} more" \
+            if len(table.columns) > MAX_COLUMNS else ""
+        lines.append(f"- {table.schema}.{table.name} ({table.kind}, {rows}): {cols}{more}")
+    if len(snapshot.tables) > MAX_TABLES:
+        lines.append(f"- ... {len(snapshot.tables) - MAX_TABLES} more tables: "
+                     "use mcp__spider2__list_tables")
+    return "\n".join(lines) or "(the database has no tables yet)"
+
+
+def _read(path: Path | None) -> str | None:
+    return path.read_text(encoding="utf-8") if path is not None and path.is_file() else None
+
+
+def _database_text(ws: Workspace) -> str:
+    """The start database's facts (from the workspace snapshot), shared by both prompts."""
+    snapshot_text = _read(ws.snapshot_path)
+    return render_database(DbSnapshot.from_json(snapshot_text)) if snapshot_text \
+        else "(no snapshot available: use mcp__spider2__list_tables)"
+
+
+PACKAGES_OK = "packages that are needed are already in `dbt_packages/`."
+
+
+def render_setup_problems(problems: Sequence[str], shown: Sequence[str] = ()) -> str:
+    """The packages sentence of the prompt: true only when preparation found no problem.
+
+    A missing package makes ``dbt run`` refuse to start and ``dbt deps`` cannot fetch it
+    offline, so the agent must hear it rather than be told everything is installed. Problems
+    already listed with the scan (``shown``) are not repeated.
+    """
+    rest = [p for p in problems if p not in shown]
+    if not problems:
+        return PACKAGES_OK
+    if not rest:
+        return "see the problems listed with the project below before running dbt."
+    listed = "\n".join(f"  - {p}" for p in rest)
+    return ("NOT everything is in place; preparing this workspace found these problems (dbt may "
+            "refuse to run until you work around them, e.g. by writing the needed macros "
+            "yourself):\n" + listed)
+
+
+def system_prompt(task: TaskSpec, ws: Workspace) -> str:
+    scan_text = _read(ws.scan_path)
+    parsed = ProjectScan.from_json(scan_text) if scan_text else None
+    scan = render_scan(parsed) if parsed is not None \
+        else "(no project scan available: read the YML files under models/)"
+    setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
+    return template("agent.md").substitute(
+        instruction=task.instruction.strip(), date=task.date.isoformat(),
+        project_dir=str(ws.project_dir), database_file=ws.database.name,
+        scan=scan, database=_database_text(ws), setup_problems=setup)
+
+
+def verifier_prompt(task: TaskSpec, ws: Workspace) -> str:
+    """The verifier's prompt: the same task, date and start-database facts the agent was given,
+    so it can compare row counts with what the sources held before the work began."""
+    return template("verifier.md").substitute(instruction=task.instruction.strip(),
+                                              date=task.date.isoformat(),
+                                              database=_database_text(ws))
+
+
+def verify_request() -> str:
+    return template("verify_request.md").substitute()
+
+
+def fix_request(report: str) -> str:
+    return template("fix_request.md").substitute(report=report.strip() or "(empty report)")
+
+
+def parse_verdict(report: str) -> bool | None:
+    """True for PASS, False for FAIL (the last verdict line wins), None when there is none."""
+    found = _VERDICT.findall(report)
+    return None if not found else found[-1].upper() == "PASS"

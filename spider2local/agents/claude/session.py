@@ -1,0 +1,215 @@
+"""The Claude agent: one Claude Code session (claude-agent-sdk + its bundled CLI) per task.
+
+With the rest of ``agents/claude/``, the only code that imports ``claude_agent_sdk``.
+Everything that does not need the SDK lives beside it: prompts (:mod:`.prompts`), usage and
+cost (:mod:`.pricing`), environment, process sweep and verification state
+(:mod:`.support`), the database tools (:mod:`.dbtools`).
+
+Shape of a session: the CLI runs in the workspace's project folder with project settings only
+(so exactly the installed skills load), a private ``CLAUDE_CONFIG_DIR`` in the workspace root,
+bypassed permissions, and in-process MCP tools for read-only database access. A ``verifier``
+subagent (read-only tools, its own prompt) checks the work; if the agent stops without running
+it, or it said FAIL, we ask again in the same session, at most ``limits.verify_rounds`` times.
+Every message goes to the transcript and the usage meter as it arrives, so a task cut at its
+deadline still reports what it spent; on the way out every process of the session is swept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import claude_agent_sdk as sdk
+from claude_agent_sdk import (
+    AgentDefinition,
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    ResultMessage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+    create_sdk_mcp_server,
+    tool,
+)
+
+from spider2local.agents.claude import prompts
+from spider2local.agents.claude.dbtools import QueryLimits, QueryService
+from spider2local.agents.claude.pricing import UsageTracker
+from spider2local.agents.claude.support import (
+    CREDENTIAL_VARS,
+    SessionState,
+    cli_env,
+    sweep,
+)
+from spider2local.agents.registry import Capabilities
+from spider2local.exceptions import AgentError
+from spider2local.run.contract import AgentContext, AgentOutcome
+
+__all__ = ["ClaudeAgent", "cli_version"]
+
+SERVER = "spider2"
+DB_TOOLS = tuple(f"mcp__{SERVER}__{name}"
+                 for name in ("query", "list_tables", "describe_table", "project_scan"))
+VERIFIER_TOOLS = ("Read", "Grep", "Glob", *DB_TOOLS)
+"""Read-only on purpose: no Bash, Write or Edit, so the verifier can only report."""
+DISALLOWED = ("WebFetch", "WebSearch")
+"""Runs are offline; these tools could only fail and waste turns."""
+MAX_BUFFER = 64 * 1024 * 1024
+"""A tool result with a wide table can exceed the SDK's default 1 MB message buffer (measured)."""
+DISCONNECT_WAIT = 15.0
+
+
+def cli_version() -> str:
+    """The bundled Claude Code CLI's version (for ``doctor``)."""
+    bundled = Path(sdk.__file__).parent / "_bundled" / "claude"
+    if not (bundled.is_file() and os.access(bundled, os.X_OK)):
+        raise AgentError(f"the Claude CLI bundled with claude-agent-sdk is missing ({bundled}); "
+                         "reinstall claude-agent-sdk")
+    from claude_agent_sdk._cli_version import __cli_version__
+
+    return str(__cli_version__)
+
+
+def _answer(text: str, is_error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "is_error": is_error}
+
+
+def database_server(service: QueryService) -> Any:
+    """The in-process MCP server exposing :class:`QueryService` (names: ``DB_TOOLS``)."""
+
+    @tool("query", "Run ONE read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, "
+          "EXPLAIN) on the task's DuckDB database, under the task's fixed date. Results are cut "
+          "at a row limit; aggregate instead of paging.", {"sql": str})
+    async def query(args: dict[str, Any]) -> dict[str, Any]:
+        return _answer(*await service.query(str(args.get("sql", ""))))
+
+    @tool("list_tables", "List every table and view in the task database with row counts.", {})
+    async def list_tables(args: dict[str, Any]) -> dict[str, Any]:
+        return _answer(*await service.list_tables())
+
+    @tool("describe_table", "Columns and types of one table or view ('name' or "
+          "'schema.name').", {"table": str})
+    async def describe_table(args: dict[str, Any]) -> dict[str, Any]:
+        return _answer(*await service.describe(str(args.get("table", ""))))
+
+    @tool("project_scan", "The dbt project's declared models (complete, stub or missing), "
+          "sources and macros, as JSON.", {})
+    async def project_scan(args: dict[str, Any]) -> dict[str, Any]:
+        return _answer(*service.project_scan())
+
+    return create_sdk_mcp_server(SERVER, tools=[query, list_tables, describe_table,
+                                                project_scan])
+
+
+def _payload(message: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(message) and not isinstance(message, type):
+        return dataclasses.asdict(message)
+    return {"repr": repr(message)}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return "" if content is None else str(content)
+
+
+class ClaudeAgent:
+    """``make_agent("claude", **options)``; every option has a working default."""
+
+    name = "claude"
+    capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS)
+    tool_version = staticmethod(cli_version)
+
+    def __init__(self, *, cli_path: str | Path | None = None,
+                 query_limits: QueryLimits | None = None,
+                 max_buffer_size: int = MAX_BUFFER) -> None:
+        self.cli_path = cli_path
+        self.query_limits = query_limits
+        self.max_buffer_size = max_buffer_size
+
+    def options(self, ctx: AgentContext, service: QueryService, marker: str) -> ClaudeAgentOptions:
+        ws, limits = ctx.workspace, ctx.limits
+        verifier = AgentDefinition(
+            description="Checks the built dbt models against their YML declarations and the "
+                        "task (models built, columns and order, row counts, grain, filters). "
+                        "Read-only; answers with problems and VERDICT: PASS or FAIL.",
+            prompt=prompts.verifier_prompt(ctx.task, ws), tools=list(VERIFIER_TOOLS),
+            model="inherit")
+        return ClaudeAgentOptions(
+            system_prompt=prompts.system_prompt(ctx.task, ws),
+            cwd=str(ws.project_dir), permission_mode="bypassPermissions",
+            setting_sources=["project"], model=limits.model, max_turns=limits.max_turns,
+            max_budget_usd=limits.max_budget_usd,
+            env=cli_env(ws.env, ws.root / "claude-config", marker),
+            mcp_servers={SERVER: database_server(service)},
+            agents={prompts.VERIFIER: verifier}, disallowed_tools=list(DISALLOWED),
+            max_buffer_size=self.max_buffer_size, cli_path=self.cli_path,
+            stderr=lambda line: ctx.transcript.append("cli_stderr", line))
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        marker = uuid.uuid4().hex
+        state, tracker = SessionState(), UsageTracker()
+        service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
+        client = ClaudeSDKClient(self.options(ctx, service, marker))
+        finished = False
+        try:
+            await client.connect()
+            await self._converse(client, ctx, state, tracker)
+            finished = True
+        except sdk.ClaudeSDKError as exc:
+            state.on_exception(exc, tracker.usage().turns)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not finished:  # cancelled or crashed: stop the CLI before waiting on it
+                    await sweep(marker)
+                with anyio.move_on_after(DISCONNECT_WAIT):
+                    await client.disconnect()
+                await sweep(marker)
+                ctx.meter.set(tracker.usage())
+        return AgentOutcome(usage=tracker.usage(), error=state.error,
+                            infrastructure=state.infrastructure, verified=state.verifier_ran)
+
+    async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
+                        tracker: UsageTracker) -> None:
+        """The task, then up to ``verify_rounds`` follow-ups until the verifier said PASS."""
+        await self._exchange(client, ctx, state, tracker, ctx.task.instruction.strip())
+        for _ in range(ctx.limits.verify_rounds):
+            follow_up = state.follow_up()
+            if follow_up is None:
+                return
+            ctx.transcript.append("follow_up", follow_up)
+            await self._exchange(client, ctx, state, tracker, follow_up)
+
+    async def _exchange(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
+                        tracker: UsageTracker, prompt: str) -> None:
+        ctx.transcript.append("prompt", prompt)
+        await client.query(prompt)
+        async for message in client.receive_response():
+            ctx.transcript.append(type(message).__name__, _payload(message))
+            self._observe(message, state, tracker)
+            ctx.meter.set(tracker.usage())
+
+    @staticmethod
+    def _observe(message: Any, state: SessionState, tracker: UsageTracker) -> None:
+        if isinstance(message, AssistantMessage):
+            tracker.on_assistant(message.model, message.message_id, message.usage,
+                                 main=message.parent_tool_use_id is None)
+            for block in message.content:
+                if isinstance(block, ToolUseBlock):
+                    state.on_tool_use(block.id, block.name, block.input)
+        elif isinstance(message, UserMessage) and isinstance(message.content, list):
+            for item in message.content:
+                if isinstance(item, ToolResultBlock):
+                    state.on_tool_result(item.tool_use_id, _text(item.content),
+                                         bool(item.is_error))
+        elif isinstance(message, ResultMessage):
+            tracker.on_result(message.num_turns, message.model_usage, message.total_cost_usd)
+            if message.is_error:
+                state.on_error_result(message.subtype, message.api_error_status,
+                                      message.result or "; ".join(message.errors or []))
+

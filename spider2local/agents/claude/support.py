@@ -1,0 +1,144 @@
+"""The Claude agent's plain-Python parts: the credential variables, the CLI environment, process
+sweeping and the session's verification state. No SDK import, so these are cheap to import and
+test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from spider2local.agents.claude import prompts
+from spider2local.proc.procfs import PROC, live_pids
+
+CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
+MARKER_ENV = "SPIDER2LOCAL_AGENT_RUN"
+"""Set in the CLI's environment and inherited by everything it starts: how the sweep finds a
+session's processes (the SDK does not start the CLI in its own process group)."""
+
+QUIET_ENV: Mapping[str, str] = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
+    "ENABLE_TOOL_SEARCH": "false",
+}
+"""Offline, reproducible sessions: no update checks, telemetry or surveys; and MCP tools listed
+directly in the request instead of being deferred behind a tool search (measured)."""
+
+INFRA_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses of a failing API call that a later retry can fix."""
+AGENT_TOOLS = ("Agent", "Task")
+"""The subagent tool's name (``Task`` in older CLIs)."""
+
+
+def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[str, str]:
+    """The CLI's environment: the workspace env (shim first on PATH, clock settings, never
+    LD_PRELOAD) plus quiet switches, a private config dir and the sweep marker.
+
+    The SDK lays ``options.env`` over our own ``os.environ``; variables the workspace dropped on
+    purpose (``DBT_*``, preloads) are therefore blanked so they cannot come back that way.
+    """
+    env = {key: "" for key in os.environ if key not in ws_env}
+    env.update(ws_env)
+    env.update(QUIET_ENV)
+    env["CLAUDE_CONFIG_DIR"] = str(config_dir)
+    env[MARKER_ENV] = marker
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # bypassPermissions is refused as root without it (measured)
+    return env
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live processes (never ourselves) whose environment carries ``MARKER_ENV=marker``."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for pid in live_pids():
+        try:
+            if needle in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+async def sweep(marker: str, grace: float = 2.0) -> list[int]:
+    """SIGTERM every marked process, then SIGKILL what is left after ``grace`` seconds.
+    Await it shielded: it is cleanup."""
+    pids = marked_processes(marker)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in marked_processes(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        with anyio.move_on_after(grace):
+            while True:
+                if not marked_processes(marker):
+                    return pids
+                await anyio.sleep(0.05)
+    return pids
+
+
+@dataclass
+class SessionState:
+    """What the session did that the runner-side guarantees depend on."""
+
+    verifier_ran: bool = False
+    last_verdict: bool | None = None
+    last_report: str = ""
+    error: str | None = None
+    infrastructure: bool = False
+    pending: frozenset[str] = frozenset()
+    """tool_use ids of verifier calls whose result has not arrived yet."""
+
+    def on_tool_use(self, tool_id: str, name: str, arguments: Mapping[str, Any]) -> None:
+        if name in AGENT_TOOLS and arguments.get("subagent_type") == prompts.VERIFIER:
+            self.pending = self.pending | {tool_id}
+
+    def on_tool_result(self, tool_id: str, text: str, is_error: bool) -> None:
+        if tool_id not in self.pending:
+            return
+        self.pending = self.pending - {tool_id}
+        if not is_error:
+            self.verifier_ran = True
+            self.last_report = text
+            self.last_verdict = prompts.parse_verdict(text)
+
+    def on_error_result(self, subtype: str, status: int | None, text: str) -> None:
+        """An error ResultMessage: classify it; a retry helps only for API-side failures."""
+        if subtype == "error_max_turns":
+            self.error = "the agent reached its turn limit"
+        elif subtype == "error_max_budget_usd":
+            self.error = "the agent reached its budget limit"
+        else:
+            self.infrastructure = status is not None and (status in INFRA_STATUSES
+                                                          or status >= 500)
+            where = f"API error {status}: " if status else f"{subtype}: "
+            self.error = where + (text.strip().splitlines() or ["no details"])[0][:300]
+
+    def on_exception(self, exc: BaseException, turns: int) -> None:
+        """The SDK raised. After an error result it raises too (the CLI exits non-zero), with
+        less precise text: keep the result's message and classification then. Otherwise a
+        session that never finished a turn failed on our side of the API (infrastructure)."""
+        if self.error is not None:
+            return
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.infrastructure = turns == 0
+
+    def follow_up(self) -> str | None:
+        """The message to send after the agent stopped, or None when the work is verified."""
+        if self.error is not None:
+            return None
+        if not self.verifier_ran:
+            return prompts.verify_request()
+        if self.last_verdict is False:
+            return prompts.fix_request(self.last_report)
+        return None

@@ -1,0 +1,333 @@
+"""The command line. The only module that imports click: everything else is plain functions.
+
+Every command takes the global options ``--suite`` and ``--dataset`` (before or after the command
+name). A :class:`UserError` anywhere becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from spider2local import __version__
+from spider2local.agents.registry import agent_names
+from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
+from spider2local.exceptions import UserError
+from spider2local.suite.load import Suite, default_suite_path, load_suite
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Globals:
+    suite: Path | None = None
+    dataset: str | None = None
+
+    def load_suite(self) -> Suite:
+        return load_suite(self.suite or default_suite_path()).with_dataset(self.dataset)
+
+
+class _Group(click.Group):
+    """Turns :class:`UserError` into a one-line message and exit code 2, never a traceback;
+    Ctrl-C outside a run (a run handles it itself) into "interrupted" and exit code 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            one_line = " ".join(str(exc).split())  # library messages may span lines
+            click.echo(f"spider2local: error: {one_line}", err=True)
+            ctx.exit(BAD_INPUT)
+        except KeyboardInterrupt:
+            click.echo("\nspider2local: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
+
+
+def _set_suite(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Globals).suite = value
+
+
+def _set_dataset(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Globals).dataset = value
+
+
+def global_options(fn: F) -> F:
+    """``--suite`` and ``--dataset``, accepted on the group and on every command."""
+    fn = click.option("--dataset", metavar="PATH", expose_value=False, callback=_set_dataset,
+                      help="Dataset root (spider2-dbt folder); overrides the suite's. "
+                           "'sample' means the bundled sample suite.")(fn)
+    fn = click.option("--suite", metavar="FILE", type=click.Path(path_type=Path),
+                      expose_value=False, callback=_set_suite,
+                      help="Suite file (default: ./tasks.toml if present, else the bundled "
+                           "sample suite).")(fn)
+    return fn
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="spider2local")
+@global_options
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Run the Spider2-DBT benchmark locally: no Docker, a fixed clock per task, official
+    scoring."""
+    _configure_logging()
+    ctx.ensure_object(Globals)
+
+
+LOG_LEVEL_ENV = "SPIDER2LOCAL_LOG_LEVEL"
+
+
+def _configure_logging() -> None:
+    """Diagnostics go through :mod:`logging` to stderr: warnings by default, everything with
+    ``SPIDER2LOCAL_LOG_LEVEL=debug`` (the tracebacks behind a task's error.txt included)."""
+    level = os.environ.get(LOG_LEVEL_ENV, "WARNING").upper()
+    logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "WARNING",
+                        format="spider2local: %(levelname)s %(name)s: %(message)s")
+
+
+def _globals() -> Globals:
+    return click.get_current_context().ensure_object(Globals)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@cli.command("list")
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(as_json: bool) -> None:
+    """One row per task: id, runnable or the problem, fake date, graded tables."""
+    from spider2local.cli.listing import listing_json, listing_text
+    from spider2local.dataset.load import load_dataset
+
+    data = load_dataset(_globals().load_suite())
+    if as_json:
+        _echo_json(listing_json(data))
+    else:
+        click.echo(listing_text(data))
+        for warning in data.warnings:
+            click.echo(f"warning: {warning}", err=True)
+
+
+@cli.command()
+@global_options
+@click.option("--no-clock-test", is_flag=True, help="Skip the fake-clock self-test (faster).")
+def doctor(no_clock_test: bool) -> None:
+    """Check this machine: versions, libfaketime, the fake clock, Claude CLI, credentials,
+    dataset. Exit 1 if something needed is missing."""
+    from spider2local.cli.doctor import exit_code, run_checks
+
+    try:
+        suite = _globals().load_suite()
+    except UserError as exc:
+        click.echo(f"FAIL  suite: {exc}")
+        sys.exit(1)
+    checks = run_checks(suite, clock_selftest=not no_clock_test)
+    for check in checks:
+        click.echo(check.line)
+    sys.exit(exit_code(checks))
+
+
+AGENT_CHOICES = agent_names()
+
+
+@cli.command()
+@global_options
+@click.argument("task_ids", nargs=-1)
+@click.option("--agent", type=click.Choice(AGENT_CHOICES), help="Default: the suite's.")
+@click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="For --agent replay: a folder with one sub-folder of files per task id.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per task for the agent stage (the dbt runs it starts "
+                   "included; scoring comes on top); its processes are killed at the deadline.")
+@click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
+@click.option("--max-turns", type=click.IntRange(min=1))
+@click.option("--model")
+@click.option("--max-budget-usd", type=click.FloatRange(min=0, min_open=True))
+@click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("runs"), show_default=True)
+@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
+@click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
+@click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
+@click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
+@click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
+def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
+        runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
+        limit: int | None, as_json: bool, **overrides: Any) -> None:
+    """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
+    Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
+    from spider2local.cli.commands import run_command
+    from spider2local.dataset.load import load_dataset
+    from spider2local.run.plan import plan_run
+
+    suite = _globals().load_suite()
+    plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
+                    limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
+                    run_id=run_id, argv=sys.argv[1:], **overrides)
+    sys.exit(run_command(plan, as_json))
+
+
+@cli.command()
+@global_options
+@click.argument("target", type=click.Path(exists=True, path_type=Path))
+@click.option("--task", "task_id", help="For a .duckdb file: the task whose gold to use.")
+@click.option("--gold", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="For a .duckdb file: a gold database (instead of --task).")
+@click.option("--tables", help="With --gold: graded tables, comma-separated.")
+@click.option("--cols", help="With --gold: graded column positions per table, as JSON, "
+                             "e.g. '[[0,1],[]]' ([] = every column; default: all).")
+@click.option("--ignore-order", help="With --gold: per table, as JSON, e.g. '[true,false]' "
+                                     "(default: false for every table).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def score(target: Path, task_id: str | None, gold: Path | None, tables: str | None,
+          cols: str | None, ignore_order: str | None, as_json: bool) -> None:
+    """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
+    or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
+    [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails; for a run
+    folder, exit 1 when no task could be re-scored."""
+    from spider2local.cli.commands import score_command, score_file_command, task_gold
+    from spider2local.dataset.load import load_dataset
+    from spider2local.run.folder import open_run_dir
+    from spider2local.run.rescore import run_dataset_source
+
+    if not target.is_dir():
+        if gold is not None:
+            from spider2local.cli.scoreargs import params_from_options
+
+            params = params_from_options(gold, tables, cols, ignore_order)
+            sys.exit(score_file_command(target, gold, params, as_json))
+        if task_id is None:
+            raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
+                            path=target, fix="say whose gold to compare with")
+        gold_db, params = task_gold(load_dataset(_globals().load_suite()), task_id)
+        sys.exit(score_file_command(target, gold_db, params, as_json))
+    folder = open_run_dir(target)
+    g = _globals()
+    if g.suite is None and g.dataset is None:
+        g.suite, g.dataset = run_dataset_source(folder)
+    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json))
+
+
+@cli.command()
+@global_options
+@click.argument("task_id")
+@click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
+                                           "with its code.")
+@click.option("--agent", type=click.Choice(AGENT_CHOICES),
+              help="Prepare the workspace as this agent gets it (default: the suite's).")
+@click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
+def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
+    """Open a shell in a fresh workspace of TASK_ID, with the agent's PATH (dbt shim) and
+    fake clock, for debugging by hand."""
+    from spider2local.dataset.load import load_dataset
+    from spider2local.run.selection import select_tasks
+    from spider2local.run.shell import open_shell, shell_skills
+
+    suite = _globals().load_suite()
+    selection = select_tasks(load_dataset(suite), [task_id])
+    if not selection.tasks:
+        raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
+    task = selection.tasks[0]
+    skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
+    sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
+
+
+@cli.command("derive-dates")
+@global_options
+@click.argument("task_ids", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print a unified diff of the suite file instead.")
+@click.option("--no-verify", is_flag=True, help="Heuristics only: no dbt rebuilds (faster).")
+def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) -> None:
+    """Infer the date each task's gold was built on, with evidence, into the suite file."""
+    import anyio
+
+    from spider2local.clock.dates import derivation_rows, derive_all
+    from spider2local.dataset.load import load_dataset
+    from spider2local.report.table import render_table
+    from spider2local.suite.edit import dry_run_diff, set_task_dates, write_suite, write_target
+
+    suite = _globals().load_suite()
+    data = load_dataset(suite)
+    unknown = sorted({tid for tid in task_ids if data.get(tid) is None})
+    if unknown:
+        raise UserError(f"unknown task id(s): {', '.join(unknown)}", path=data.root,
+                        fix="see `spider2local list` for the task ids")
+    tasks = [t for t in data.tasks if not task_ids or t.id in task_ids]
+    for t in (t for t in tasks if not t.has_gold):
+        click.echo(f"skipped {t.id}: no usable gold ({t.status})", err=True)
+    found = anyio.run(lambda: derive_all(tasks, verify=not no_verify))
+    click.echo(render_table(["task", "date", "method", "confidence", "evidence"],
+                            derivation_rows(found), max_width=90))
+    target, old = write_target(suite, Path.cwd())
+    new = set_task_dates(old, [d.record() for d in found], target)
+    if dry_run:
+        click.echo(dry_run_diff(suite, target, new) or "(suite file unchanged)")
+    elif new != old or not target.exists():
+        write_suite(target, new)
+        click.echo(f"wrote {len(found)} task(s) into {target}")
+
+
+@cli.command()
+@global_options
+@click.option("--spider2", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              required=True, help="A Spider2 checkout or its spider2-dbt folder.")
+@click.option("--start-zip", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="DBT_start_db.zip (omit both zips to check the existing layout).")
+@click.option("--gold-zip", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="dbt_gold.zip.")
+@click.option("--force", is_flag=True,
+              help="Accept a --start-zip named like a gold zip (or the reverse).")
+def setup(spider2: Path, start_zip: Path | None, gold_zip: Path | None, force: bool) -> None:
+    """Place the zips' DuckDB files as upstream's setup does, supply packages from sibling
+    tasks, and verify every file. Safe to re-run. Exit 1 if a file is unusable."""
+    from spider2local.dataset.install import setup_dataset
+
+    report = setup_dataset(spider2, start_zip, gold_zip, force=force)
+    for line in report.lines():
+        click.echo(line)
+    sys.exit(0 if report.ok else 1)
+
+
+@cli.command()
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--baseline", is_flag=True,
+              help="Also score each untouched start database (= the noop agent's result).")
+@click.option("--write-subsets", is_flag=True, help="Write the suggested subsets to the suite.")
+def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
+    """Per task: runnable or why not, clock dependence and date, graded tables, free passes."""
+    import anyio
+
+    from spider2local.dataset.audit import audit_dataset, audit_json, audit_text, suggested_subsets
+    from spider2local.dataset.load import load_dataset
+    from spider2local.suite.edit import set_subsets, write_suite, write_target
+
+    suite = _globals().load_suite()
+    audits = anyio.run(lambda: audit_dataset(load_dataset(suite), baseline=baseline))
+    if as_json:
+        _echo_json(audit_json(audits))
+    else:
+        click.echo(audit_text(audits))
+    if write_subsets:
+        target, old = write_target(suite, Path.cwd())
+        write_suite(target, set_subsets(old, suggested_subsets(audits), target))
+        click.echo(f"wrote subsets into {target}", err=as_json)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="spider2local")

@@ -1,0 +1,94 @@
+"""The bodies of ``spider2local run`` and ``score``: run or score, print, choose the exit code.
+
+Kept out of cli.py so the command line module stays declarations (options, help, error
+handling) and these rules can be read in one place: ``run`` exits 0 when the run completed
+whatever the verdicts and 130 when interrupted; ``score FILE`` exits 0 when the database passes
+and 1 when it fails; ``score RUN_DIR`` exits 1 when not a single task could be re-scored,
+because a report that silently kept every old verdict would look like a successful re-score.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from spider2local.cli.exits import FAILED, INTERRUPTED, OK
+from spider2local.dataset.load import Dataset, EvalParams
+from spider2local.exceptions import ScoringError, UserError
+from spider2local.report.summary import load_report, render_report, report_json
+from spider2local.run.folder import RunFolder
+from spider2local.run.plan import RunPlan, run_plan_sync
+from spider2local.run.progress import Progress
+from spider2local.run.rescore import rescore_run
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def print_report(folder: RunFolder, as_json: bool) -> None:
+    report = load_report(folder)
+    if as_json:
+        _out(json.dumps(report_json(report), indent=2, default=str))
+    else:
+        _out(render_report(report))
+
+
+def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
+    """Run ``plan``, print the final report; returns the exit code."""
+    outcome = run_plan_sync(plan, progress or Progress())
+    print_report(outcome.folder, as_json)
+    if not as_json:
+        _out(f"run folder: {outcome.folder.root}")
+    if outcome.interrupted:
+        _err(f"interrupted: run the same command with --run-id {outcome.folder.run_id} "
+             "to resume")
+        return INTERRUPTED
+    return OK
+
+
+def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
+    """Re-score ``folder`` from its kept databases, print the report; returns the exit code."""
+    rescored = rescore_run(folder, data)
+    for item in rescored:
+        if item.result is None:
+            _err(f"{item.task_id}: not re-scorable: {item.reason}")
+    print_report(folder, as_json)
+    done = sum(item.result is not None for item in rescored)
+    if not done:
+        why = "no finished task" if not rescored else "no task"
+        _err(f"nothing re-scored: {why} of {folder.root} could be re-scored "
+             "(kept databases come from `run --keep-db`)")
+        return FAILED
+    return OK
+
+
+def task_gold(data: Dataset, task_id: str) -> tuple[Path, EvalParams]:
+    """The gold database and evaluation parameters of ``task_id`` (``score FILE --task``)."""
+    task = data.get(task_id)
+    if task is None or task.gold_db is None or task.eval is None:
+        raise UserError(f"task {task_id!r} has no usable gold in this dataset",
+                        fix="see `spider2local list`")
+    return task.gold_db, task.eval
+
+
+def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:
+    """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
+    from spider2local.db.header import duckdb_file_problem
+    from spider2local.evaluation import render_text, score_database, to_json
+
+    problem = duckdb_file_problem(db)  # a typo'd path must not read as a FAIL verdict
+    if problem is not None:
+        raise UserError(f"cannot score: {problem}", path=db,
+                        fix="pass the result .duckdb file (run --keep-db keeps them)")
+    try:
+        result = score_database(db, gold, params)
+    except ScoringError as exc:
+        raise UserError(f"cannot score: {exc}") from None
+    _out(json.dumps(to_json(result), indent=2, default=str) if as_json else render_text(result))
+    return OK if result.passed else FAILED

@@ -1,0 +1,114 @@
+"""``spider2local doctor``: is this machine ready to run the benchmark?
+
+Each check is one line, ok or a one-line fix. Only what a run really needs is "required"; missing
+credentials, for instance, only matter for the Claude agent, so they warn.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.specifiers import SpecifierSet
+
+from spider2local.agents.registry import agent_names, capabilities, tool_version
+from spider2local.exceptions import Spider2LocalError
+from spider2local.suite.load import Suite
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+    @property
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.required else "warn")
+        return f"{mark}  {self.name}: {self.detail}"
+
+
+def run_checks(suite: Suite, *, clock_selftest: bool = True) -> list[Check]:
+    checks = [_python(), *_versions(), _libfaketime()]
+    if clock_selftest and checks[-1].ok:
+        checks += _clock_selftest()
+    checks += [*_agent_checks(suite.defaults.agent), _dataset(suite)]
+    return checks
+
+
+def _python() -> Check:
+    ok = sys.version_info >= (3, 11)
+    return Check("python", ok, sys.version.split()[0] + ("" if ok else " (install Python >= 3.11)"))
+
+
+REQUIRED_VERSIONS = {"dbt-core": ">=1.11,<1.12", "dbt-duckdb": ">=1.11,<1.12",
+                     "duckdb": ">=1.1,<2", "pandas": ">=2.2,<3", "claude-agent-sdk": ""}
+"""The pinned stack (README, "Pinned stack"); an empty specifier only asks for the version."""
+
+
+def _versions() -> list[Check]:
+    checks = []
+    for dist, wanted in REQUIRED_VERSIONS.items():
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            checks.append(Check(dist, False, "not installed (pip install -e '.[dev]')"))
+            continue
+        ok = SpecifierSet(wanted).contains(version, prereleases=True)
+        hint = "" if ok else f" (need {wanted}: reinstall spider2local)"
+        checks.append(Check(dist, ok, version + hint))
+    return checks
+
+
+def _libfaketime() -> Check:
+    from spider2local.clock.faketime import find_library
+
+    try:
+        return Check("libfaketime", True, str(find_library()))
+    except Spider2LocalError as exc:
+        return Check("libfaketime", False, str(exc))
+
+
+def _clock_selftest() -> list[Check]:
+    from spider2local.clock.faketime import clock_selftest
+
+    return [Check(f"clock: {name}", ok, detail) for name, ok, detail in clock_selftest()]
+
+
+def _agent_checks(suite_agent: str) -> list[Check]:
+    """Each agent's external tool and credentials, as its class declares them: required for the
+    suite's agent, a warning for the others (they may never be used here)."""
+    checks = []
+    for name in agent_names():
+        required = name == suite_agent
+        try:
+            version = tool_version(name)
+            if version is not None:
+                checks.append(Check(f"{name} cli", True, version, required=required))
+        except Spider2LocalError as exc:
+            checks.append(Check(f"{name} cli", False, str(exc), required=required))
+        caps = capabilities(name)
+        if caps.credentials:
+            found = caps.credential_in(os.environ)
+            detail = f"{found} is set" if found else \
+                f"none (set {' or '.join(caps.credentials)} for --agent {name})"
+            checks.append(Check("credentials", found is not None, detail, required=required))
+    return checks
+
+
+def _dataset(suite: Suite) -> Check:
+    from spider2local.dataset.load import load_dataset
+
+    try:
+        data = load_dataset(suite)
+    except Spider2LocalError as exc:
+        return Check("dataset", False, str(exc))
+    runnable = sum(t.runnable for t in data.tasks)
+    return Check("dataset", True, f"{data.root}: {len(data.tasks)} tasks, {runnable} runnable")
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.required and not c.ok for c in checks) else 0

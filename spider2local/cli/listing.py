@@ -1,0 +1,46 @@
+"""``spider2local list``: what a dataset holds and whether each task can run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spider2local.dataset.load import Dataset, TaskSpec
+from spider2local.report.table import render_table
+
+
+def _date_text(task: TaskSpec) -> str:
+    s = task.settings
+    if s.date is None:
+        return f"{task.date} (default)" if s.date_method != "clock-independent" \
+            else f"{task.date} (clock-independent)"
+    return f"{task.date} ({s.date_method or 'set'})"
+
+
+def listing_text(data: Dataset) -> str:
+    rows = [(t.id, t.status, _date_text(t), ", ".join(t.eval.condition_tabs) if t.eval else "-")
+            for t in data.tasks]
+    runnable = sum(t.runnable for t in data.tasks)
+    table = render_table(("task", "status", "fake date", "graded tables"), rows, max_width=70)
+    return f"{table}\n\n{len(data.tasks)} tasks, {runnable} runnable ({data.root})"
+
+
+def listing_json(data: Dataset) -> dict[str, Any]:
+    return {
+        "dataset": str(data.root),
+        "suite": str(data.suite.path),
+        "warnings": list(data.warnings),
+        "tasks": [{
+            "id": t.id,
+            "runnable": t.runnable,
+            "status": t.status,
+            "problems": list(t.problems),
+            "excluded": t.excluded,
+            "note": t.settings.note,
+            "fake_date": t.date.isoformat(),
+            "date_method": t.settings.date_method,
+            "date_evidence": t.settings.date_evidence,
+            "graded_tables": list(t.eval.condition_tabs) if t.eval else [],
+            "has_gold": t.has_gold,
+            "has_solution": t.solution_dir is not None,
+        } for t in data.tasks],
+    }

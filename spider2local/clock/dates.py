@@ -1,0 +1,279 @@
+"""Infer the date each task's gold was built on, from the data and the project (never today).
+
+Spider2-DBT publishes no build date, yet projects that read the clock only reproduce their gold
+on the right date. Evidence, strongest first:
+
+* **verified**: a clock-reading model rebuilt under the fake clock (a temporary copy of the
+  project on a copy of the gold database, ``dbt run --select <model>``) equals its gold table;
+* **date-spine**: a gold table of such a model holds consecutive days ending on the build date
+  (the probe build measures any offset the project adds, e.g. "up to yesterday");
+* **month-spine**: consecutive month starts: this fixes the month, not the day;
+* **age-column**: an integer column plus a date column of the same row is one constant date
+  ("days since" recomputed against its source date).
+
+Projects that never read the clock (:mod:`spider2local.clock.reads`) get no date at all. A task
+with clock reads but no evidence gets no date either: a guess without a reason is worse than
+the suite's default, which is at least labelled as one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import duckdb
+
+from spider2local.clock.dbt import run_dbt
+from spider2local.clock.faketime import Clock, find_library, find_real_dbt
+from spider2local.clock.reads import ClockScan, scan_project, unshipped_models
+from spider2local.dataset.load import TaskSpec
+from spider2local.dbtproject.files import profile_db_path
+from spider2local.suite.edit import DateRecord
+
+BUILD_TIMEOUT = 300.0
+_PRIORITY = {"date-spine": 3, "age-column": 2, "month-spine": 1}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One heuristic reading of a gold table: the date it points at and how sure it is."""
+
+    method: str
+    model: str
+    column: str
+    date: dt.date
+    window: tuple[dt.date, dt.date]
+    """Every date in this range explains the evidence equally well."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The conclusion for one task, ready to be written into the suite file."""
+
+    task: str
+    date: dt.date | None
+    method: str | None
+    evidence: str
+    confidence: str | None
+
+    def record(self) -> DateRecord:
+        return DateRecord(self.task, self.date, self.method, self.evidence, self.confidence)
+
+
+async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
+    """Derive one task's date (see the module docstring). ``task`` must have gold."""
+    scan = scan_project(task.project_dir)
+    assert task.gold_db is not None and task.eval is not None
+    if not scan.reads_clock:
+        return _clock_free(task, task.gold_db, task.eval.condition_tabs)
+    candidates = gold_candidates(task.gold_db, scan.models)
+    if not candidates:
+        return Derivation(task.id, None, None,
+                          f"{scan.summary(2)}; no date spine, month spine or age column in the "
+                          "gold tables of those models: date unknown", None)
+    if verify:
+        for cand in candidates:
+            verified = await verify_candidate(task, cand)
+            if verified is not None:
+                return _conclude(task.id, scan, verified, verified=True)
+    return _conclude(task.id, scan, candidates[0], verified=False)
+
+
+def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivation:
+    """No shipped SQL reads the clock. That is the whole story only when every graded model is
+    shipped: the agent writes the others, and their SQL may read the clock, so the verdict is
+    then at most "medium", and "low" when their gold tables hold date evidence. That evidence is
+    only named, not used as the date: a spine in clock-free data (daily revenue) is common, and
+    a wrong fake date would hurt more than the suite's default."""
+    clean = "no model, macro or package model reads the clock"
+    unknown = unshipped_models(task.project_dir, graded)
+    if not unknown:
+        return Derivation(task.id, None, "clock-independent", clean, "high")
+    caveat = (f"{clean} as shipped, but {len(unknown)} graded model(s) not shipped: their SQL "
+              f"is unknown ({', '.join(unknown)})")
+    candidates = gold_candidates(gold_db, unknown)
+    if not candidates:
+        return Derivation(task.id, None, "clock-independent",
+                          f"{caveat}; their gold tables show no date evidence", "medium")
+    best = candidates[0]
+    return Derivation(task.id, None, "clock-independent",
+                      f"{caveat}; {best.detail}: if that SQL reads the clock, the gold may have "
+                      f"been built on {best.date} (not used; set a manual date to use it)", "low")
+
+
+def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) -> Derivation:
+    reads = scan.summary(1)
+    if verified:
+        lo, hi = cand.window
+        how = (f"rebuilding {cand.model} at {cand.date} reproduces its gold table"
+               + (f" (so does any date in {lo}..{hi}; chose the latest)" if lo != hi else ""))
+        method = "verified" if lo == hi else cand.method
+        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}", "high")
+    confidence = "medium" if cand.method in ("date-spine", "age-column") else "low"
+    return Derivation(task, cand.date, cand.method,
+                      f"{reads}; {cand.detail}; not verified by a rebuild", confidence)
+
+
+def gold_candidates(gold_db: Path, models: Iterable[str]) -> list[Candidate]:
+    """Heuristic candidates from the gold tables named like ``models``, best first."""
+    found: list[Candidate] = []
+    with duckdb.connect(str(gold_db), read_only=True) as con:
+        tables = _tables(con)
+        for model in models:
+            if model.lower() in tables:
+                found += _table_candidates(con, tables[model.lower()], model)
+    return sorted(found, key=lambda c: -_PRIORITY[c.method])
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Lower-case table name -> quoted ``schema.table`` (the first schema wins)."""
+    rows = con.execute("select table_schema, table_name from information_schema.tables "
+                       "where table_catalog = current_database() "
+                       "order by table_schema = 'main' desc, table_schema").fetchall()
+    out: dict[str, str] = {}
+    for schema, name in rows:
+        out.setdefault(str(name).lower(), f'"{schema}"."{name}"')
+    return out
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    return [(str(r[0]), str(r[1]).upper()) for r in con.execute(f"describe {table}").fetchall()]
+
+
+def _table_candidates(con: duckdb.DuckDBPyConnection, table: str, model: str) -> list[Candidate]:
+    cols = _columns(con, table)
+    dates = [n for n, t in cols if t == "DATE" or t.startswith("TIMESTAMP")]
+    ints = [n for n, t in cols if t in ("INTEGER", "BIGINT", "SMALLINT", "HUGEINT", "TINYINT")]
+    found = [c for d in dates if (c := _spine(con, table, model, d)) is not None]
+    found += [c for d in dates for i in ints if (c := _age(con, table, model, d, i)) is not None]
+    return found
+
+
+def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
+           col: str) -> Candidate | None:
+    row = con.execute(
+        f'select min(cast("{col}" as date)), max(cast("{col}" as date)), '
+        f'count(distinct cast("{col}" as date)), bool_and(day(cast("{col}" as date)) = 1) '
+        f'from {table}').fetchone()
+    if row is None or row[0] is None or row[2] < 2:
+        return None
+    lo, hi, n, firsts = row
+    if (hi - lo).days + 1 == n:
+        return Candidate("date-spine", model, col, hi, (hi, hi),
+                         f"gold {model}.{col} is a daily spine {lo}..{hi}")
+    months = (hi.year - lo.year) * 12 + hi.month - lo.month + 1
+    if firsts and months == n:
+        end = _month_end(hi)
+        return Candidate("month-spine", model, col, end, (hi, end),
+                         f"gold {model}.{col} is a month spine {lo}..{hi}")
+    return None
+
+
+def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
+         int_col: str) -> Candidate | None:
+    row = con.execute(
+        f'select count(distinct cast("{date_col}" as date) + cast("{int_col}" as integer)), '
+        f'min(cast("{date_col}" as date) + cast("{int_col}" as integer)), count(*) '
+        f'from {table} where "{date_col}" is not null and "{int_col}" is not null').fetchone()
+    if row is None or row[0] != 1 or row[2] < 3:
+        return None
+    day = row[1]
+    return Candidate("age-column", model, int_col, day, (day, day),
+                     f"gold {model}.{date_col} + {int_col} is {day} on all {row[2]} rows")
+
+
+def _month_end(day: dt.date) -> dt.date:
+    nxt = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return nxt - dt.timedelta(days=1)
+
+
+async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
+    """Rebuild ``cand.model`` under the fake clock; return the candidate (corrected for any
+    offset the project adds) when the rebuilt table equals the gold table, else ``None``."""
+    assert task.gold_db is not None
+    with tempfile.TemporaryDirectory(prefix="spider2local-dates-") as tmp:
+        project = _scratch_project(task, Path(tmp))
+        if project is None:
+            return None
+        built = await _build(project, cand, cand.date, task.gold_db)
+        if built is True:
+            return cand
+        if isinstance(built, dt.date):
+            shift = _shift(cand, built)  # the probe showed the project's offset
+            if shift != cand and await _build(project, shift, shift.date, task.gold_db) is True:
+                return shift
+    return None
+
+
+def _shift(cand: Candidate, built_max: dt.date) -> Candidate:
+    """The candidate moved by the offset the probe build measured."""
+    if cand.method == "month-spine":
+        probe_months = built_max.year * 12 + built_max.month
+        gold_months = cand.window[0].year * 12 + cand.window[0].month
+        months = cand.date.year * 12 + cand.date.month - 1 + gold_months - probe_months
+        start = dt.date(months // 12, months % 12 + 1, 1)
+        return replace(cand, date=_month_end(start), window=(start, _month_end(start)))
+    day = cand.date + (cand.window[1] - built_max)
+    return replace(cand, date=day, window=(day, day))
+
+
+def _same_table(con: duckdb.DuckDBPyConnection, table: str, gold_table: str) -> bool:
+    """Equal as multisets of rows; different shapes (a set operation error) are not equal."""
+    try:
+        same = con.execute(
+            f"select (select count(*) from {table}) = (select count(*) from {gold_table}) "
+            f"and not exists (select * from {table} except all select * from {gold_table}) "
+            f"and not exists (select * from {gold_table} except all select * from {table})"
+        ).fetchone()
+    except duckdb.Error:
+        return False
+    return bool(same is not None and same[0])
+
+
+def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
+    """A copy of the project (no databases, no build output) on a copy of the gold database."""
+    project = tmp / task.id
+    shutil.copytree(task.project_dir, project, symlinks=True,
+                    ignore=shutil.ignore_patterns("*.duckdb", "*.duckdb.wal", "target", "logs"))
+    target = profile_db_path(project)
+    if target is None or task.gold_db is None:
+        return None
+    shutil.copyfile(task.gold_db, target)
+    return project
+
+
+async def _build(project: Path, cand: Candidate, day: dt.date,
+                 gold_db: Path) -> bool | dt.date | None:
+    """True if the rebuilt table equals gold; else the rebuilt column's max (None if no build)."""
+    env = Clock(day, find_library()).faked_env(os.environ)
+    result = await run_dbt(project, ["run", "--select", cand.model], env=env,
+                           timeout=BUILD_TIMEOUT, dbt_executable=str(find_real_dbt()))
+    db = profile_db_path(project)
+    if not result.ok or db is None or result.status_of(cand.model) != "success":
+        return None
+    with duckdb.connect(str(db), read_only=True) as con:
+        con.execute(f"attach '{gold_db}' as gold (read_only)")
+        table = _tables(con)[cand.model.lower()]
+        gold_table = "gold." + table
+        if _same_table(con, table, gold_table):
+            return True
+        if cand.method == "age-column":
+            return None
+        row = con.execute(f'select max(cast("{cand.column}" as date)) from {table}').fetchone()
+    return row[0] if row is not None and isinstance(row[0], dt.date) else None
+
+
+async def derive_all(tasks: Sequence[TaskSpec], *, verify: bool = True) -> list[Derivation]:
+    """Derive every task that has gold, one at a time (each rebuild is a dbt process)."""
+    return [await derive_task(t, verify=verify) for t in tasks if t.has_gold]
+
+
+def derivation_rows(derivations: Sequence[Derivation]) -> list[tuple[str, str, str, str, str]]:
+    return [(d.task, d.date.isoformat() if d.date else "-", d.method or "unknown",
+             d.confidence or "-", d.evidence) for d in derivations]

@@ -1,0 +1,129 @@
+"""``clock_selftest``: prove on this machine that the fake clock works and cannot hang dbt.
+
+A libfaketime that loads is not enough: the wrong build or recipe fakes the date but makes
+``time.sleep`` fail or thread-pool waits hang, which shows up hours later as a stuck task. So the
+doctor runs the real thing in child processes: the date DuckDB sees, and a threaded workload
+with sleeps and queue timeouts that must finish in bounded time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import anyio
+
+from spider2local.clock.faketime import Clock, find_library, find_real_dbt, strip_fake_clock
+from spider2local.exceptions import ClockError
+from spider2local.proc.run import run_process
+from spider2local.resources import faketime_dir
+
+SELFTEST_DATE = datetime.date(2024, 1, 15)
+"""Far from any real "today", so a check that passes cannot be a coincidence."""
+
+_DATE_SCRIPT = "import duckdb; print(duckdb.sql('select current_date').fetchone()[0])"
+
+# Each task waits on a queue timeout and a sleep (they hang if the monotonic clock is faked);
+# then 4 threads fight for the GIL on pure CPU work (the GIL's timed waits spin, about 8x slower,
+# without FAKETIME_FORCE_MONOTONIC_FIX=0). Prints the slowest wait and the CPU phase's wall time.
+_THREAD_SCRIPT = """
+import concurrent.futures, queue, time
+def wait(i):
+    start = time.monotonic()
+    try:
+        queue.Queue().get(timeout=0.2)
+    except queue.Empty:
+        pass
+    time.sleep(0.1)
+    return time.monotonic() - start
+def burn(i):
+    total = 0
+    for k in range(1_000_000):
+        total += k
+    return total
+with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    slowest = max(pool.map(wait, range(8)))
+    start = time.monotonic()
+    list(pool.map(burn, range(8)))
+    print(slowest, time.monotonic() - start)
+"""
+CPU_SLOWDOWN_LIMIT = 2.0
+"""Faked CPU phase may take at most this many times the unfaked one (+0.5 s for noise)."""
+
+
+class SelfCheck(NamedTuple):
+    """One line of the doctor's report."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+async def check_fake_date(env: dict[str, str], limit: float) -> SelfCheck:
+    name = "fake date in a child (DuckDB current_date)"
+    result = await run_process([sys.executable, "-c", _DATE_SCRIPT], env=env, timeout=limit)
+    seen = result.stdout.strip()
+    if result.timed_out or result.returncode != 0:
+        return SelfCheck(name, False, f"child failed: {result.stderr.strip()[-300:] or 'timeout'}")
+    ok = seen == SELFTEST_DATE.isoformat()
+    return SelfCheck(name, ok, f"expected {SELFTEST_DATE}, DuckDB said {seen}")
+
+
+async def _thread_timings(env: dict[str, str], limit: float) -> tuple[float, float] | str:
+    """(slowest wait, CPU phase seconds) of the thread script, or why it failed."""
+    result = await run_process([sys.executable, "-c", _THREAD_SCRIPT], env=env, timeout=limit)
+    if result.timed_out:
+        return f"hung: killed after {limit:.0f}s"
+    if result.returncode != 0:
+        return f"child failed: {result.stderr.strip()[-300:]}"
+    slowest, cpu = (float(x) for x in result.stdout.split())
+    return slowest, cpu
+
+
+async def check_threads(env: dict[str, str], limit: float) -> SelfCheck:
+    name = "threads, sleep and queue timeouts under the preload"
+    faked = await _thread_timings(env, limit)
+    real = await _thread_timings(strip_fake_clock(env), limit)
+    if isinstance(faked, str) or isinstance(real, str):
+        return SelfCheck(name, False, faked if isinstance(faked, str) else f"unfaked {real}")
+    (slowest, cpu), real_cpu = faked, real[1]
+    # Each task must really wait its 0.3 s: a much shorter wait means timeouts fire at once.
+    ok = slowest >= 0.29 and cpu <= CPU_SLOWDOWN_LIMIT * real_cpu + 0.5
+    return SelfCheck(name, ok, f"slowest wait {slowest:.2f}s (expect 0.3), 4-thread CPU "
+                               f"{cpu:.2f}s faked vs {real_cpu:.2f}s real")
+
+
+def _check_shim() -> SelfCheck:
+    name = "dbt shim and real dbt"
+    shim = faketime_dir() / "dbt"
+    if not os.access(shim, os.X_OK):
+        return SelfCheck(name, False, f"{shim} is missing or not executable")
+    try:
+        real = find_real_dbt(faketime_dir())
+    except ClockError as exc:
+        return SelfCheck(name, False, str(exc))
+    return SelfCheck(name, True, f"shim {shim} -> {real}")
+
+
+async def run_clock_selftest(library: Path | None = None, *,
+                             limit: float = 60.0) -> list[SelfCheck]:
+    """Run every check (each child gets `limit` seconds); a failed check never raises."""
+    try:
+        found = find_library(library)
+    except ClockError as exc:
+        return [SelfCheck("libfaketime library", False, str(exc))]
+    env = Clock(SELFTEST_DATE, found).faked_env(os.environ)
+    return [
+        SelfCheck("libfaketime library", True, str(found)),
+        await check_fake_date(env, limit),
+        await check_threads(env, limit),
+        _check_shim(),
+    ]
+
+
+def clock_selftest(library: Path | None = None) -> list[SelfCheck]:
+    """Synchronous entry point for ``spider2local doctor`` (not for use inside an event loop)."""
+    return anyio.run(run_clock_selftest, library)

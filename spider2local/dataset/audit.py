@@ -1,0 +1,192 @@
+"""Audit a dataset: what can run, what reads the clock, what is graded, what passes for free.
+
+The audit is the source for how scores are reported (docs/dataset.md): "passed / runnable" and
+"passed / 68" both need to know which tasks cannot run at all and which pass with no work.
+
+"Passes with no work" (``--baseline``) scores the untouched start database directly with
+:func:`spider2local.evaluation.score_database`. That is equivalent to running the runner with
+the noop agent (which changes nothing, so the runner would score that very database) and takes
+seconds instead of a run folder and a runner start per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import duckdb
+
+from spider2local.clock.dates import derive_task
+from spider2local.clock.reads import scan_project
+from spider2local.dataset.load import Dataset, TaskSpec
+from spider2local.dbtproject import packages
+from spider2local.report.table import render_table
+
+
+@dataclass(frozen=True)
+class GradedTable:
+    name: str
+    in_gold: bool
+    columns: tuple[str, ...]
+    """Names of the graded gold columns (``condition_cols`` positions resolved)."""
+    bad_positions: tuple[int, ...] = ()
+    """Graded positions beyond the gold table's width."""
+
+
+@dataclass(frozen=True)
+class TaskAudit:
+    id: str
+    runnable: bool
+    has_gold: bool
+    """A usable gold database and evaluation config (the built-in ``has-gold`` subset)."""
+    problems: tuple[str, ...]
+    supplied: tuple[str, ...]
+    """Packages setup copied from sibling tasks (``dbt_utils: retail001 exact 1.1.1``)."""
+    reads_clock: bool
+    clock_reads: tuple[str, ...]
+    date: str | None
+    date_method: str | None
+    date_evidence: str | None
+    date_confidence: str | None
+    date_source: str
+    """``suite`` (written by derive-dates or by hand), ``derived`` (now, without a rebuild)."""
+    graded: tuple[GradedTable, ...]
+    passes_with_no_work: bool | None = None
+    """With --baseline: does the untouched start database already pass? None when unknown."""
+    baseline_note: str | None = None
+
+
+async def audit_dataset(data: Dataset, *, baseline: bool = False) -> list[TaskAudit]:
+    """One :class:`TaskAudit` per task, in dataset order (tasks are audited one at a time)."""
+    return [await audit_task(task, baseline=baseline) for task in data.tasks]
+
+
+async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
+    scan = await anyio.to_thread.run_sync(scan_project, task.project_dir)
+    date, method, evidence, confidence, source = await _date_info(task)
+    supplied = tuple(f"{name}: {text}"
+                     for name, text in packages.supplied_packages(task.project_dir).items())
+    passed, note = await _baseline(task) if baseline else (None, None)
+    return TaskAudit(
+        id=task.id, runnable=task.runnable, has_gold=task.has_gold,
+        problems=((f"excluded: {task.excluded}",) if task.excluded else ()) + task.problems,
+        supplied=supplied, reads_clock=scan.reads_clock,
+        clock_reads=tuple(h.describe() for h in scan.hits),
+        date=date, date_method=method, date_evidence=evidence, date_confidence=confidence,
+        date_source=source, graded=await anyio.to_thread.run_sync(graded_tables, task),
+        passes_with_no_work=passed, baseline_note=note,
+    )
+
+
+async def _date_info(task: TaskSpec) -> tuple[str | None, str | None, str | None, str | None,
+                                               str]:
+    s = task.settings
+    if s.date_method is not None or s.date is not None:
+        return (s.date.isoformat() if s.date else None, s.date_method, s.date_evidence,
+                s.date_confidence, "suite")
+    if not task.has_gold:
+        return None, None, "no gold to date against", None, "derived"
+    d = await derive_task(task, verify=False)
+    return (d.date.isoformat() if d.date else None, d.method, d.evidence, d.confidence,
+            "derived")
+
+
+def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
+    """The graded tables and columns as the gold database has them."""
+    if task.eval is None:
+        return ()
+    gold_cols: dict[str, list[str]] = {}
+    if task.gold_db is not None:
+        with duckdb.connect(str(task.gold_db), read_only=True) as con:
+            for name, col in con.execute(
+                    "select table_name, column_name from information_schema.columns "
+                    "order by table_schema = 'main' desc, ordinal_position").fetchall():
+                gold_cols.setdefault(str(name).lower(), []).append(str(col))
+    out = []
+    for name, positions in zip(task.eval.condition_tabs, task.eval.condition_cols, strict=True):
+        cols = gold_cols.get(name.lower())
+        if cols is None:
+            out.append(GradedTable(name, False, ()))
+            continue
+        wanted = positions or tuple(range(len(cols)))
+        out.append(GradedTable(name, True, tuple(cols[i] for i in wanted if i < len(cols)),
+                               tuple(i for i in wanted if i >= len(cols))))
+    return tuple(out)
+
+
+async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
+    if task.start_db is None or task.gold_db is None or task.eval is None:
+        return None, f"cannot score: {_why_unscorable(task)}"
+    from spider2local.evaluation import score_database
+
+    try:
+        score = await anyio.to_thread.run_sync(score_database, task.start_db, task.gold_db,
+                                               task.eval)
+    except Exception as exc:  # a broken gold must not stop the audit of the other tasks
+        return None, f"scoring failed: {str(exc).splitlines()[0]}"
+    return score.passed, f"{score.tables_passed}/{score.tables_total} graded tables pass untouched"
+
+
+_START_PROBLEMS = ("project folder", "dbt_project.yml", "profiles.yml", "start database")
+_GOLD_PROBLEMS = ("gold", "evaluation config", "no evaluation config")
+
+
+def _why_unscorable(task: TaskSpec) -> str:
+    """The loader's own words for the missing start or gold (a corrupt file is not "missing")."""
+    prefixes: tuple[str, ...] = _START_PROBLEMS if task.start_db is None else ()
+    if task.gold_db is None or task.eval is None:
+        prefixes += _GOLD_PROBLEMS
+    found = [p for p in task.problems if p.startswith(prefixes)]
+    return "; ".join(found) or "start or gold database missing"
+
+
+def suggested_subsets(audits: Sequence[TaskAudit]) -> dict[str, list[str]]:
+    """Subsets worth naming in the suite file (all/runnable/has-gold are built in)."""
+    subsets = {
+        "clock-dependent": [a.id for a in audits if a.reads_clock],
+        "clock-independent": [a.id for a in audits if not a.reads_clock],
+    }
+    if any(a.passes_with_no_work is not None for a in audits):
+        subsets["free"] = [a.id for a in audits if a.passes_with_no_work]
+        subsets["needs-work"] = [a.id for a in audits
+                                 if a.runnable and a.passes_with_no_work is False]
+    return subsets
+
+
+def audit_json(audits: Sequence[TaskAudit]) -> dict[str, Any]:
+    return {"summary": summary(audits), "tasks": [asdict(a) for a in audits]}
+
+
+def summary(audits: Sequence[TaskAudit]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "tasks": len(audits), "runnable": sum(a.runnable for a in audits),
+        "has_gold": sum(a.has_gold for a in audits),
+        "read_clock": sum(a.reads_clock for a in audits),
+        "dated": sum(a.date is not None for a in audits),
+    }
+    if any(a.passes_with_no_work is not None for a in audits):
+        out["pass_with_no_work"] = sum(bool(a.passes_with_no_work) for a in audits)
+    return out
+
+
+def audit_text(audits: Sequence[TaskAudit]) -> str:
+    rows = [(a.id, "runnable" if a.runnable else (a.problems[0] if a.problems else "no"),
+             "yes" if a.reads_clock else "no",
+             f"{a.date or '-'} {a.date_method or ''} ({a.date_source})".strip(),
+             ", ".join(g.name + ("" if g.in_gold else " (not in gold)") for g in a.graded),
+             _free(a)) for a in audits]
+    table = render_table(["task", "status", "clock", "date", "graded", "free"], rows)
+    facts = summary(audits)
+    lines = [table, "", "  ".join(f"{k}={v}" for k, v in facts.items())]
+    lines += [f"{a.id}: supplied {s}" for a in audits for s in a.supplied]
+    lines += [f"{a.id}: clock {a.clock_reads[0]}" for a in audits if a.clock_reads]
+    lines += [f"{a.id}: date evidence: {a.date_evidence}" for a in audits if a.date_evidence]
+    return "\n".join(lines)
+
+
+def _free(a: TaskAudit) -> str:
+    if a.passes_with_no_work is None:
+        return "-" if a.baseline_note is None else f"? {a.baseline_note}"
+    return "yes" if a.passes_with_no_work else "no"

@@ -1,0 +1,271 @@
+"""Load a Spider2-DBT dataset in upstream's layout into typed task specs.
+
+Layout (as upstream's setup script leaves it)::
+
+    <root>/examples/spider2-dbt.jsonl               one task per line
+    <root>/examples/<id>/                           the unfinished dbt project + start database
+    <root>/evaluation_suite/gold/spider2_eval.jsonl  duckdb_match parameters per task
+    <root>/evaluation_suite/gold/<id>/<gold file>    the gold database
+    <root>/solutions/<id>/                          (ours, optional) a reference solution
+
+The real dataset has defects (missing gold, misnamed gold files, packages that need the network),
+so a problem with one task never aborts loading: the task is marked not runnable with the reason,
+and problems with the files as a whole become warnings. Only a missing root or task list raises.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spider2local.db.header import duckdb_file_problem
+from spider2local.dbtproject import files as projectfiles
+from spider2local.dbtproject import packages
+from spider2local.exceptions import DatasetError
+from spider2local.suite.load import SAMPLE, Suite, TaskSettings
+
+TASKS_FILE = Path("examples") / "spider2-dbt.jsonl"
+EVAL_FILE = Path("evaluation_suite") / "gold" / "spider2_eval.jsonl"
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    """One task's ``duckdb_match`` parameters from ``spider2_eval.jsonl``."""
+
+    gold: str
+    """File name of the gold database inside ``evaluation_suite/gold/<id>/``."""
+    condition_tabs: tuple[str, ...]
+    condition_cols: tuple[tuple[int, ...], ...]
+    """Per table, the gold column positions to grade; an empty tuple means every column."""
+    ignore_orders: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything the runner needs to know about one task, and why it may not run."""
+
+    id: str
+    instruction: str
+    project_dir: Path
+    start_db: Path | None
+    gold_db: Path | None
+    eval: EvalParams | None
+    settings: TaskSettings
+    date: dt.date
+    """The fake date every dbt process of this task sees (task's own, else the suite default)."""
+    problems: tuple[str, ...] = ()
+    solution_dir: Path | None = None
+
+    @property
+    def excluded(self) -> str | None:
+        return self.settings.exclude
+
+    @property
+    def runnable(self) -> bool:
+        return not self.problems and self.excluded is None
+
+    @property
+    def has_gold(self) -> bool:
+        return self.gold_db is not None and self.eval is not None
+
+    @property
+    def status(self) -> str:
+        """One short phrase for listings: ``runnable``, ``excluded: …`` or the first problem."""
+        if self.excluded is not None:
+            return f"excluded: {self.excluded}"
+        if self.problems:
+            more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            return self.problems[0] + more
+        return "runnable"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    root: Path
+    suite: Suite
+    tasks: tuple[TaskSpec, ...]
+    warnings: tuple[str, ...] = ()
+
+    def ids(self) -> tuple[str, ...]:
+        return tuple(t.id for t in self.tasks)
+
+    def get(self, task_id: str) -> TaskSpec | None:
+        return next((t for t in self.tasks if t.id == task_id), None)
+
+
+def resolve_root(suite: Suite) -> Path:
+    """The dataset folder: the suite's path, or the sample suite built into the cache."""
+    if suite.dataset == SAMPLE:
+        from spider2local.dataset.sample import ensure_built
+
+        return ensure_built()
+    return Path(suite.dataset)
+
+
+def load_dataset(suite: Suite) -> Dataset:
+    """Read the dataset named by ``suite`` and check every task (see module docstring)."""
+    root = resolve_root(suite)
+    if not root.is_dir():
+        raise DatasetError("dataset root not found", path=root,
+                           fix="pass --dataset with the spider2-dbt folder of a Spider2 checkout")
+    tasks_file = root / TASKS_FILE
+    if not tasks_file.is_file():
+        raise DatasetError(f"no {TASKS_FILE} here", path=root,
+                           fix="point --dataset at the spider2-dbt folder (it holds examples/)")
+    warnings: list[str] = []
+    entries = list(_read_jsonl(tasks_file, warnings))
+    evals = _read_evals(root / EVAL_FILE, warnings)
+    specs: list[TaskSpec] = []
+    seen: set[str] = set()
+    for line_no, entry in entries:
+        spec = _task_from_entry(root, suite, tasks_file, line_no, entry, evals, seen)
+        if spec is not None:
+            specs.append(spec)
+    task_ids = {s.id for s in specs}
+    warnings += [f"{root / EVAL_FILE}: {tid} has an evaluation but is not in {TASKS_FILE}"
+                 for tid in evals if tid not in task_ids]
+    return Dataset(root, suite, tuple(specs), tuple(warnings))
+
+
+def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
+                     entry: dict[str, Any], evals: dict[str, EvalParams | str],
+                     seen: set[str]) -> TaskSpec | None:
+    tid = entry.get("instance_id")
+    if not isinstance(tid, str) or not tid:
+        return None  # reported by _read_jsonl's caller below
+    problems: list[str] = []
+    if tid in seen:
+        problems.append(f"duplicate id in {tasks_file.name} (line {line_no})")
+    seen.add(tid)
+    instruction = entry.get("instruction")
+    if not isinstance(instruction, str) or not instruction.strip():
+        problems.append(f"no instruction in {tasks_file.name} (line {line_no})")
+        instruction = ""
+    project = root / "examples" / tid
+    start_db = None
+    if not project.is_dir():
+        problems.append(f"project folder examples/{tid} missing")
+    else:
+        start_db, start_problems = find_start_db(project)
+        problems += start_problems
+        problems += projectfiles.package_file_problems(project)
+        problems += packages.missing_packages(project)
+    params, gold_db = _gold_for(root, tid, evals.get(tid), problems)
+    settings = suite.settings(tid)
+    solution = settings.solution or root / "solutions" / tid
+    return TaskSpec(
+        id=tid, instruction=instruction, project_dir=project, start_db=start_db,
+        gold_db=gold_db, eval=params, settings=settings,
+        date=settings.date or suite.defaults.date, problems=tuple(problems),
+        solution_dir=solution if solution.is_dir() else None,
+    )
+
+
+def _gold_for(root: Path, tid: str, ev: EvalParams | str | None,
+              problems: list[str]) -> tuple[EvalParams | None, Path | None]:
+    if ev is None:
+        problems.append("no evaluation config in spider2_eval.jsonl")
+        return None, None
+    if isinstance(ev, str):
+        problems.append(ev)
+        return None, None
+    gold_dir = root / "evaluation_suite" / "gold" / tid
+    gold = gold_dir / ev.gold
+    if not gold.is_file():
+        others = sorted(p.name for p in gold_dir.glob("*.duckdb")) if gold_dir.is_dir() else []
+        found = f" (found {', '.join(others)} instead)" if others else ""
+        problems.append(f"gold file gold/{tid}/{ev.gold} missing{found}")
+        return ev, None
+    problem = duckdb_file_problem(gold)
+    if problem:
+        problems.append(f"gold database {problem}")
+        return ev, None
+    return ev, gold
+
+
+def find_start_db(project: Path) -> tuple[Path | None, list[str]]:
+    """The DuckDB file the project's profile points at, checked to be a readable DuckDB file.
+
+    Only a project without profiles.yml falls back to its lone ``*.duckdb``: when profiles.yml
+    exists, dbt uses exactly what it says, so a broken one must be reported, not guessed around.
+    """
+    cfg, problem = projectfiles.project_config(project)
+    if cfg is None:
+        return None, [problem or "dbt_project.yml unusable"]
+    declared = projectfiles.profile_target(project, cfg)
+    if isinstance(declared, str):
+        return None, [declared]
+    candidates = [declared] if declared else sorted(project.glob("*.duckdb"))
+    if not candidates:
+        return None, ["start database missing (no profiles.yml and no *.duckdb in the project)"]
+    db = candidates[0]
+    if not db.is_file():
+        return None, [f"start database {db.name} missing (profiles.yml points at it)"]
+    problem = duckdb_file_problem(db)
+    return (None, [f"start database {problem}"]) if problem else (db, [])
+
+
+def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"cannot read: {exc}", path=path) from None
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            warnings.append(f"{path}:{no}: not valid JSON ({exc.msg}); line skipped")
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("instance_id"), str):
+            warnings.append(f"{path}:{no}: no instance_id; line skipped")
+            continue
+        yield no, obj
+
+
+def _read_evals(path: Path, warnings: list[str]) -> dict[str, EvalParams | str]:
+    """Map task id to its parameters, or to the problem that makes them unusable."""
+    if not path.is_file():
+        warnings.append(f"{path}: missing; no task can be scored")
+        return {}
+    evals: dict[str, EvalParams | str] = {}
+    for no, obj in _read_jsonl(path, warnings):
+        tid = obj["instance_id"]
+        if tid in evals:
+            warnings.append(f"{path}:{no}: second evaluation for {tid}; the first one is used")
+            continue
+        evals[tid] = parse_eval(obj.get("evaluation"))
+    return evals
+
+
+def parse_eval(evaluation: Any) -> EvalParams | str:
+    """Validate one ``evaluation`` object; return the parameters or a problem phrase."""
+    if not isinstance(evaluation, dict) or evaluation.get("func") != "duckdb_match":
+        return "evaluation config: func is not duckdb_match"
+    p = evaluation.get("parameters")
+    if not isinstance(p, dict) or not isinstance(p.get("gold"), str):
+        return "evaluation config: parameters.gold missing"
+    tabs, cols, orders = p.get("condition_tabs"), p.get("condition_cols"), p.get("ignore_orders")
+    if not isinstance(tabs, list) or not tabs or not all(isinstance(t, str) for t in tabs):
+        return "evaluation config: condition_tabs must be a non-empty list of table names"
+    cols = [[] for _ in tabs] if cols is None else cols
+    orders = [False for _ in tabs] if orders is None else orders
+    if not isinstance(cols, list) or not isinstance(orders, list):
+        return "evaluation config: condition_cols and ignore_orders must be lists"
+    if not len(tabs) == len(cols) == len(orders):
+        return (f"evaluation config: condition_tabs, condition_cols and ignore_orders have "
+                f"unequal lengths ({len(tabs)}, {len(cols)}, {len(orders)})")
+    if not all(isinstance(c, list) and all(_is_int(i) for i in c) for c in cols):
+        return "evaluation config: condition_cols must be lists of integer column positions"
+    if not all(isinstance(o, bool) for o in orders):
+        return "evaluation config: ignore_orders must be true or false"
+    return EvalParams(p["gold"], tuple(tabs), tuple(tuple(c) for c in cols), tuple(orders))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -1,0 +1,148 @@
+"""Describe a DuckDB file: every table and view with its schema, columns, types and row count.
+
+The agent gets the start database's snapshot so it can plan without spending turns on
+``information_schema`` queries, and the runner keeps it as the reference for what a run changed.
+A running ``dbt run`` holds an exclusive lock that even blocks read-only readers, so
+the snapshot retries briefly and then reads a private copy of the file instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+
+from spider2local.exceptions import DatasetError
+
+LOCK_RETRIES = 5
+LOCK_WAIT = 0.2
+"""Seconds between attempts on a locked file; after the last one a copy is read instead."""
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    schema: str
+    name: str
+    kind: Literal["table", "view"]
+    columns: tuple[ColumnInfo, ...]
+    rows: int | None
+    """Exact count for tables; None for views (counting runs the view's whole query, and a
+    view over a dropped table would fail) and for tables that could not be counted."""
+
+
+@dataclass(frozen=True)
+class DbSnapshot:
+    database: str
+    """The file name (never the full path: a snapshot may be shown to the agent)."""
+    tables: tuple[TableInfo, ...]
+    read_from_copy: bool = False
+
+    def table(self, name: str, schema: str | None = None) -> TableInfo | None:
+        """Look a table up by name (case-insensitive, like DuckDB), optionally in one schema."""
+        for t in self.tables:
+            if t.name.lower() == name.lower() and (schema is None or t.schema == schema):
+                return t
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> DbSnapshot:
+        data = json.loads(text)
+        tables = tuple(
+            TableInfo(schema=t["schema"], name=t["name"], kind=t["kind"], rows=t["rows"],
+                      columns=tuple(ColumnInfo(**c) for c in t["columns"]))
+            for t in data["tables"])
+        return cls(database=data["database"], tables=tables,
+                   read_from_copy=bool(data.get("read_from_copy", False)))
+
+
+def snapshot_database(db: Path) -> DbSnapshot:
+    """Snapshot ``db`` opened read-only; on a lock held by another process, retry, then copy.
+
+    Raises :class:`DatasetError` when the file is missing or is not a readable DuckDB file.
+    """
+    if not db.is_file():
+        raise DatasetError("database file not found", path=db)
+    for attempt in range(LOCK_RETRIES):
+        try:
+            return _snapshot(db, db.name, from_copy=False)
+        except duckdb.IOException as exc:
+            if not is_lock_error(exc):
+                raise DatasetError(f"cannot open as DuckDB: {exc}", path=db) from None
+            if attempt < LOCK_RETRIES - 1:
+                time.sleep(LOCK_WAIT)
+    with _private_copy(db) as copy:
+        return _snapshot(copy, db.name, from_copy=True)
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """DuckDB's "Could not set lock on file" (another process holds the file)."""
+    return "lock" in str(exc).lower()
+
+
+def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return DbSnapshot(database=label, tables=tuple(_tables(con)), read_from_copy=from_copy)
+    finally:
+        con.close()
+
+
+def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
+    rows = con.execute(
+        "SELECT schema_name, table_name, 'table' FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
+        "UNION ALL SELECT schema_name, view_name, 'view' FROM duckdb_views() "
+        "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
+        "ORDER BY 1, 2").fetchall()
+    for schema, name, kind in rows:
+        columns = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = ? AND table_name = ? "
+            "ORDER BY ordinal_position", [schema, name]).fetchall()
+        yield TableInfo(schema=schema, name=name, kind=kind,
+                        columns=tuple(ColumnInfo(c, t) for c, t in columns),
+                        rows=_count(con, schema, name) if kind == "table" else None)
+
+
+def _count(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> int | None:
+    try:
+        row = con.execute(f"SELECT count(*) FROM {quote(schema)}.{quote(name)}").fetchone()
+    except duckdb.Error:
+        return None
+    return int(row[0]) if row else None
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+@contextmanager
+def _private_copy(db: Path) -> Iterator[Path]:
+    """Copy ``db`` (and its WAL, which holds committed changes not yet checkpointed)."""
+    tmp = Path(tempfile.mkdtemp(prefix="spider2local-snapshot-"))
+    try:
+        copy = tmp / db.name
+        shutil.copyfile(db, copy)
+        wal = db.with_name(db.name + ".wal")
+        if wal.is_file():
+            shutil.copyfile(wal, copy.with_name(copy.name + ".wal"))
+        yield copy
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

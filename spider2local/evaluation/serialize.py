@@ -1,0 +1,86 @@
+"""Scores as JSON (how the runner stores them) and as text (what a person reads).
+
+``from_json(to_json(score)) == score`` holds for every score: results written by one run can be
+reloaded and re-rendered later without scoring again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
+
+
+def to_json(score: TaskScore) -> dict[str, Any]:
+    """A JSON-ready dict (plain types only). Derived counts are included for readers of the file
+    and ignored by :func:`from_json`."""
+    return {
+        "passed": score.passed,
+        "error": score.error,
+        "tables_passed": score.tables_passed,
+        "tables_total": score.tables_total,
+        "tables": [_table_json(table) for table in score.tables],
+    }
+
+
+def _table_json(table: TableScore) -> dict[str, Any]:
+    return {
+        "name": table.name,
+        "passed": table.passed,
+        "gold_rows": table.gold_rows,
+        "result_rows": table.result_rows,
+        "missing": table.missing,
+        "error": table.error,
+        "notes": list(table.notes),
+        "columns": [vars(column).copy() for column in table.columns],
+    }
+
+
+def from_json(data: dict[str, Any]) -> TaskScore:
+    """The inverse of :func:`to_json`."""
+    tables = tuple(
+        TableScore(
+            name=t["name"], passed=t["passed"], gold_rows=t["gold_rows"],
+            result_rows=t["result_rows"], missing=t["missing"],
+            columns=tuple(ColumnDiagnostic(**c) for c in t["columns"]),
+            notes=tuple(t["notes"]), error=t["error"])
+        for t in data["tables"])
+    return TaskScore(passed=data["passed"], tables=tables, error=data["error"])
+
+
+def render_text(score: TaskScore) -> str:
+    """A short report: the verdict, then one line per table and the reasons for failures."""
+    verdict = "PASS" if score.passed else "FAIL"
+    lines = [f"{verdict}  {score.tables_passed}/{score.tables_total} graded tables pass"]
+    if score.error:
+        lines.append(f"  error: {score.error}")
+    for table in score.tables:
+        lines.extend(_table_lines(table))
+    return "\n".join(lines)
+
+
+def _table_lines(table: TableScore) -> list[str]:
+    mark = "PASS" if table.passed else "FAIL"
+    if table.missing:
+        head = f"  {mark}  {table.name}: missing from the result"
+    elif table.result_rows is None:
+        head = f"  {mark}  {table.name}: cannot be read ({table.error})"
+    elif table.error:
+        head = f"  {mark}  {table.name}: {table.error}"
+    elif table.result_rows != table.gold_rows:
+        head = f"  {mark}  {table.name}: {table.result_rows} rows, gold has {table.gold_rows}"
+    else:
+        head = f"  {mark}  {table.name} ({table.gold_rows} rows)"
+    lines = [head]
+    lines.extend(f"        - {_column_line(column)}" for column in table.columns)
+    lines.extend(f"        note: {note}" for note in table.notes)
+    return lines
+
+
+def _column_line(column: ColumnDiagnostic) -> str:
+    text = f"gold column {column.gold_column!r} (#{column.gold_index}): {column.reason}"
+    if column.position is not None:
+        text += (f"; first difference at position {column.position}: gold {column.gold_value}"
+                 f", result {column.result_value}")
+    return text
+

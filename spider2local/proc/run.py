@@ -1,0 +1,211 @@
+"""The one subprocess helper: every child process of the runner goes through :func:`run_process`.
+
+Children (dbt, python checks, the agent's tools) can hang, spawn their own children, or print
+megabytes. So every child gets its own session/process group, both pipes are drained at the same
+time (a full stderr pipe must never block a child we only read stdout from), the deadline is an
+anyio deadline, and whatever way the call ends (normal exit, timeout, cancellation) the whole
+group is killed (SIGTERM, a short grace, SIGKILL) inside a shielded scope: no orphan survives.
+
+A timeout is not an exception: it is the ordinary result of a slow task, so it comes back as a
+:class:`ProcessResult` with ``timed_out=True`` (returncode is then the negative signal number).
+Callers that prefer an exception call :meth:`ProcessResult.raise_on_timeout`. Cancellation is
+propagated after the cleanup. A missing executable raises the usual ``OSError`` from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from spider2local.exceptions import ProcessTimeout
+from spider2local.proc.procfs import live_pids, stat_fields
+
+DEFAULT_OUTPUT_LIMIT = 1 << 20
+"""Bytes kept per stream (the tail): enough for any dbt log worth reading, bounded memory."""
+KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL: lets dbt/DuckDB release file locks cleanly."""
+_POLL = 0.02
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a child process ended; ``stdout``/``stderr`` keep the last ``output_limit`` bytes."""
+
+    args: tuple[str, ...]
+    pid: int
+    """Also the process group id: lets callers and tests check the whole group is gone."""
+    returncode: int
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def raise_on_timeout(self) -> ProcessResult:
+        """Return self, or raise :class:`ProcessTimeout` if the deadline killed the process."""
+        if self.timed_out:
+            raise ProcessTimeout(f"{self.args[0]} timed out after {self.duration:.1f}s "
+                                 "and was killed with its process group")
+        return self
+
+
+class _Tail:
+    """A byte buffer that keeps only the last ``limit`` bytes (amortised trimming)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self.data = bytearray()
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.limit + 65536:
+            self._trim()
+
+    def _trim(self) -> None:
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+            self.truncated = True
+
+    def text(self) -> str:
+        self._trim()
+        return self.data.decode("utf-8", errors="replace")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``, read from /proc.
+
+    ``killpg(pgid, 0)`` is not enough: it succeeds while only unreaped zombies remain.
+    """
+    return [pid for pid in live_pids()
+            if (fields := stat_fields(pid)) is not None and len(fields) > 2
+            and int(fields[2]) == pgid]
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _wait_group_gone(pgid: int, limit: float) -> bool:
+    with anyio.move_on_after(limit):
+        # Polling is the only option: nothing notifies us when a non-child process exits.
+        while group_members(pgid):  # noqa: ASYNC110
+            await anyio.sleep(_POLL)
+        return True
+    return False
+
+
+async def kill_process_group(pgid: int, *, grace: float = KILL_GRACE) -> bool:
+    """SIGTERM the group, wait up to ``grace`` seconds, then SIGKILL what is left.
+
+    Returns True if the group is gone afterwards. Safe to call on a group that already ended.
+    Run it shielded when it is cleanup (it awaits).
+    """
+    members = group_members(pgid)
+    if not members:
+        return True
+    _signal_group(pgid, signal.SIGTERM)
+    gone = await _wait_group_gone(pgid, grace)
+    if not gone:
+        _signal_group(pgid, signal.SIGKILL)
+        gone = await _wait_group_gone(pgid, 5.0)
+    _remove_faketime_segments(members)
+    return gone
+
+
+def _remove_faketime_segments(pids: Sequence[int]) -> None:
+    """Unlink the shared-memory files libfaketime leaves behind when its process is killed.
+
+    A faked process creates ``/dev/shm/faketime_shm_<pid>`` (and a semaphore) and removes them in
+    its exit handler, which a signal skips; without this each timeout would leak two files.
+    """
+    for pid in pids:
+        for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
+            with contextlib.suppress(OSError):
+                (Path("/dev/shm") / name).unlink()
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream | None, tail: _Tail) -> None:
+    if stream is None:
+        return
+    async for chunk in stream:
+        tail.add(chunk)
+
+
+async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(data)
+    await stream.aclose()
+
+
+async def _supervise(process: anyio.abc.Process, out: _Tail, err: _Tail,
+                     input: bytes | None, grace: float) -> None:
+    """Drain both pipes and feed stdin until the child exits and its pipes reach EOF.
+
+    When the leader exits, leftover group members (background children) may keep the pipes
+    open forever: they are killed so the drains can finish.
+    """
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_drain, process.stdout, out)
+        tg.start_soon(_drain, process.stderr, err)
+        if input is not None:
+            tg.start_soon(_feed, process.stdin, input)
+        await process.wait()
+        await kill_process_group(process.pid, grace=grace)
+
+
+async def run_process(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None,  # noqa: ASYNC109 (a plain argument is the API every caller wants)
+    input: bytes | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    grace: float = KILL_GRACE,
+) -> ProcessResult:
+    """Run ``args`` to completion (or ``timeout`` seconds) and return its :class:`ProcessResult`.
+
+    ``env`` replaces the environment entirely (None inherits ours). ``timeout=None`` means no
+    deadline, which callers must choose explicitly. stdin is /dev/null unless ``input`` is given.
+    """
+    argv = tuple(os.fspath(a) for a in args)
+    out, err = _Tail(output_limit), _Tail(output_limit)
+    started = time.monotonic()
+    process = await anyio.open_process(
+        argv, cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            await _supervise(process, out, err, input, grace)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await kill_process_group(process.pid, grace=grace)
+            await process.aclose()
+    returncode = process.returncode
+    return ProcessResult(
+        args=argv, pid=process.pid,
+        returncode=returncode if returncode is not None else -signal.SIGKILL,
+        stdout=out.text(), stderr=err.text(), duration=time.monotonic() - started,
+        timed_out=deadline.cancelled_caught,
+        stdout_truncated=out.truncated, stderr_truncated=err.truncated,
+    )

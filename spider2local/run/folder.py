@@ -1,0 +1,225 @@
+"""The run folder: ``<runs-dir>/<run-id>/run.json`` plus one folder per task.
+
+Layout::
+
+    <run-id>/run.json               the manifest (versions, hashes, settings, selection, times)
+    <run-id>/<task>/result.json     written atomically, last: its presence means "finished"
+    <run-id>/<task>/transcript.jsonl, queries.jsonl, dbt/, project/, result.duckdb (--keep-db)
+
+Everything a report, a resume or a re-score needs is read back from here, never kept in memory,
+so a run killed with SIGKILL loses at most the tasks that were running.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from spider2local import __version__, resources
+from spider2local.exceptions import UserError
+from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
+from spider2local.run.results import TaskResult, load_result, write_json_atomic
+from spider2local.run.stale import remove_stale_workspaces
+
+MANIFEST_VERSION = 1
+DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
+                "numpy", "click", "libfaketime")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def new_run_id(now: dt.datetime | None = None) -> str:
+    """A timestamp id such as ``20261130-142501`` (local time: what a person expects to see)."""
+    return (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids become folder names: refuse anything that could escape the runs folder."""
+    if not _RUN_ID.fullmatch(run_id) or run_id in {".", ".."}:
+        raise UserError(f"--run-id {run_id!r} is not a plain folder name",
+                        fix="use letters, digits, '.', '_' and '-' only")
+    return run_id
+
+
+def dependency_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version(),
+                                       "spider2local": __version__}
+    for name in DEPENDENCIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def tree_sha256(root: Path | None) -> str | None:
+    """One hash over every file under ``root`` (relative path and content), order-independent
+    of the file system; ``None`` when the folder does not exist. Prompts and skills change
+    agent behaviour, so a run records exactly which ones it used."""
+    if root is None or not root.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _resource_hash(name: str) -> str | None:
+    try:
+        return tree_sha256(resources.resource_dir(name))
+    except FileNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Paths of one run; creating the object touches nothing on disk."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, runs_dir: Path, run_id: str) -> RunFolder:
+        return cls(runs_dir / check_run_id(run_id))
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST
+
+    def task_dir(self, task_id: str) -> Path:
+        return self.root / task_id
+
+    def result_path(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / RESULT
+
+    def result_db(self, task_id: str) -> Path:
+        return self.task_dir(task_id) / RESULT_DB
+
+    def load_result(self, task_id: str) -> TaskResult | None:
+        return load_result(self.result_path(task_id))
+
+    def results(self) -> dict[str, TaskResult]:
+        """Every finished task's result, by id (unreadable or half-written ones are absent)."""
+        found: dict[str, TaskResult] = {}
+        if not self.root.is_dir():
+            return found
+        for path in sorted(self.root.glob(f"*/{RESULT}")):
+            result = load_result(path)
+            if result is not None:
+                found[result.task_id] = result
+        return found
+
+    def reset_task(self, task_id: str) -> Path:
+        """Empty a task's folder before (re-)running it: an interrupted attempt leaves a partial
+        transcript and dbt logs that would otherwise mix with the new attempt's.
+
+        A SIGKILLed run also left its workspace and the processes working in it (a dbt still
+        holding the database, a CLI): only this folder records where that workspace is, so
+        those are killed and removed first (see :mod:`.stale`)."""
+        folder = self.task_dir(task_id)
+        if folder.exists():
+            remove_stale_workspaces(folder)
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return folder
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def create(self) -> None:
+        """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(self.root, exc) from None
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        try:
+            write_json_atomic(self.manifest_path, dict(manifest))
+        except OSError as exc:
+            raise _unwritable(self.manifest_path, exc) from None
+
+
+def _unwritable(path: Path, exc: OSError) -> UserError:
+    return UserError(f"cannot write the run folder: {exc.strerror or exc}", path=path,
+                     fix="pass a writable --runs-dir")
+
+
+def open_run_dir(path: Path) -> RunFolder:
+    """A run folder given on the command line (``score``, ``report``): it must hold run.json."""
+    folder = RunFolder(path)
+    if not path.is_dir():
+        raise UserError("run folder not found", path=path, fix="pass <runs-dir>/<run-id>")
+    if folder.read_manifest() is None:
+        raise UserError(f"no readable {MANIFEST} here", path=path,
+                        fix="pass a folder made by `spider2local run`")
+    return folder
+
+
+@dataclass(frozen=True)
+class SelectedTask:
+    """What the manifest records about one selected task (enough for a report from disk)."""
+
+    id: str
+    fake_date: str
+    tables: int
+    """Number of graded tables (0 when the task has no evaluation)."""
+    skipped: str | None = None
+    """Why the task cannot run; ``None`` when it is run."""
+
+
+def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
+                   suite_path: Path, suite_sha256: str, dataset_root: Path,
+                   tasks: Iterable[SelectedTask], previous: Mapping[str, Any] | None,
+                   argv: list[str] | None = None) -> dict[str, Any]:
+    """The run.json written at the start of an invocation. A resumed run keeps the first
+    invocation's ``started_at`` and appends to ``sessions`` so every restart is visible."""
+    started = now_iso()
+    sessions = list(previous.get("sessions", [])) if previous else []
+    sessions.append({"started_at": started, "finished_at": None, "interrupted": None,
+                     "argv": argv})
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "run_id": run_id,
+        "agent": agent,
+        "model": settings.get("model"),
+        "settings": dict(settings),
+        "versions": dependency_versions(),
+        "suite": {"path": str(suite_path), "sha256": suite_sha256},
+        "dataset": str(dataset_root),
+        "prompts_sha256": _resource_hash("prompts"),
+        "skills_sha256": _resource_hash("skills"),
+        "tasks": [vars(t) for t in tasks],
+        "started_at": previous.get("started_at", started) if previous else started,
+        "finished_at": None,
+        "sessions": sessions,
+    }
+
+
+def finish_manifest(manifest: Mapping[str, Any], *, interrupted: bool) -> dict[str, Any]:
+    """The same manifest with end times set (written once the invocation ends)."""
+    done = now_iso()
+    sessions = [dict(s) for s in manifest.get("sessions", [])]
+    if sessions:
+        sessions[-1].update(finished_at=done, interrupted=interrupted)
+    return {**manifest, "finished_at": done, "interrupted": interrupted, "sessions": sessions}

@@ -1,0 +1,36 @@
+"""Every file and folder name of a run folder, in one place.
+
+Layout::
+
+    <runs-dir>/<run-id>/run.json                  MANIFEST: versions, hashes, settings, times
+    <runs-dir>/<run-id>/.lock                     LOCK: one invocation at a time
+    <runs-dir>/<run-id>/<task>/result.json        RESULT: written atomically, last ("finished")
+    <runs-dir>/<run-id>/<task>/error.txt          ERROR_TRACEBACK: an unexpected exception, whole
+    <runs-dir>/<run-id>/<task>/transcript.jsonl   TRANSCRIPT: every agent message as it arrived
+    <runs-dir>/<run-id>/<task>/queries.jsonl      QUERIES: every query of the agent's DB tools
+    <runs-dir>/<run-id>/<task>/workspace.json     WORKSPACE_RECORD: where the workspace was
+    <runs-dir>/<run-id>/<task>/scan.json          SCAN: the project scan the agent was given
+    <runs-dir>/<run-id>/<task>/reference_snapshot.json  START_SNAPSHOT: the start database
+    <runs-dir>/<run-id>/<task>/dbt/               DBT_LOGS: dbt logs and run_results
+    <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
+    <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
+
+Workspaces live elsewhere (a temporary folder) and are named ``WORKSPACE_PREFIX<task>-...``;
+nothing whose name lacks that prefix is ever deleted as a workspace.
+"""
+
+from __future__ import annotations
+
+MANIFEST = "run.json"
+LOCK = ".lock"
+RESULT = "result.json"
+ERROR_TRACEBACK = "error.txt"
+TRANSCRIPT = "transcript.jsonl"
+QUERIES = "queries.jsonl"
+WORKSPACE_RECORD = "workspace.json"
+SCAN = "scan.json"
+START_SNAPSHOT = "reference_snapshot.json"
+DBT_LOGS = "dbt"
+PROJECT_FILES = "project"
+RESULT_DB = "result.duckdb"
+WORKSPACE_PREFIX = "spider2local-"

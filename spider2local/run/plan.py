@@ -1,0 +1,173 @@
+"""One ``spider2local run`` invocation: from command-line options to a finished run folder.
+
+:func:`plan_run` resolves options against the suite (defaults, selection, agent, credentials)
+and fails fast with a one-line :class:`UserError` before anything starts. :func:`execute_run`
+writes the manifest, skips tasks an earlier invocation finished (resume), runs the rest and
+turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.rescore`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from spider2local.agents.registry import capabilities, make_agent
+from spider2local.clock.faketime import find_library
+from spider2local.dataset.load import Dataset
+from spider2local.exceptions import UserError
+from spider2local.run.folder import (
+    RunFolder,
+    SelectedTask,
+    build_manifest,
+    finish_manifest,
+    new_run_id,
+)
+from spider2local.run.lock import run_lock
+from spider2local.run.progress import Progress
+from spider2local.run.results import TaskResult
+from spider2local.run.resume import check_resumable, merged_tasks
+from spider2local.run.runner import AgentFactory, run_tasks
+from spider2local.run.selection import Selection, parse_shard, select_tasks
+from spider2local.run.settings import RunSettings, check_skills, suite_skills
+from spider2local.suite.load import Suite
+
+T = TypeVar("T")
+
+
+async def until_signal(main: Callable[[], Awaitable[T]],
+                       signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+                       ) -> tuple[T | None, bool]:
+    """Run ``main``; on SIGINT/SIGTERM cancel it (its cleanup is shielded) and return
+    ``(None, True)``. Cancellation stops queued tasks and kills running ones' processes."""
+    box: list[T] = []
+    interrupted = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal interrupted
+        with anyio.open_signal_receiver(*signals) as received:
+            async for _ in received:
+                interrupted = True
+                scope.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        box.append(await main())
+        tg.cancel_scope.cancel()
+    return (box[0] if box else None), interrupted
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one ``spider2local run`` invocation needs, resolved from the command line."""
+
+    folder: RunFolder
+    selection: Selection
+    settings: RunSettings
+    factory: AgentFactory
+    suite_path: Path
+    suite_sha256: str
+    dataset_root: Path
+    argv: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    folder: RunFolder
+    ran: Mapping[str, TaskResult]
+    """Results written by this invocation."""
+    already_done: tuple[str, ...]
+    """Selected tasks skipped because an earlier invocation finished them (resume)."""
+    interrupted: bool
+
+
+def _selected(plan: RunPlan) -> list[SelectedTask]:
+    sel = plan.selection
+    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0)) for t in sel.tasks]
+    skipped = [SelectedTask(tid, "", sel.graded.get(tid, 0), why) for tid, why in sel.skipped]
+    return sorted(run + skipped, key=lambda s: s.id)
+
+
+async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
+    """Under the run's lock: write the manifest, run what is not finished yet, stop cleanly on
+    SIGINT/SIGTERM."""
+    folder, settings = plan.folder, plan.settings
+    folder.create()
+    with run_lock(folder):
+        manifest = _start_manifest(plan)
+        done = set(folder.results())
+        todo = [t for t in plan.selection.tasks if t.id not in done]
+        already = tuple(t.id for t in plan.selection.tasks if t.id in done)
+        progress.run_started(folder.run_id, todo=len(todo), already_done=already,
+                             skipped=plan.selection.skipped)
+        ran: dict[str, TaskResult] = {}
+        _, interrupted = await until_signal(
+            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran))
+        folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
+    return RunOutcome(folder, ran, already, interrupted)
+
+
+def _start_manifest(plan: RunPlan) -> dict[str, Any]:
+    """The manifest of this invocation, written before any task starts; a resume must match
+    the run's first settings and keeps every task selected so far."""
+    folder, settings = plan.folder, plan.settings
+    previous = folder.read_manifest()
+    manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
+                              settings=settings.to_json(), suite_path=plan.suite_path,
+                              suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
+                              tasks=_selected(plan), previous=previous, argv=plan.argv)
+    check_resumable(previous, manifest, folder)
+    manifest["tasks"] = merged_tasks(previous, manifest["tasks"])
+    folder.write_manifest(manifest)
+    return manifest
+
+
+def run_plan_sync(plan: RunPlan, progress: Progress) -> RunOutcome:
+    return anyio.run(execute_run, plan, progress)
+
+
+def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: str | None = None,
+             shard: str | None = None, limit: int | None = None, agent: str | None = None,
+             replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
+             run_id: str | None = None, argv: list[str] | None = None,
+             **overrides: Any) -> RunPlan:
+    """Resolve the command line; every problem is a UserError raised before anything runs.
+    ``overrides`` are RunSettings fields (None means "the suite's default")."""
+    name = agent or suite.defaults.agent
+    options: dict[str, Any] = {}
+    if replay_dir is not None:
+        if name != "replay":
+            raise UserError("--replay-dir only applies to --agent replay")
+        options["replay_dir"] = replay_dir
+    caps = capabilities(name)  # an unknown name fails here, with one line
+    caps.check_credentials(name, os.environ)
+    make_agent(name, **options)  # fails now, with one line, on a bad agent or option
+    find_library()  # every task needs the fake clock: fail once here, not once per task
+    selection = select_tasks(data, ids, subset=subset,
+                             shard=parse_shard(shard) if shard else None, limit=limit)
+    if caps.needs_solution:
+        selection = _needs_solution(selection)
+    settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
+                                         agent=name, **overrides)
+    check_skills(selection.tasks, settings, suite.path)
+    return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
+                   settings=settings, factory=lambda: make_agent(name, **options),
+                   suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
+                   argv=argv)
+
+
+def _needs_solution(selection: Selection) -> Selection:
+    """An agent that applies reference solutions proves a task's solution, date and gold agree;
+    a task without one would only be scored on its untouched database, which proves nothing."""
+    unsolved = [t for t in selection.tasks if t.solution_dir is None]
+    return replace(selection,
+                   tasks=tuple(t for t in selection.tasks if t.solution_dir is not None),
+                   skipped=(*selection.skipped,
+                            *((t.id, "no reference solution (solutions/<id>/ or the suite's "
+                               "solution setting)") for t in unsolved)))

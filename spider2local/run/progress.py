@@ -1,0 +1,119 @@
+"""What a run prints while it works: a live block of lines on a terminal, plain lines in CI.
+
+On a TTY every running task has one line (stage, elapsed seconds, turns so far) redrawn in place
+twice a second, and finished tasks scroll above it. Anywhere else (CI logs, pipes, files) each
+event is one timestamped line and nothing is redrawn, because escape codes make logs unreadable.
+Everything goes to stderr: stdout is kept for the final table and machine-readable output.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import anyio
+
+from spider2local.run.contract import UsageMeter
+from spider2local.run.results import TaskResult
+
+REFRESH = 0.5
+
+
+@dataclass
+class _Running:
+    stage: str
+    started: float
+    meter: UsageMeter | None = None
+
+
+class Progress:
+    """Receives the runner's events; ``live`` (default: the stream is a TTY) redraws in place."""
+
+    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None,
+                 quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.quiet = quiet
+        self.running: dict[str, _Running] = {}
+        self._drawn = 0
+        self._t0 = time.monotonic()
+
+    # -- events ---------------------------------------------------------------------------
+    def run_started(self, run_id: str, *, todo: int, already_done: Sequence[str],
+                    skipped: Sequence[tuple[str, str]]) -> None:
+        resumed = f", {len(already_done)} already finished" if already_done else ""
+        self._log(f"run {run_id}: {todo} task(s) to run{resumed}")
+        for task_id, reason in skipped:
+            self._log(f"{task_id}: skipped ({reason})")
+
+    def task_started(self, task_id: str) -> None:
+        self.running[task_id] = _Running("start", time.monotonic())
+        self._event(task_id, "started")
+
+    def stage(self, task_id: str, stage: str, meter: UsageMeter | None = None) -> None:
+        state = self.running.setdefault(task_id, _Running(stage, time.monotonic()))
+        state.stage = stage
+        if meter is not None:
+            state.meter = meter
+        self._event(task_id, stage)
+
+    def note(self, task_id: str, message: str) -> None:
+        self._log(f"{task_id}: {message}", force=True)
+
+    def task_finished(self, result: TaskResult) -> None:
+        self.running.pop(result.task_id, None)
+        tables = f" {result.tables_passed}/{result.tables_total} tables" \
+            if result.tables_total else ""
+        error = f" [{result.error.stage.value}: {result.error.message}]" if result.error else ""
+        took = result.durations.get("total", 0.0)
+        self._log(f"{result.task_id}: {result.status.value}{tables} in {took:.1f}s{error}",
+                  force=True)
+
+    # -- drawing --------------------------------------------------------------------------
+    def line_for(self, task_id: str) -> str:
+        state = self.running[task_id]
+        turns = state.meter.usage.turns if state.meter is not None else 0
+        elapsed = time.monotonic() - state.started
+        return f"  {task_id:<28} {state.stage:<10} {elapsed:6.0f}s  {turns:3d} turns"
+
+    async def refresh_loop(self) -> None:
+        """Redraw the live block until cancelled (a no-op when not live)."""
+        if not self.live:
+            return
+        try:
+            while True:
+                self._redraw()
+                await anyio.sleep(REFRESH)
+        finally:
+            self._clear()
+
+    def _event(self, task_id: str, what: str) -> None:
+        if not self.live:
+            self._log(f"{task_id}: {what}")
+
+    def _log(self, text: str, *, force: bool = False) -> None:
+        if self.quiet and not force:
+            return
+        self._clear()
+        stamp = time.monotonic() - self._t0
+        self.stream.write(f"[{stamp:7.1f}s] {text}\n")
+        if self.live:
+            self._redraw()
+        self.stream.flush()
+
+    def _redraw(self) -> None:
+        self._clear()
+        lines = [self.line_for(tid) for tid in sorted(self.running)]
+        for line in lines:
+            self.stream.write(line + "\n")
+        self._drawn = len(lines)
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self._drawn:
+            # Cursor up over the block, then clear to the end of the screen.
+            self.stream.write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0

@@ -1,0 +1,66 @@
+"""``spider2local score RUN_DIR``: re-score a finished run from its kept databases.
+
+Never re-runs anything: each task's ``result.duckdb`` (kept with ``--keep-db``) is scored again
+against the dataset's gold and only the verdict fields of its ``result.json`` are rewritten, so
+a scorer fix or a corrected gold file can be applied to an old run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from spider2local.dataset.load import Dataset
+from spider2local.run.folder import RunFolder
+from spider2local.run.lock import run_lock
+from spider2local.run.results import Stage, Status, TaskResult, save_result
+
+
+@dataclass(frozen=True)
+class Rescored:
+    task_id: str
+    result: TaskResult | None
+    """The rewritten result; ``None`` when the task could not be re-scored (see ``reason``)."""
+    reason: str | None = None
+
+
+def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
+    """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
+    A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
+    from spider2local.evaluation import score_database, to_json
+
+    db, task = folder.result_db(old.task_id), data.get(old.task_id)
+    if not db.is_file():
+        return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
+    if task is None or task.gold_db is None or task.eval is None:
+        return Rescored(old.task_id, None, "the dataset has no gold for this task")
+    try:
+        score = score_database(db, task.gold_db, task.eval)
+    except Exception as exc:
+        return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
+    error = old.error
+    if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
+        error = None
+    status = Status.TIMEOUT if old.status is Status.TIMEOUT else \
+        Status.PASSED if score.passed else Status.FAILED
+    new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
+                  tables_total=score.tables_total, score=to_json(score), error=error)
+    save_result(folder.result_path(old.task_id), new)
+    return Rescored(old.task_id, new)
+
+
+def rescore_run(folder: RunFolder, data: Dataset) -> list[Rescored]:
+    """Re-score every finished task of the run from its kept database, never re-running it
+    (under the run's lock: a run still writing results must not be re-scored meanwhile)."""
+    with run_lock(folder):
+        return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
+
+
+def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:
+    """The suite file and dataset root the run was made with (from its manifest)."""
+    manifest: Mapping[str, Any] = folder.read_manifest() or {}
+    suite = manifest.get("suite", {}).get("path") if isinstance(manifest.get("suite"), dict) \
+        else None
+    return (Path(suite) if suite else None), manifest.get("dataset")

@@ -1,0 +1,61 @@
+"""Resuming a run: which settings must match the first invocation, and what run.json keeps.
+
+A run folder's results must mean one thing. Resuming with another agent, model, suite file,
+prompts, skills or limits would mix verdicts of two different experiments under one pass rate,
+so the resume is refused with the differences spelled out. Tasks selected by earlier
+invocations stay in the manifest (the union), so the report still shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from spider2local.exceptions import UserError
+from spider2local.run.folder import RunFolder
+
+_Getter = Callable[[Mapping[str, Any]], Any]
+
+
+def _settings(key: str) -> _Getter:
+    return lambda m: (m.get("settings") or {}).get(key)
+
+
+MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
+    ("agent", lambda m: m.get("agent")),
+    ("model", lambda m: m.get("model")),
+    ("suite file hash", lambda m: (m.get("suite") or {}).get("sha256")),
+    ("prompts hash", lambda m: m.get("prompts_sha256")),
+    ("skills hash", lambda m: m.get("skills_sha256")),
+    ("timeout", _settings("timeout")),
+    ("max_turns", _settings("max_turns")),
+)
+"""What a resume must keep, as (name shown to the user, how to read it from run.json)."""
+
+
+def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``"name X (run made with Y)"`` for every setting that changed."""
+    return [f"{name} {get(current)} (run made with {get(previous)})"
+            for name, get in MUST_MATCH if get(previous) != get(current)]
+
+
+def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
+                    folder: RunFolder) -> None:
+    """Refuse to continue ``folder`` with settings that differ from its manifest."""
+    if previous is None:
+        return
+    changed = differences(previous, current)
+    if changed:
+        raise UserError(f"run {folder.run_id} cannot be resumed with different settings: "
+                        + "; ".join(changed), path=folder.root,
+                        fix="resume with the same settings, or start a new run with another "
+                            "--run-id")
+
+
+def merged_tasks(previous: Mapping[str, Any] | None,
+                 current: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every task any invocation selected, by id (this invocation's entry wins)."""
+    earlier = previous.get("tasks") if previous else None
+    merged = {t["id"]: dict(t) for t in earlier or [] if isinstance(t, dict) and "id" in t}
+    merged.update({t["id"]: dict(t) for t in current})
+    return [merged[tid] for tid in sorted(merged)]

@@ -1,0 +1,67 @@
+"""When a task's agent stage is tried again, and what the attempts cost together.
+
+The rule comes from the benchmark's contract: infrastructure errors (API overloaded or
+rate-limited, a CLI crash before any turn) may be retried, because no work was done. Once a turn
+has completed, the workspace holds the agent's work: starting again from scratch would throw it
+away (and pay for it twice), so such a task is checkpointed and scored like any other failure,
+with the error recorded beside the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spider2local.run.contract import AgentOutcome
+from spider2local.run.results import Usage
+
+MAX_BACKOFF = 60.0
+
+
+def turns_completed(usage: Usage) -> int:
+    """Turns that got an answer from a model. The Claude CLI counts a failed API call as a turn
+    (a synthetic assistant message: ``num_turns`` 1, no tokens), so turns without a single
+    token spent are not completed turns; every real API answer reports input tokens."""
+    spent = (usage.input_tokens + usage.output_tokens + usage.cache_read_tokens
+             + usage.cache_creation_tokens)
+    return usage.turns if spent else 0
+
+
+def nothing_done(outcome: AgentOutcome, timed_out: bool) -> bool:
+    """An infrastructure failure before any completed turn: the workspace is untouched."""
+    return outcome.infrastructure and not timed_out and turns_completed(outcome.usage) == 0
+
+
+def should_retry(outcome: AgentOutcome, timed_out: bool, attempts: int, retries: int) -> bool:
+    """``attempts`` made so far; ``retries`` allowed on top of the first attempt."""
+    return nothing_done(outcome, timed_out) and attempts <= retries
+
+
+def backoff(base: float, attempts: int) -> float:
+    """Seconds before the next attempt: ``base`` after the first, doubled each time, capped."""
+    return float(min(MAX_BACKOFF, base * 2 ** (attempts - 1)))
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+
+def _add_models(a: Mapping[str, Mapping[str, int]],
+                b: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    merged = {model: dict(tokens) for model, tokens in a.items()}
+    for model, tokens in b.items():
+        into = merged.setdefault(model, {})
+        for key, count in tokens.items():
+            into[key] = into.get(key, 0) + count
+    return merged
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """Usage of two attempts together: a retried task is paid for every attempt it made.
+    A cost that only one side knows is taken as is (``None`` only when neither knows it)."""
+    return Usage(turns=a.turns + b.turns, input_tokens=a.input_tokens + b.input_tokens,
+                 output_tokens=a.output_tokens + b.output_tokens,
+                 cache_read_tokens=a.cache_read_tokens + b.cache_read_tokens,
+                 cache_creation_tokens=a.cache_creation_tokens + b.cache_creation_tokens,
+                 cost_usd_reported=_add_cost(a.cost_usd_reported, b.cost_usd_reported),
+                 cost_usd_computed=_add_cost(a.cost_usd_computed, b.cost_usd_computed),
+                 by_model=_add_models(a.by_model, b.by_model))

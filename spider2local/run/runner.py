@@ -1,0 +1,265 @@
+"""Run tasks: fresh workspace, agent under a deadline, checkpoint, score, artifacts, result.
+
+Concurrency is one anyio task group with a :class:`anyio.CapacityLimiter` of ``jobs``. Each task
+is independent: whatever goes wrong inside it (agent error, dbt crash, deadline, scoring error)
+becomes data in its ``result.json`` with the stage it happened in, and the run goes on. Only
+cancellation (Ctrl-C / SIGTERM) stops a task without a result, so a resume re-runs it.
+
+Verdicts follow the official benchmark: the database the agent left is what gets scored, also
+after an agent error, a timeout or an infrastructure error in mid-session (the error is recorded
+beside the verdict). Only an infrastructure failure before any turn that outlived its retries
+ends without a score, because no work was done.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from spider2local.dataset.load import TaskSpec
+from spider2local.proc.reap import reap
+from spider2local.run.contract import Agent, AgentContext, AgentOutcome
+from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.layout import ERROR_TRACEBACK, TRANSCRIPT
+from spider2local.run.progress import Progress
+from spider2local.run.results import Stage, Status, TaskError, TaskResult, Usage, save_result
+from spider2local.run.retry import add_usage, backoff, nothing_done, should_retry
+from spider2local.run.settings import RunSettings, limits_for, task_skills
+from spider2local.run.transcript import Transcript
+from spider2local.workspace import prepare as ws_mod
+from spider2local.workspace.prepare import Workspace as Ws
+
+AgentFactory = Callable[[], Agent]
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class _Attempt:
+    """Mutable state of one task while it runs (never leaves this module)."""
+
+    task: TaskSpec
+    artifacts: Path
+    durations: dict[str, float] = field(default_factory=dict)
+    attempts: int = 0
+    ws: Ws | None = None
+
+    def timed(self, stage: str, seconds: float) -> None:
+        self.durations[stage] = round(self.durations.get(stage, 0.0) + seconds, 3)
+
+
+class _Stopwatch:
+    def __init__(self, state: _Attempt, stage: str) -> None:
+        self.state, self.stage = state, stage
+
+    def __enter__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __exit__(self, *_: object) -> None:
+        self.state.timed(self.stage, time.monotonic() - self.t0)
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, bool]:
+    """Run the agent under its deadline; returns (outcome, timed_out). Never raises except
+    for cancellation: an agent bug becomes an error outcome like any other agent failure."""
+    try:
+        with anyio.fail_after(ctx.limits.timeout):
+            return await agent.run(ctx), False
+    except TimeoutError:
+        return AgentOutcome(usage=ctx.meter.usage,
+                            error=f"deadline of {ctx.limits.timeout:g}s reached; "
+                                  "its processes were killed"), True
+    except Exception as exc:
+        keep_traceback(ctx.workspace.artifacts, Stage.AGENT, exc)
+        return AgentOutcome(usage=ctx.meter.usage, error=f"{type(exc).__name__}: {exc}"), False
+
+
+async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
+    """Kill stragglers and remove the workspace; shielded so cancellation cannot skip it."""
+    ws, state.ws = state.ws, None
+    if ws is None:
+        return
+    with anyio.CancelScope(shield=True):
+        reap(ws.root)
+        if keep:
+            progress.note(state.task.id, f"workspace kept: {ws.project_dir}")
+        else:
+            await in_thread(ws_mod.cleanup_workspace, ws)
+
+
+async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentFactory,
+                         progress: Progress) -> tuple[AgentOutcome, bool]:
+    """Prepare a fresh workspace and run the agent once."""
+    task = state.task
+    state.attempts += 1
+    progress.stage(task.id, Stage.PREPARE.value)
+    # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
+    # it returned would lose the workspace it made (never cleaned up).
+    with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
+        state.ws = await in_thread(ws_mod.prepare_workspace, task, artifacts=state.artifacts,
+                                   parent=settings.workspace_parent,
+                                   skills=task_skills(task, settings))
+    ws = state.ws
+    assert ws is not None
+    transcript = Transcript(state.artifacts / TRANSCRIPT)
+    transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
+    ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
+                       transcript=transcript)
+    progress.stage(task.id, Stage.AGENT.value, ctx.meter)
+    with _Stopwatch(state, "agent"):
+        outcome, timed_out = await _run_agent(factory(), ctx)
+    reap(ws.root)
+    transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
+                                  "infrastructure": outcome.infrastructure})
+    return outcome, timed_out
+
+
+async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: AgentFactory,
+                              progress: Progress) -> tuple[AgentOutcome, bool]:
+    """Infrastructure failures before any turn get a fresh workspace and another try, with
+    backoff (see :mod:`.retry`). The outcome returned is the last attempt's, with the
+    usage of every attempt added up."""
+    spent = Usage()
+    while True:
+        outcome, timed_out = await _attempt_agent(state, settings, factory, progress)
+        spent = add_usage(spent, outcome.usage)
+        if not should_retry(outcome, timed_out, state.attempts, settings.retries):
+            return replace(outcome, usage=spent), timed_out
+        wait = backoff(settings.retry_backoff, state.attempts)
+        progress.note(state.task.id, f"infrastructure error ({outcome.error}); "
+                                     f"retry {state.attempts}/{settings.retries} in {wait:g}s")
+        await _cleanup(state, False, progress)
+        await anyio.sleep(wait)
+
+
+async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
+    """Checkpoint and score the workspace database; returns TaskResult fields."""
+    from spider2local.evaluation import score_database, to_json
+
+    task, ws = state.task, state.ws
+    assert ws is not None
+    if ws.database.is_file():
+        progress.stage(task.id, Stage.CHECKPOINT.value)
+        try:
+            with _Stopwatch(state, "checkpoint"):
+                await in_thread(ws_mod.checkpoint_database, ws.database)
+        except Exception as exc:
+            return _error(state, Stage.CHECKPOINT, exc)
+    if not task.has_gold or task.gold_db is None or task.eval is None:
+        return {"status": Status.UNSCORED}
+    progress.stage(task.id, Stage.SCORE.value)
+    try:
+        with _Stopwatch(state, "score"):
+            score = await in_thread(score_database, ws.database, task.gold_db, task.eval)
+    except Exception as exc:
+        return _error(state, Stage.SCORE, exc)
+    return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
+            "tables_passed": score.tables_passed, "tables_total": score.tables_total,
+            "score": to_json(score)}
+
+
+def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:
+    """Append the whole traceback of an unexpected exception to the task's ``error.txt``:
+    result.json keeps the one-line message, the file keeps what a bug report needs."""
+    text = "".join(traceback.format_exception(exc))
+    log.debug("%s: %s failed", artifacts.name, stage.value, exc_info=exc)
+    try:
+        with (artifacts / ERROR_TRACEBACK).open("a", encoding="utf-8") as fh:
+            fh.write(f"--- {now_iso()} stage {stage.value}\n{text}")
+    except OSError as err:  # the message in result.json must still be written
+        log.warning("%s: traceback not kept: %s", artifacts / ERROR_TRACEBACK, err)
+
+
+def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
+    keep_traceback(state.artifacts, stage, exc)
+    return {"status": Status.ERROR, "error": TaskError(stage, type(exc).__name__, str(exc))}
+
+
+def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
+                        timed_out: bool) -> dict[str, Any]:
+    """Keep the verdict, mark timeouts, and record the agent's error beside it."""
+    if timed_out:
+        fields = {**fields, "status": Status.TIMEOUT}
+    if (timed_out or outcome.error) and "error" not in fields:
+        kind = "timeout" if timed_out else "infrastructure" if outcome.infrastructure \
+            else "agent"
+        fields["error"] = TaskError(Stage.AGENT, kind, outcome.error or "")
+    return fields
+
+
+async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
+                  timed_out: bool, progress: Progress) -> dict[str, Any]:
+    if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
+        return {"status": Status.ERROR,
+                "error": TaskError(Stage.AGENT, "infrastructure", outcome.error or "")}
+    fields = _verdict_with_agent(await _score(state, progress), outcome, timed_out)
+    assert state.ws is not None
+    with _Stopwatch(state, "collect"):
+        try:
+            await in_thread(ws_mod.collect_artifacts, state.ws, keep_db=settings.keep_db)
+        except Exception as exc:
+            progress.note(state.task.id, f"artifacts not collected: {exc}")
+    return fields
+
+
+async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
+                   factory: AgentFactory, progress: Progress) -> TaskResult:
+    """Run one task start to finish and write its result.json (the last thing written)."""
+    state = _Attempt(task, await in_thread(folder.reset_task, task.id))
+    started_at, t0 = now_iso(), time.monotonic()
+    progress.task_started(task.id)
+    outcome, timed_out = AgentOutcome(), False
+    try:
+        try:
+            outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
+            fields = await _finish(state, settings, outcome, timed_out, progress)
+        except Exception as exc:
+            fields = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
+        with _Stopwatch(state, "cleanup"):
+            await _cleanup(state, settings.keep, progress)
+        state.timed("total", time.monotonic() - t0)
+        result = TaskResult(task_id=task.id, agent=settings.agent,
+                            fake_date=task.date.isoformat(), started_at=started_at,
+                            finished_at=now_iso(), durations=dict(state.durations),
+                            usage=outcome.usage, attempts=max(1, state.attempts),
+                            model=settings.model, verified=outcome.verified, **fields)
+        save_result(folder.result_path(task.id), result)
+    finally:
+        await _cleanup(state, settings.keep, progress)
+    progress.task_finished(result)
+    return result
+
+
+async def run_tasks(tasks: Sequence[TaskSpec], folder: RunFolder, settings: RunSettings,
+                    factory: AgentFactory, progress: Progress,
+                    results: dict[str, TaskResult] | None = None) -> dict[str, TaskResult]:
+    """Run ``tasks`` at most ``settings.jobs`` at a time; returns the results written.
+
+    ``results`` (filled as tasks finish) lets a caller see what finished before a cancellation.
+    """
+    limiter = anyio.CapacityLimiter(settings.jobs)
+    results = {} if results is None else results
+
+    async def one(task: TaskSpec) -> None:
+        async with limiter:
+            results[task.id] = await run_task(task, folder, settings, factory, progress)
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(progress.refresh_loop)
+        async with anyio.create_task_group() as tg:
+            for task in tasks:
+                tg.start_soon(one, task)
+        outer.cancel_scope.cancel()
+    return results

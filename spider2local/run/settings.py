@@ -1,0 +1,126 @@
+"""How the tasks of one invocation run: settings, per-task limits and the skills each task gets.
+
+Kept apart from the runner because the planner (validation before anything starts), ``shell``
+(the same workspace as the agent) and the runner must all compute these the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from spider2local.agents.registry import Capabilities, agent_names, capabilities
+from spider2local.dataset.load import TaskSpec
+from spider2local.exceptions import UserError
+from spider2local.resources import skills_dir
+from spider2local.run.contract import AgentLimits
+from spider2local.suite.load import RunDefaults
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How every task of one invocation runs (the command line over the suite's defaults)."""
+
+    agent: str
+    jobs: int = 3
+    timeout: float = 1800.0
+    """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
+    retries: int = 2
+    max_turns: int = 100
+    model: str | None = None
+    max_budget_usd: float | None = None
+    verify_rounds: int = 2
+    skills: tuple[str, ...] = ()
+    keep: bool = False
+    keep_db: bool = False
+    retry_backoff: float = 5.0
+    """Seconds before the first retry of an infrastructure failure; doubled each time."""
+    workspace_parent: Path | None = None
+    """Where workspaces are made (default: the system temp folder)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_defaults(cls, defaults: RunDefaults, skills: Sequence[str],
+                      **overrides: Any) -> RunSettings:
+        """The suite's [run] defaults, with every non-None override (the command line) on top."""
+        base: dict[str, Any] = {
+            "agent": defaults.agent, "jobs": defaults.jobs, "timeout": defaults.timeout,
+            "retries": defaults.retries, "max_turns": defaults.max_turns,
+            "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
+            "verify_rounds": defaults.verify_rounds, "skills": tuple(skills)}
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        if not _capabilities(base["agent"]).model:
+            base["model"] = None  # only an agent that calls a model records one, --model or not
+        return cls(**base)
+
+
+def _capabilities(agent: str) -> Capabilities:
+    """The agent's declared capabilities. The plan has already refused unknown names; an agent
+    given to the runner directly (tests, a library user's factory) declares nothing."""
+    return capabilities(agent) if agent in agent_names() else Capabilities()
+
+
+def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:
+    """Per-task suite settings (timeout, max_turns) override the run's."""
+    return AgentLimits(max_turns=task.settings.max_turns or settings.max_turns,
+                       timeout=task.settings.timeout or settings.timeout, model=settings.model,
+                       max_budget_usd=settings.max_budget_usd,
+                       verify_rounds=settings.verify_rounds, skills=settings.skills)
+
+
+def suite_skills(defaults: RunDefaults, agent: str) -> tuple[str, ...]:
+    """Skills to install: the suite's list, or every folder of skills/ when it names none.
+    Only agents that read skills get them; the others get a workspace without them."""
+    if not _capabilities(agent).skills:
+        return ()
+    if defaults.skills is not None:
+        return defaults.skills
+    try:
+        base = skills_dir()
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(p.name for p in base.iterdir() if (p / "SKILL.md").is_file()))
+
+
+def task_skills(task: TaskSpec, settings: RunSettings) -> tuple[str, ...]:
+    """The run's skills plus the task's own, minus its skip_skills (agents that read skills)."""
+    if not _capabilities(settings.agent).skills:
+        return ()
+    skip = set(task.settings.skip_skills)
+    names = [*settings.skills, *task.settings.skills]
+    return tuple(dict.fromkeys(n for n in names if n not in skip))
+
+
+def available_skills() -> tuple[str, ...]:
+    """Folder names of the installed ``skills/`` (what a workspace can be given)."""
+    try:
+        base = skills_dir()
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(p.name for p in base.iterdir() if p.is_dir()))
+
+
+def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: Path) -> None:
+    """Refuse unknown skill names before anything runs.
+
+    Found at prepare time instead, an unknown name fails every task with an error result (and
+    exit 0), and those results then block a resume: a typo must cost one line, not a run.
+    ``skip_skills`` are checked too: a misspelt skip silently skips nothing.
+    """
+    if not _capabilities(settings.agent).skills:
+        return
+    known = set(available_skills())
+    keys = [("run.skills", settings.skills)]
+    for task in tasks:
+        keys += [(f"tasks.{task.id}.skills", task.settings.skills),
+                 (f"tasks.{task.id}.skip_skills", task.settings.skip_skills)]
+    for key, names in keys:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"{key}: unknown skill(s) {', '.join(map(repr, unknown))}",
+                            path=suite_path,
+                            fix=f"available skills: {', '.join(sorted(known)) or '(none)'}")

@@ -1,0 +1,284 @@
+"""The suite file (``tasks.toml``): where the dataset lives, per-task settings, subsets, defaults.
+
+Parsing is strict on purpose. A typo such as ``max_turn`` would otherwise silently fall back to a
+default and change a benchmark's result, so every unknown key, wrong type or bad date is a
+:class:`SuiteError` naming the file and the key (the CLI prints it as one line, exit code 2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spider2local.exceptions import SuiteError
+from spider2local.resources import resource_dir
+from spider2local.suite import tomlerror
+
+SAMPLE = "sample"
+"""The dataset root value that means "the bundled sample suite"."""
+
+DEFAULT_DATE = dt.date(2024, 9, 15)
+"""Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
+exists); any fixed date beats today's, which makes results drift with the calendar."""
+
+DATE_METHODS = (
+    "verified", "date-spine", "month-spine", "age-column", "manual", "clock-independent",
+)
+CONFIDENCES = ("high", "medium", "low")
+BUILTIN_SUBSETS = ("all", "runnable", "has-gold")
+
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """Run settings a suite can set; command-line options override them."""
+
+    jobs: int = 3
+    timeout: float = 1800.0
+    max_turns: int = 100
+    model: str = "claude-sonnet-4-5"
+    agent: str = "claude"
+    retries: int = 2
+    date: dt.date = DEFAULT_DATE
+    max_budget_usd: float | None = None
+    verify_rounds: int = 2
+    skills: tuple[str, ...] | None = None
+    """Skills installed for every task; ``None`` means every skill in ``skills/``."""
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What the suite file says about one task. Every field is optional."""
+
+    date: dt.date | None = None
+    date_method: str | None = None
+    date_evidence: str | None = None
+    date_confidence: str | None = None
+    exclude: str | None = None
+    note: str | None = None
+    """Free text shown by ``list --json`` and ``audit`` (e.g. a known upstream defect)."""
+    skills: tuple[str, ...] = ()
+    skip_skills: tuple[str, ...] = ()
+    solution: Path | None = None
+    timeout: float | None = None
+    max_turns: int | None = None
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A parsed suite file."""
+
+    path: Path
+    dataset: str | Path
+    """``SAMPLE`` or the absolute path of an upstream ``spider2-dbt`` folder."""
+    defaults: RunDefaults = field(default_factory=RunDefaults)
+    tasks: Mapping[str, TaskSettings] = field(default_factory=dict)
+    subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sha256: str = ""
+
+    def settings(self, task_id: str) -> TaskSettings:
+        return self.tasks.get(task_id, TaskSettings())
+
+    def with_dataset(self, dataset: str | Path | None) -> Suite:
+        """Return a copy whose dataset root is overridden (the ``--dataset`` option)."""
+        if dataset is None:
+            return self
+        root: str | Path = SAMPLE if str(dataset) == SAMPLE else Path(dataset).expanduser()
+        return Suite(self.path, root, self.defaults, self.tasks, self.subsets, self.sha256)
+
+
+def bundled_suite_path() -> Path:
+    """The embedded default suite: ``tasks.toml`` at the repo top (copied into the wheel). Its
+    dataset is the bundled sample suite; it also carries what is known of the real tasks, so
+    ``--dataset PATH`` alone is enough to run the real benchmark with the curated settings."""
+    return resource_dir("tasks.toml")
+
+
+def default_suite_path(cwd: Path | None = None) -> Path:
+    """``./tasks.toml`` when present, else the embedded default suite."""
+    local = (cwd or Path.cwd()) / "tasks.toml"
+    return local if local.is_file() else bundled_suite_path()
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; raise :class:`SuiteError` with a one-line message."""
+    try:
+        raw_bytes = path.read_bytes()
+    except FileNotFoundError:
+        raise SuiteError("suite file not found", path=path,
+                         fix="pass --suite with an existing tasks.toml") from None
+    except OSError as exc:
+        raise SuiteError(f"cannot read suite file: {exc.strerror}", path=path) from None
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"not valid TOML: {exc}", path=path, fix=tomlerror.SYNTAX_FIX) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message, fix = tomlerror.describe(text, exc)
+        raise SuiteError(message, path=path, fix=fix) from None
+    return _parse(path, data, hashlib.sha256(raw_bytes).hexdigest())
+
+
+def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
+    r = _Reader(path)
+    r.keys(data, "", {"schema", "dataset", "run", "tasks", "subsets"})
+    schema = r.get(data, "schema", int, 1)
+    if schema != 1:
+        raise r.error("schema", f"unsupported schema {schema}", "this spider2local reads schema 1")
+    dataset_tbl = r.table(data, "dataset")
+    r.keys(dataset_tbl, "dataset.", {"root"})
+    root_value = r.get(dataset_tbl, "root", str, SAMPLE, key="dataset.root")
+    dataset: str | Path = SAMPLE if root_value == SAMPLE else _resolve(path, root_value)
+    defaults = _parse_defaults(r, r.table(data, "run"))
+    tasks_tbl = r.table(data, "tasks")
+    tasks = {tid: _parse_task(r, tid, r.table(tasks_tbl, tid, key=f"tasks.{tid}"))
+             for tid in tasks_tbl}
+    subsets = _parse_subsets(r, r.table(data, "subsets"))
+    return Suite(path.resolve(), dataset, defaults, tasks, subsets, digest)
+
+
+def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
+    d = RunDefaults()
+    r.keys(tbl, "run.", {"jobs", "timeout", "max_turns", "model", "agent", "retries", "date",
+                         "max_budget_usd", "verify_rounds", "skills"})
+    skills = r.get(tbl, "skills", list, None, key="run.skills")
+    return RunDefaults(
+        jobs=r.positive(tbl, "jobs", int, d.jobs, "run.jobs"),
+        timeout=float(r.positive(tbl, "timeout", (int, float), d.timeout, "run.timeout")),
+        max_turns=r.positive(tbl, "max_turns", int, d.max_turns, "run.max_turns"),
+        model=r.get(tbl, "model", str, d.model, key="run.model"),
+        agent=r.get(tbl, "agent", str, d.agent, key="run.agent"),
+        retries=r.non_negative(tbl, "retries", d.retries, "run.retries"),
+        date=r.date(tbl, "date", "run.date") or d.date,
+        max_budget_usd=r.get(tbl, "max_budget_usd", (int, float), None, key="run.max_budget_usd"),
+        verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
+        skills=None if skills is None else r.strings(skills, "run.skills"),
+    )
+
+
+def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
+    k = f"tasks.{tid}."
+    r.keys(tbl, k, {"date", "date_method", "date_evidence", "date_confidence", "exclude",
+                    "note", "skills", "skip_skills", "solution", "timeout", "max_turns"})
+    method = r.choice(tbl, "date_method", DATE_METHODS, k)
+    solution = r.get(tbl, "solution", str, None, key=k + "solution")
+    timeout = r.positive(tbl, "timeout", (int, float), None, k + "timeout")
+    return TaskSettings(
+        date=r.date(tbl, "date", k + "date"),
+        date_method=method,
+        date_evidence=r.get(tbl, "date_evidence", str, None, key=k + "date_evidence"),
+        date_confidence=r.choice(tbl, "date_confidence", CONFIDENCES, k),
+        exclude=r.get(tbl, "exclude", str, None, key=k + "exclude"),
+        note=r.get(tbl, "note", str, None, key=k + "note"),
+        skills=r.strings(r.get(tbl, "skills", list, [], key=k + "skills"), k + "skills"),
+        skip_skills=r.strings(r.get(tbl, "skip_skills", list, [], key=k + "skip_skills"),
+                              k + "skip_skills"),
+        solution=_resolve(r.path, solution) if solution else None,
+        timeout=float(timeout) if timeout is not None else None,
+        max_turns=r.positive(tbl, "max_turns", int, None, k + "max_turns"),
+    )
+
+
+def _parse_subsets(r: _Reader, tbl: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    subsets: dict[str, tuple[str, ...]] = {}
+    for name, value in tbl.items():
+        if name in BUILTIN_SUBSETS:
+            raise r.error(f"subsets.{name}", "shadows a built-in subset",
+                          f"built-in subsets are {', '.join(BUILTIN_SUBSETS)}; pick another name")
+        if not isinstance(value, list):
+            raise r.error(f"subsets.{name}", "must be a list of task ids", None)
+        subsets[name] = r.strings(value, f"subsets.{name}")
+    return subsets
+
+
+def _resolve(suite_path: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (suite_path.resolve().parent / p).resolve()
+
+
+class _Reader:
+    """Typed access to TOML tables that reports errors as ``file: key: problem (fix)``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def error(self, key: str, problem: str, fix: str | None) -> SuiteError:
+        return SuiteError(f"{key}: {problem}", path=self.path, fix=fix)
+
+    def keys(self, tbl: dict[str, Any], prefix: str, allowed: set[str]) -> None:
+        for key in tbl:
+            if key not in allowed:
+                raise self.error(prefix + key, "unknown key",
+                                 f"allowed here: {', '.join(sorted(allowed))}")
+
+    def table(self, tbl: dict[str, Any], name: str, key: str | None = None) -> dict[str, Any]:
+        value = tbl.get(name, {})
+        if not isinstance(value, dict):
+            raise self.error(key or name, f"must be a table, not {_tname(value)}",
+                             f"write it as [{key or name}]")
+        return value
+
+    def get(self, tbl: dict[str, Any], name: str, typ: Any, default: Any,
+            *, key: str | None = None) -> Any:
+        if name not in tbl:
+            return default
+        value = tbl[name]
+        types = typ if isinstance(typ, tuple) else (typ,)
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+            raise self.error(key or name, f"must be {want}, not {_tname(value)}", None)
+        return value
+
+    def positive(self, tbl: dict[str, Any], name: str, typ: Any, default: Any, key: str) -> Any:
+        value = self.get(tbl, name, typ, default, key=key)
+        if value is not None and value <= 0:
+            raise self.error(key, f"must be positive, not {value}", None)
+        return value
+
+    def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:
+        """An integer count where 0 means "none" (retries, verify rounds), never negative."""
+        value: int = self.get(tbl, name, int, default, key=key)
+        if value < 0:
+            raise self.error(key, f"must be 0 or more, not {value}", None)
+        return value
+
+    def strings(self, values: list[Any], key: str) -> tuple[str, ...]:
+        if not all(isinstance(v, str) for v in values):
+            raise self.error(key, "must be a list of strings", None)
+        return tuple(values)
+
+    def choice(self, tbl: dict[str, Any], name: str, allowed: tuple[str, ...],
+               prefix: str) -> str | None:
+        value = self.get(tbl, name, str, None, key=prefix + name)
+        if value is not None and value not in allowed:
+            raise self.error(prefix + name, f"{value!r} is not one of {', '.join(allowed)}", None)
+        return value  # type: ignore[no-any-return]
+
+    def date(self, tbl: dict[str, Any], name: str, key: str) -> dt.date | None:
+        value = tbl.get(name)
+        if value is None:
+            return None
+        if isinstance(value, dt.datetime):
+            raise self.error(key, "must be a date, not a date-time", "write it as 2024-09-15")
+        if isinstance(value, dt.date):
+            return value
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                pass
+        raise self.error(key, f"bad date {value!r}", "write it as YYYY-MM-DD, e.g. 2024-09-15")
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list",
+               bool: "true or false", dict: "a table"}
+
+
+def _tname(value: object) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)

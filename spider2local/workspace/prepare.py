@@ -1,0 +1,269 @@
+"""One attempt's private copy of a task: the only place the agent and dbt ever write.
+
+dbt writes into the task database, so every attempt works on a fresh copy of the project in a
+temporary folder and the dataset is never touched. Only what dbt needs is copied (build output,
+logs and caches are skipped; a DuckDB ``.wal`` is kept because it holds committed data). The gold
+database and the evaluation config live outside the project and never reach the copy or its
+environment. Preparation also leaves the agent a head start: a scan of the project (which
+declared models are missing) and a snapshot of the start database, both also kept in the
+task's artifacts folder.
+
+Everything here is synchronous file work; the runner calls it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from spider2local.clock.faketime import Clock, find_library
+from spider2local.dataset.load import TaskSpec
+from spider2local.db.snapshot import is_lock_error, snapshot_database
+from spider2local.dbtproject import packages
+from spider2local.dbtproject.inventory import scan_project
+from spider2local.exceptions import DatasetError, ScoringError, UserError
+from spider2local.resources import faketime_dir, skills_dir
+from spider2local.run.layout import (
+    DBT_LOGS,
+    PROJECT_FILES,
+    RESULT_DB,
+    SCAN,
+    START_SNAPSHOT,
+    WORKSPACE_PREFIX,
+    WORKSPACE_RECORD,
+)
+from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
+
+CONTEXT_DIR = ".spider2local"
+"""Inside the project: scan.json and snapshot.json for the agent (dbt ignores the folder)."""
+SKIP_TOP = frozenset({"target", "logs", "dbt_modules", ".git", ".user.yml", "__pycache__"})
+"""Build output, logs and caches dbt recreates; ``dbt_modules`` is dbt < 1.0's package folder."""
+ARTIFACT_SUFFIXES = frozenset({".sql", ".yml", ".yaml", ".md", ".py", ".csv"})
+ARTIFACT_SKIP = frozenset({"target", "logs", "dbt_packages", "dbt_modules", CONTEXT_DIR,
+                           ".claude", ".git", "__pycache__"})
+PROJECT_DBT_FILES = (("logs/dbt.log", "dbt.log"), ("target/run_results.json", "run_results.json"))
+"""What an agent's own ``dbt`` calls leave in the project (kept small: no manifest)."""
+_SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CHECKPOINT_RETRIES = 10
+CHECKPOINT_WAIT = 0.3
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A fresh copy of one task, as the agent sees it. Gold and eval config are never in it."""
+
+    root: Path
+    """The temporary folder holding everything of this attempt."""
+    project_dir: Path
+    """The dbt project copy: the agent's working directory."""
+    database: Path
+    """The task database inside the project (what dbt writes and what gets scored)."""
+    env: Mapping[str, str]
+    """Environment for every process the agent starts: dbt shim first on PATH, clock settings,
+    telemetry off. Never preloaded with libfaketime itself."""
+    artifacts: Path
+    """This task's folder in the run folder (transcript, queries, dbt logs)."""
+    scan_path: Path | None = None
+    """JSON project scan (models declared in YML: complete / stub / missing)."""
+    snapshot_path: Path | None = None
+    """JSON snapshot of the start database (tables, row counts, columns and types)."""
+    problems: tuple[str, ...] = ()
+    """Found while preparing (packages not vendored, unparsable YML); the work may still run."""
+
+
+@dataclass(frozen=True)
+class CollectedArtifacts:
+    project: Path
+    """``artifacts/project``: the final SQL, YML and docs of the project."""
+    files: int
+    database: Path | None
+    """``artifacts/result.duckdb`` when the database was kept."""
+
+
+def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = None,
+                      skills: Sequence[str] = (), skills_root: Path | None = None) -> Workspace:
+    """Copy ``task`` into a fresh folder under ``parent`` (default: the system temp folder).
+
+    ``skills`` are folder names in ``skills_root`` (default: the installed ``skills/``).
+
+    Raises :class:`UserError` for an unknown skill and :class:`DatasetError` when the task has
+    no start database inside its project; a half-made folder is removed on any failure.
+    """
+    skill_dirs = _skill_sources(skills, skills_root)
+    start_db = _start_db(task)
+    artifacts.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{task.id}-", dir=parent)).resolve()
+    try:
+        return _fill(task, root, start_db, artifacts.resolve(), skill_dirs)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
+          skill_dirs: Mapping[str, Path]) -> Workspace:
+    started = time.monotonic()
+    project = root / task.id
+    forbidden = _forbidden_paths(task)
+    stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
+    for name, source in skill_dirs.items():
+        copy_tree(source, project / ".claude" / "skills" / name)
+    scan = scan_project(project)
+    snapshot = snapshot_database(project / start_db)
+    context = project / CONTEXT_DIR
+    context.mkdir(exist_ok=True)
+    scan_path, snapshot_path = context / "scan.json", context / "snapshot.json"
+    for path, text in ((scan_path, scan.to_json()), (snapshot_path, snapshot.to_json())):
+        path.write_text(text, encoding="utf-8")
+    (artifacts / SCAN).write_text(scan.to_json(), encoding="utf-8")
+    (artifacts / START_SNAPSHOT).write_text(snapshot.to_json(), encoding="utf-8")
+    problems = (*packages.missing_packages(project), *scan.problems)
+    env = workspace_env(task, os.environ, forbidden)
+    _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
+                   time.monotonic() - started)
+    return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
+                     artifacts=artifacts, scan_path=scan_path, snapshot_path=snapshot_path,
+                     problems=problems)
+
+
+def workspace_env(task: TaskSpec, base: Mapping[str, str],
+                  forbidden: Sequence[Path] = ()) -> dict[str, str]:
+    """The agent's environment: real clock, dbt shim first on PATH, the task's fake date.
+
+    Inherited ``DBT_*`` settings are dropped (a user's DBT_PROFILES_DIR or DBT_TARGET_PATH
+    would send dbt outside the workspace), and so is any variable naming a forbidden path.
+    """
+    clean = {k: v for k, v in base.items()
+             if not k.startswith("DBT_") and not any(str(p) in v for p in forbidden)}
+    return Clock(task.date, find_library()).agent_env(clean, faketime_dir())
+
+
+def cleanup_workspace(ws: Workspace) -> None:
+    """Remove the workspace folder (only ever one this module made)."""
+    if not ws.root.name.startswith(WORKSPACE_PREFIX):
+        raise ValueError(f"refusing to delete {ws.root}: not a spider2local workspace")
+    remove_tree(ws.root)
+
+
+def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
+    """Copy the final project text files, the project's last dbt log and run_results (to
+    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts."""
+    target = ws.artifacts / PROJECT_FILES
+    if target.exists():
+        shutil.rmtree(target)
+    files = 0
+    for path in sorted(ws.project_dir.rglob("*")):
+        rel = path.relative_to(ws.project_dir)
+        if rel.parts[0] in ARTIFACT_SKIP or path.suffix not in ARTIFACT_SUFFIXES:
+            continue
+        if path.is_file():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / rel)
+            files += 1
+    _collect_dbt_files(ws.project_dir, ws.artifacts / DBT_LOGS)
+    database = None
+    if keep_db and ws.database.is_file():
+        checkpoint_database(ws.database)
+        database = ws.artifacts / RESULT_DB
+        fast_copy(ws.database, database)
+    return CollectedArtifacts(project=target, files=files, database=database)
+
+
+def _collect_dbt_files(project: Path, target: Path) -> None:
+    """Keep the last dbt log and run_results an agent's own ``dbt`` calls left in the project.
+
+    The Claude agent runs dbt through Bash, so its logs stay in the workspace and would vanish
+    with it. A file already in ``target`` (the non-LLM agents log there directly) is never
+    overwritten.
+    """
+    for source, name in PROJECT_DBT_FILES:
+        if (project / source).is_file() and not (target / name).exists():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(project / source, target / name)
+
+
+def checkpoint_database(db: Path) -> None:
+    """Fold the WAL into ``db`` so the file alone is complete (what gets scored and kept).
+
+    A just-killed dbt may still hold the lock for a moment: retry briefly. Raises
+    :class:`ScoringError` when the file is missing (opening it would create an empty one),
+    stays locked, or is not a DuckDB file.
+    """
+    if not db.is_file():
+        raise ScoringError(f"{db}: result database missing")
+    for attempt in range(CHECKPOINT_RETRIES):
+        try:
+            con = duckdb.connect(str(db))
+            try:
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            return
+        except duckdb.Error as exc:
+            if not is_lock_error(exc):
+                raise ScoringError(f"{db}: cannot checkpoint: {exc}") from None
+            if attempt < CHECKPOINT_RETRIES - 1:
+                time.sleep(CHECKPOINT_WAIT)
+    raise ScoringError(f"{db}: still locked by another process after "
+                       f"{CHECKPOINT_RETRIES * CHECKPOINT_WAIT:.0f}s; cannot checkpoint")
+
+
+def _skill_sources(names: Sequence[str], root: Path | None) -> dict[str, Path]:
+    """Resolve skill names to folders before anything is copied; unknown names are an error."""
+    if not names:
+        return {}
+    base = root if root is not None else skills_dir()
+    available = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    found: dict[str, Path] = {}
+    for name in names:
+        if not _SKILL_NAME.match(name) or not (base / name).is_dir():
+            raise UserError(f"unknown skill {name!r}", path=base,
+                            fix=f"choose from: {', '.join(available) or '(none)'}")
+        found[name] = base / name
+    return found
+
+
+def _start_db(task: TaskSpec) -> Path:
+    """The start database relative to the project (dbt must find it where profiles.yml says)."""
+    if task.start_db is None:
+        raise DatasetError(f"task {task.id} has no start database", path=task.project_dir,
+                           fix="restore the task's *.duckdb from upstream's DBT_start_db.zip")
+    try:
+        return task.start_db.resolve().relative_to(task.project_dir.resolve())
+    except ValueError:
+        raise DatasetError(f"task {task.id}: start database {task.start_db} is outside the "
+                           "project", path=task.project_dir / "profiles.yml",
+                           fix="use a relative path such as ./<name>.duckdb") from None
+
+
+def _forbidden_paths(task: TaskSpec) -> tuple[Path, ...]:
+    """The gold database and the dataset's evaluation folder: never copied, never named."""
+    paths = [task.project_dir.resolve().parent.parent / "evaluation_suite"]
+    if task.gold_db is not None:
+        paths.append(task.gold_db.resolve())
+    return tuple(paths)
+
+
+def _skipper(task: TaskSpec) -> set[str]:
+    """Top-level names to skip; keeps ``dbt_modules`` if the project installs packages there."""
+    cfg = packages.read_yaml(task.project_dir / "dbt_project.yml")
+    install = cfg.get("packages-install-path") if isinstance(cfg, dict) else None
+    return {n for n in SKIP_TOP if n != install}
+
+
+def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int],
+                   skill_dirs: Mapping[str, Path], problems: Sequence[str],
+                   seconds: float) -> None:
+    summary = {"task": task.id, "root": str(root), "files": stats[0], "bytes": stats[1],
+               "skills": sorted(skill_dirs), "problems": list(problems),
+               "date": task.date.isoformat(), "seconds": round(seconds, 3)}
+    path.write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -1,0 +1,147 @@
+"""The governed query tool: the read-only policy, the faked child process, limits, audit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import duckdb
+
+from spider2local.agents.claude.dbtools import QueryLimits, QueryService
+from spider2local.workspace.prepare import Workspace
+
+FAKE_DATE = dt.date(2024, 3, 17)
+
+
+def make_workspace(tmp_path: Path, rows: int = 5) -> Workspace:
+    project = tmp_path / "project"
+    project.mkdir()
+    db = project / "shop.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(f"CREATE TABLE orders AS SELECT range AS id, range * 2 AS amount "
+                f"FROM range({rows})")
+    con.execute("CREATE SCHEMA staging")
+    con.execute("CREATE VIEW staging.big_orders AS SELECT * FROM main.orders WHERE amount > 4")
+    con.close()
+    scan = project / ".spider2local" / "scan.json"
+    scan.parent.mkdir()
+    scan.write_text(json.dumps({"models": [{"name": "orders_summary", "status": "missing"}]}))
+    return Workspace(root=tmp_path, project_dir=project, database=db,
+                     env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                     artifacts=tmp_path / "artifacts", scan_path=scan)
+
+
+def audit_lines(ws: Workspace) -> list[dict[str, object]]:
+    path = ws.artifacts / "queries.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_queries_run_under_the_fake_clock_with_row_limit_and_audit(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path, rows=12)
+    service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(max_rows=10))
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.query("SELECT current_date AS today"),
+                await service.query("SELECT id FROM orders ORDER BY id"),
+                await service.query("DELETE FROM orders"),
+                await service.query("SELECT * FROM missing_table")]
+
+    (today, is_err), (cut, cut_err), (refused, ref_err), (bad, bad_err) = anyio.run(scenario)
+    assert not is_err and "2024-03-17" in today
+    assert not cut_err and "result cut: showing the first 10 rows" in cut
+    assert "\n9\n" in cut and "\n10\n" not in cut
+    assert ref_err and "refused" in refused and "DELETE" in refused
+    assert bad_err and "missing_table" in bad
+    con = duckdb.connect(str(ws.database), read_only=True)
+    assert con.execute("SELECT count(*) FROM orders").fetchone() == (12,)
+    con.close()
+    lines = audit_lines(ws)
+    assert [line["tool"] for line in lines] == ["query"] * 4
+    assert [line["rows"] for line in lines] == [1, 10, 0, 0]
+    assert [line["truncated"] for line in lines] == [False, True, False, False]
+    assert lines[2]["error"] is not None and str(lines[2]["error"]).startswith("refused")
+    assert all(isinstance(line["duration"], float) for line in lines)
+
+
+def test_ordinary_reads_with_write_words_run(tmp_path: Path) -> None:
+    """Reads an earlier keyword scan refused reach the database and answer."""
+    ws = make_workspace(tmp_path, rows=3)
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.query("SELECT replace(CAST(id AS VARCHAR), '1', 'one') AS r "
+                                    "FROM orders ORDER BY id"),
+                await service.query("SELECT * REPLACE (amount * 10 AS amount) FROM orders "
+                                    "ORDER BY id"),
+                await service.query("SELECT id AS load, amount AS set FROM orders "
+                                    "WHERE id = 2"),
+                await service.query("EXPLAIN SELECT count(*) FROM orders")]
+
+    (rep, rep_err), (star, star_err), (named, named_err), (plan, plan_err) = anyio.run(scenario)
+    assert not rep_err and "\none\n" in rep
+    assert not star_err and "\n2 | 40\n" in star
+    assert not named_err and "load (BIGINT) | set (BIGINT)" in named and "\n2 | 4\n" in named
+    assert not plan_err and "physical_plan" in plan
+    assert [line["error"] for line in audit_lines(ws)] == [None] * 4
+
+
+def test_list_describe_and_scan(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.list_tables(), await service.describe("staging.BIG_orders"),
+                await service.describe("nope"), service.project_scan()]
+
+    (tables, t_err), (desc, d_err), (nope, n_err), (scan, s_err) = anyio.run(scenario)
+    assert not t_err and "orders" in tables and "big_orders" in tables and "VIEW" in tables
+    assert not d_err and "amount" in desc and "BIGINT" in desc
+    assert n_err and "no table or view named 'nope'" in nope
+    assert not s_err and "orders_summary" in scan
+    assert [line["tool"] for line in audit_lines(ws)] == ["list_tables", "describe_table",
+                                                          "describe_table"]
+
+
+def test_external_access_is_off_even_inside_a_select(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+    text, is_error = anyio.run(service.query, f"SELECT * FROM read_csv('{secret}')")
+    assert is_error and "disabled" in text
+
+
+def test_a_locked_database_is_retried_then_reported(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(timeout=4, lock_wait=1.5))
+    writer = duckdb.connect(str(ws.database))  # holds the lock, as a running dbt would
+    try:
+        text, is_error = anyio.run(service.query, "SELECT count(*) FROM orders")
+    finally:
+        writer.close()
+    assert is_error and "locked" in text
+
+    slow = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(timeout=20, lock_wait=10))
+    writer = duckdb.connect(str(ws.database))
+    releaser = threading.Timer(1.0, writer.close)
+    releaser.start()
+    started = time.monotonic()
+    text, is_error = anyio.run(slow.query, "SELECT count(*) FROM orders")
+    releaser.join()
+    assert not is_error and "5" in text
+    assert time.monotonic() - started >= 0.9
+
+
+def test_a_slow_query_is_stopped_at_its_deadline(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(timeout=2))
+    started = time.monotonic()
+    text, is_error = anyio.run(
+        service.query, "SELECT count(*) FROM range(100000000000) a")
+    assert is_error and "longer than 2 s" in text
+    assert time.monotonic() - started < 8

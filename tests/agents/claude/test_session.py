@@ -1,0 +1,364 @@
+"""The Claude agent: the real SDK and bundled CLI against the loopback fake Anthropic API, real dbt
+under the fake clock, real DuckDB files, official scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import duckdb
+import pytest
+
+from spider2local.agents.claude import prompts
+from spider2local.agents.claude.support import MARKER_ENV, SessionState, cli_env
+from spider2local.agents.registry import capabilities, make_agent
+from spider2local.dataset.load import TaskSpec, load_dataset
+from spider2local.evaluation import score_database
+from spider2local.exceptions import CredentialsError
+from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
+from spider2local.run.transcript import Transcript
+from spider2local.suite.load import SAMPLE, bundled_suite_path, load_suite
+from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
+from spider2local.workspace.prepare import (
+    Workspace,
+    checkpoint_database,
+    cleanup_workspace,
+    collect_artifacts,
+    prepare_workspace,
+)
+
+MODEL = "claude-sonnet-4-5"
+SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
+"""Public list prices per million tokens, written out here so the check does not reuse the
+table under test."""
+ROUTE = route_by_system({"verifier": "You are the verifier of a dbt project",
+                         "main": "senior analytics engineer"})
+
+
+# --- fast checks: no CLI ------------------------------------------------------------------------
+
+def test_credentials_are_required_with_a_one_line_fix() -> None:
+    caps = capabilities("claude")
+    with pytest.raises(CredentialsError) as info:
+        caps.check_credentials("claude", {"ANTHROPIC_API_KEY": "  "})
+    assert "ANTHROPIC_API_KEY" in str(info.value) and "CLAUDE_CODE_OAUTH_TOKEN" in str(info.value)
+    assert "\n" not in str(info.value)
+    caps.check_credentials("claude", {"CLAUDE_CODE_OAUTH_TOKEN": "x"})
+    assert caps.credential_in({"ANTHROPIC_API_KEY": " ", "CLAUDE_CODE_OAUTH_TOKEN": "x"}) \
+        == "CLAUDE_CODE_OAUTH_TOKEN"
+    assert capabilities("noop").has_credentials({})
+
+
+def test_run_without_credentials_fails_at_once_with_exit_2(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "spider2local", "run", "--agent", "claude",
+                           "--runs-dir", str(tmp_path / "runs"), "bakery001"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ANTHROPIC_API_KEY" in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("result.json"))
+    assert time.monotonic() - started < 60
+
+
+def test_cli_version_is_the_bundled_one() -> None:
+    from claude_agent_sdk._cli_version import __cli_version__
+
+    from spider2local.agents.claude.session import cli_version
+    assert cli_version() == __cli_version__
+    assert cli_version()[0].isdigit()
+
+
+def test_cli_env_keeps_the_workspace_env_and_blanks_what_it_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DBT_PROFILES_DIR", "/somewhere/else")
+    monkeypatch.setenv("LD_PRELOAD", "/x/libfaketime.so.1")
+    env = cli_env({"PATH": "/shim:/usr/bin", "SPIDER2LOCAL_FAKE_DATE": "2024-01-02"},
+                  tmp_path / "cfg", "abc")
+    assert env["PATH"] == "/shim:/usr/bin" and env["SPIDER2LOCAL_FAKE_DATE"] == "2024-01-02"
+    assert env["DBT_PROFILES_DIR"] == "" and env["LD_PRELOAD"] == ""
+    assert env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "cfg") and env[MARKER_ENV] == "abc"
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert env["ENABLE_TOOL_SEARCH"] == "false"
+    assert env.get("IS_SANDBOX") == ("1" if os.geteuid() == 0 else None)
+
+
+def test_session_state_asks_for_verification_then_for_fixes() -> None:
+    state = SessionState()
+    assert state.follow_up() == prompts.verify_request()
+    state.on_tool_use("t1", "Agent", {"subagent_type": "Explore"})
+    state.on_tool_result("t1", "VERDICT: PASS", False)
+    assert not state.verifier_ran
+    state.on_tool_use("t2", "Agent", {"subagent_type": "verifier"})
+    state.on_tool_result("t2", "- orders: 0 rows\nVERDICT: FAIL", False)
+    assert state.verifier_ran and state.last_verdict is False
+    follow = state.follow_up()
+    assert follow is not None and "- orders: 0 rows" in follow
+    state.on_tool_use("t3", "Task", {"subagent_type": "verifier"})
+    state.on_tool_result("t3", "VERDICT: PASS", False)
+    assert state.follow_up() is None
+    state.on_error_result("success", 529, "API Error: 529 Overloaded")
+    assert state.infrastructure and state.error is not None and "529" in state.error
+    assert state.follow_up() is None
+
+
+def test_an_sdk_exception_after_an_error_result_keeps_the_precise_message() -> None:
+    """The CLI exits non-zero after an error result and the SDK raises: the classified
+    message from the result stays, and so does its infrastructure verdict."""
+    from claude_agent_sdk import ProcessError
+
+    state = SessionState()
+    state.on_error_result("success", 529, "API Error: 529 Overloaded\nsecond line")
+    state.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=1)
+    assert state.error == "API error 529: API Error: 529 Overloaded"
+    assert state.infrastructure is True
+    limited = SessionState()
+    limited.on_error_result("error_max_turns", None, "")
+    limited.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=0)
+    assert limited.error == "the agent reached its turn limit" and not limited.infrastructure
+    crashed = SessionState()
+    crashed.on_exception(ProcessError("Command failed with exit code 1", exit_code=1), turns=0)
+    assert crashed.error is not None and crashed.error.startswith("ProcessError: ")
+    assert crashed.infrastructure is True
+
+
+# --- end to end: real SDK + CLI + dbt, fake API -------------------------------------------------
+
+@pytest.fixture
+def sample_task() -> Callable[[str], TaskSpec]:
+    dataset = load_dataset(load_suite(bundled_suite_path()).with_dataset(SAMPLE))
+    return lambda tid: next(t for t in dataset.tasks if t.id == tid)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Callable[..., AgentContext]]:
+    made: list[Workspace] = []
+
+    def make(task: TaskSpec, env: dict[str, str], **limits: Any) -> AgentContext:
+        ws = prepare_workspace(task, artifacts=tmp_path / "run" / task.id, parent=tmp_path)
+        made.append(ws)
+        ws = dataclasses.replace(ws, env={**ws.env, **env})
+        return AgentContext(task=task, workspace=ws,
+                            limits=AgentLimits(**{"max_turns": 30, "timeout": 120,
+                                                  "model": MODEL, **limits}),
+                            transcript=Transcript(ws.artifacts / "transcript.jsonl"))
+
+    yield make
+    for ws in made:
+        cleanup_workspace(ws)
+
+
+def run_agent(ctx: AgentContext, deadline: float = 120) -> AgentOutcome:
+    async def go() -> AgentOutcome:
+        with anyio.fail_after(deadline):
+            return await make_agent("claude").run(ctx)
+    return anyio.run(go)
+
+
+def transcript_kinds(ctx: AgentContext) -> list[str]:
+    return [json.loads(line)["kind"] for line in ctx.transcript.path.read_text().splitlines()]
+
+
+def queries(ctx: AgentContext) -> list[dict[str, Any]]:
+    path = ctx.workspace.artifacts / "queries.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(block.get("text", "")) for block in content)
+
+
+def expected_cost(totals: dict[str, int]) -> float:
+    return (totals["input_tokens"] * SONNET["input"] + totals["output_tokens"] * SONNET["output"]
+            + totals["cache_read_tokens"] * SONNET["cache_read"]
+            + totals["cache_creation_tokens"] * SONNET["cache_write"]) / 1e6
+
+
+@pytest.mark.slow
+def test_writes_builds_queries_verifies_and_passes(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """gym001 reads the clock: the table equals gold only if the agent's `dbt run` was faked."""
+    task = sample_task("gym001")
+    assert task.solution_dir is not None and task.gold_db is not None and task.eval is not None
+    model_sql = (task.solution_dir / "models" / "membership_status.sql").read_text()
+    with FakeAnthropic({"main": [], "verifier": []}, route=ROUTE) as fake:
+        ctx = workspace(task, fake.env())
+        target = ctx.workspace.project_dir / "models" / "membership_status.sql"
+        fake.conversations["main"] = [
+            reply("Writing the model.", tool("Write", file_path=str(target), content=model_sql),
+                  input_tokens=1200, output_tokens=300, cache_creation_tokens=800),
+            reply(tool("Bash", command="dbt run"), input_tokens=1500, output_tokens=40,
+                  cache_read_tokens=900),
+            reply(tool("mcp__spider2__query", sql="SELECT current_date AS today, count(*) AS n "
+                                                  "FROM membership_status"),
+                  input_tokens=1700, output_tokens=50, cache_read_tokens=1000),
+            reply(tool("Agent", description="verify", prompt="Check membership_status.",
+                       subagent_type="verifier", run_in_background=False),
+                  input_tokens=1900, output_tokens=60, cache_read_tokens=1100),
+            reply("Done: membership_status built and verified.", input_tokens=2100,
+                  output_tokens=25, cache_read_tokens=1200),
+        ]
+        fake.conversations["verifier"] = [
+            reply(tool("mcp__spider2__describe_table", table="membership_status"),
+                  input_tokens=700, output_tokens=30),
+            reply("All declared columns present.\nVERDICT: PASS", input_tokens=900,
+                  output_tokens=20, cache_read_tokens=100),
+        ]
+        outcome = run_agent(ctx)
+        totals = fake.totals()
+        main = fake.conversation_requests("main")
+        verifier = fake.conversation_requests("verifier")
+
+    assert outcome.error is None and not outcome.infrastructure
+    assert outcome.verified is True
+    # Scored like the runner does: the official semantics on the built database.
+    checkpoint_database(ctx.workspace.database)
+    score = score_database(ctx.workspace.database, task.gold_db, task.eval)
+    assert score.passed, score
+    # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt.
+    collect_artifacts(ctx.workspace, keep_db=False)
+    dbt_dir = ctx.workspace.artifacts / "dbt"
+    assert "membership_status" in (dbt_dir / "dbt.log").read_text()
+    run_results = json.loads((dbt_dir / "run_results.json").read_text())
+    statuses = {r["unique_id"].split(".")[-1]: r["status"] for r in run_results["results"]}
+    assert statuses.get("membership_status") == "success"
+    # The query ran under the task's clock and was audited.
+    query_result = main[3].tool_results()
+    assert any(task.date.isoformat() in text for text in query_result.values())
+    audit = queries(ctx)
+    assert [(q["tool"], q["rows"], q["error"]) for q in audit] == [
+        ("query", 1, None), ("describe_table", 8, None)]
+    # What the server reported is what the result says.
+    assert totals["replies"] == 7
+    usage = outcome.usage
+    assert usage.turns == 5
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+            usage.cache_creation_tokens) == (totals["input_tokens"], totals["output_tokens"],
+                                             totals["cache_read_tokens"],
+                                             totals["cache_creation_tokens"])
+    assert usage.cost_usd_computed is not None
+    assert math.isclose(usage.cost_usd_computed, expected_cost(totals), rel_tol=1e-9)
+    assert usage.cost_usd_reported is not None
+    assert math.isclose(usage.cost_usd_reported, usage.cost_usd_computed, rel_tol=1e-6)
+    assert ctx.meter.usage == usage
+    # Requests: the main agent got the prompt and the governed tools; the verifier read-only ones.
+    assert len(main) == 5 and len(verifier) == 2
+    system = main[0].body["system"]
+    assert task.instruction in json.dumps(system)
+    assert "mcp__spider2__query" in main[0].tool_names
+    assert set(verifier[0].tool_names) <= {"Read", "Grep", "Glob", "mcp__spider2__query",
+                                           "mcp__spider2__list_tables",
+                                           "mcp__spider2__describe_table",
+                                           "mcp__spider2__project_scan"}
+    kinds = transcript_kinds(ctx)
+    assert "follow_up" not in kinds and kinds.count("ResultMessage") == 1
+    assert kinds.count("AssistantMessage") >= 7
+
+
+@pytest.mark.slow
+def test_unverified_work_is_sent_back_and_mutating_sql_is_refused(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    task = sample_task("bakery001")
+    call_verifier = tool("Agent", description="verify", prompt="Check the models.",
+                         subagent_type="verifier", run_in_background=False)
+    script = {
+        "main": [reply(tool("mcp__spider2__query", sql="WITH x AS (SELECT 1) DELETE FROM orders"),
+                       input_tokens=10, output_tokens=5),
+                 reply("I am done.", input_tokens=20, output_tokens=5),
+                 reply(call_verifier, input_tokens=30, output_tokens=5),
+                 reply("Stopping here.", input_tokens=40, output_tokens=5),
+                 reply(call_verifier, input_tokens=50, output_tokens=5),
+                 reply("Fixed and verified.", input_tokens=60, output_tokens=5)],
+        "verifier": [reply("- product_sales: missing\nVERDICT: FAIL", input_tokens=5,
+                           output_tokens=1),
+                     reply("VERDICT: PASS", input_tokens=6, output_tokens=1)],
+    }
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(task, fake.env(), verify_rounds=2)
+        con = duckdb.connect(str(ctx.workspace.database), read_only=True)
+        before = con.execute("SELECT count(*) FROM orders").fetchone()
+        con.close()
+        outcome = run_agent(ctx)
+        main = fake.conversation_requests("main")
+
+    assert outcome.error is None and outcome.verified is True
+    refused = main[1].tool_results()
+    assert any("refused" in t and "DELETE" in t for t in refused.values())
+    con = duckdb.connect(str(ctx.workspace.database), read_only=True)
+    assert con.execute("SELECT count(*) FROM orders").fetchone() == before
+    con.close()
+    assert queries(ctx)[0]["error"].startswith("refused")
+    # Follow-ups: first "run the verifier", then "fix what it reported", in the same session.
+    assert len(main) == 6
+    assert prompts.verify_request().strip() in last_user_text(main[2].body)
+    fix_text = last_user_text(main[4].body)
+    assert "last verdict was FAIL" in fix_text and "- product_sales: missing" in fix_text
+    assert transcript_kinds(ctx).count("follow_up") == 2
+    assert outcome.usage.turns == 6
+    assert outcome.usage.input_tokens == 10 + 20 + 30 + 40 + 50 + 60 + 5 + 6
+
+
+@pytest.mark.slow
+def test_overloaded_api_is_an_infrastructure_outcome(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    with FakeAnthropic([HttpError(529, repeat=True)], route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), {**fake.env(), "CLAUDE_CODE_MAX_RETRIES": "0"})
+        outcome = run_agent(ctx, deadline=60)
+        assert fake.requests and all(r.answer == "error 529" for r in fake.requests
+                                     if r.conversation == "main")
+    assert outcome.infrastructure is True
+    # The classified message from the error result, not the SDK exception raised after it.
+    assert outcome.error is not None and outcome.error.startswith("API error 529: "), outcome.error
+    assert outcome.verified is False
+    assert "follow_up" not in transcript_kinds(ctx)
+
+
+def live_processes_under(root: Path, token: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = str((entry / "cwd").readlink())
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and (cwd.startswith(str(root)) or token in cmdline):
+            found.append(f"{entry.name}: {cmdline[:120]}")
+    return found
+
+
+@pytest.mark.slow
+def test_a_hung_api_is_cut_at_the_deadline_with_no_process_left(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    token = "321.0123"
+    sleeper = f"nohup python3 -c 'import time; time.sleep({token})' >/dev/null 2>&1 &"
+    script = [reply(tool("Bash", command=sleeper), input_tokens=77, output_tokens=3), Hang()]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            run_agent(ctx, deadline=10)
+        elapsed = time.monotonic() - started
+        hung = [r for r in fake.requests if r.answer == "hang"]
+    assert hung, "the second API call never happened"
+    assert elapsed < 10 + 8, f"cleanup after the deadline took {elapsed - 10:.1f}s"
+    assert live_processes_under(ctx.workspace.root, token) == []
+    assert ctx.meter.usage.input_tokens == 77  # usage recorded before the cut
+    assert ctx.meter.usage.turns == 1

@@ -1,0 +1,191 @@
+"""The CLI as a user meets it: real subprocesses, one-line errors (exit code 2), no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "spider2local", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_list_sample_suite_from_anywhere(tmp_path: Path) -> None:
+    proc = run_cli("list", "--json", cwd=tmp_path)  # no tasks.toml here: the bundled suite
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    tasks = {t["id"]: t for t in data["tasks"]}
+    assert len(tasks) >= 4 and all(t["runnable"] for t in tasks.values())
+    assert all(t["has_solution"] for t in tasks.values())
+    clocked = [t for t in tasks.values() if t["date_method"] != "clock-independent"]
+    assert clocked and all(t["fake_date"] != "2024-09-15" for t in clocked)
+
+
+def test_list_real_dataset(shared_dataset: Path) -> None:
+    proc = run_cli("--dataset", str(shared_dataset), "list")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[2:] if line.strip()}
+    assert "runnable" in rows["playbook001"] and "attribution_touches" in rows["playbook001"]
+    assert "runnable" in rows["mrr001"]
+    assert "2 tasks, 2 runnable" in proc.stdout
+
+
+def test_dataset_option_after_command(shared_dataset: Path) -> None:
+    proc = run_cli("list", "--json", "--dataset", str(shared_dataset))
+    assert proc.returncode == 0
+    assert [t["id"] for t in json.loads(proc.stdout)["tasks"]] == ["playbook001", "mrr001"]
+
+
+def test_bad_suite_file(tmp_path: Path) -> None:
+    bad = tmp_path / "tasks.toml"
+    bad.write_text("[run]\njobs = 'many'\n")
+    assert_one_line_error(run_cli("--suite", str(bad), "list"), str(bad),
+                          "run.jobs: must be an integer")
+
+
+def test_missing_dataset_root(tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("list", "--dataset", str(tmp_path / "nowhere")),
+                          "dataset root not found", "--dataset")
+
+
+def test_per_task_problems_do_not_abort(tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("good1", "bad1")
+    (root / "examples" / "bad1" / "shop.duckdb").unlink()
+    proc = run_cli("list", "--json", "--dataset", str(root))
+    assert proc.returncode == 0, proc.stderr
+    status = {t["id"]: t["status"] for t in json.loads(proc.stdout)["tasks"]}
+    assert status == {"good1": "runnable",
+                      "bad1": "start database shop.duckdb missing (profiles.yml points at it)"}
+
+
+def test_derive_dates_unknown_task_is_a_user_error(tiny_dataset: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    root = tiny_dataset("t1")
+    proc = run_cli("derive-dates", "--dataset", str(root), "--dry-run", "t1", "bogus",
+                   cwd=tmp_path)
+    assert_one_line_error(proc, "unknown task id(s): bogus", "spider2local list")
+    assert not (tmp_path / "tasks.toml").exists()
+
+
+def test_derive_dates_says_which_named_tasks_have_no_gold(tiny_dataset: Callable[..., Path],
+                                                          tmp_path: Path) -> None:
+    root = tiny_dataset("t1", with_gold=False)
+    proc = run_cli("derive-dates", "--dataset", str(root), "--dry-run", "t1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped t1: no usable gold (gold file gold/t1/shop.duckdb missing)" in proc.stderr
+
+
+def test_doctor_reports_each_check(shared_dataset: Path) -> None:
+    proc = run_cli("doctor", "--dataset", str(shared_dataset))
+    lines = proc.stdout.splitlines()
+    names = {line.split(":")[0].split(None, 1)[1] for line in lines if ":" in line}
+    assert {"python", "dbt-core", "dbt-duckdb", "duckdb", "libfaketime", "claude cli",
+            "credentials", "dataset"} <= names
+    assert any(line.startswith("ok") and "dataset" in line and "2 runnable" in line
+               for line in lines)
+    required_failed = [line for line in lines if line.startswith("FAIL")]
+    assert proc.returncode == (1 if required_failed else 0)
+
+
+def test_doctor_fails_on_missing_library(tmp_path: Path) -> None:
+    env = {**os.environ, "SPIDER2LOCAL_LIBFAKETIME": str(tmp_path / "nope.so")}
+    proc = subprocess.run([sys.executable, "-m", "spider2local", "doctor", "--no-clock-test"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 1
+    assert any(line.startswith("FAIL  libfaketime") for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["list", "--help"]])
+def test_basic_invocations(args: list[str]) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 0 and proc.stdout
+
+
+def test_score_file_against_a_gold_file(shared_dataset: Path, tmp_path: Path) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "playbook001" / "playbook.duckdb"
+    start = shared_dataset / "examples" / "playbook001" / "playbook.duckdb"
+    ok = run_cli("score", str(start), "--gold", str(gold), "--tables", "attribution_touches",
+                 "--cols", "[[15, 16, 17, 18]]", "--ignore-order", "true", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["passed"] is True
+    # All 19 columns graded in row order: the start database's rows are not in gold's order.
+    strict = run_cli("score", str(start), "--gold", str(gold), "--tables", "attribution_touches")
+    assert strict.returncode == 1
+    assert "FAIL  attribution_touches" in strict.stdout and "(row by row)" in strict.stdout
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--tables", "a,b", "--cols", "[[0]]"], "unequal lengths (2, 1, 2)"),
+    (["--tables", "a", "--cols", "[[0]"], "--cols is not JSON"),
+    (["--tables", "no_such_table"], "cannot score"),
+    ([], "--gold needs --tables"),
+])
+def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment: str) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
+    assert_one_line_error(run_cli("score", str(gold), "--gold", str(gold), *extra), fragment)
+
+
+def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
+    db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
+    assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
+
+
+def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    for agent, code, mark in (("claude", 1, "FAIL"), ("reference", 0, "warn")):
+        suite = tmp_path / f"{agent}.toml"
+        suite.write_text(f'schema = 1\n[run]\nagent = "{agent}"\n')
+        proc = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite),
+                               "doctor", "--no-clock-test"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == code, proc.stdout
+        assert any(line.startswith(f"{mark}  credentials") for line in proc.stdout.splitlines())
+
+
+def test_doctor_refuses_a_blank_key_as_run_does(tmp_path: Path) -> None:
+    # One rule for "credentials are set": a key of spaces is refused by `run` (exit 2), so
+    # doctor must not call it ok (it did: it only asked whether the variable was non-empty).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    env["ANTHROPIC_API_KEY"] = "   "
+    suite = tmp_path / "claude.toml"
+    suite.write_text('schema = 1\n[run]\nagent = "claude"\n')
+    doctor = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite),
+                             "doctor", "--no-clock-test"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert doctor.returncode == 1, doctor.stdout
+    assert "FAIL  credentials: none (set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN" \
+        in doctor.stdout
+    run = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite), "run",
+                          "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 2 and "needs credentials" in run.stderr
+
+
+def test_score_a_file_that_is_not_duckdb(shared_dataset: Path, tmp_path: Path) -> None:
+    gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
+    notdb = tmp_path / "run3.out"
+    notdb.write_text("a log, not a database\n")
+    assert_one_line_error(run_cli("score", str(notdb), "--gold", str(gold), "--tables", "mrr"),
+                          "cannot score: run3.out is not a DuckDB file")

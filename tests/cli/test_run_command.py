@@ -1,0 +1,378 @@
+"""``spider2local run`` / ``score`` / ``shell`` as a user runs them: real subprocesses, real dbt,
+the bundled sample suite and the real Spider2-DBT tasks (skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spider2local.run.results import load_result, save_result
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spider2local", *args], cwd=cwd,
+                          env=env or {**os.environ, "PYTHONWARNINGS": "ignore"},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def spawn(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
+    log = (cwd / "runner.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "spider2local", *args], cwd=cwd,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def results(run_dir: Path) -> dict[str, dict[str, object]]:
+    return {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("*/result.json")}
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (children start their own sessions: walk ppids)."""
+    parent = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) and fields[0] != "Z":
+            parent[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def wait_for(predicate: object, limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def kill_leftovers() -> Iterator[set[int]]:
+    """Pids a test deliberately orphans (SIGKILL of the runner); killed at the end."""
+    pids: set[int] = set()
+    yield pids
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- fast: no dbt ---------------------------------------------------------------------------
+def test_noop_fails_every_sample_task_that_needs_work(tmp_path: Path) -> None:
+    proc = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "n", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    found = results(tmp_path / "runs" / "n")
+    assert sorted(found) == list(SAMPLE_IDS)
+    assert {r["status"] for r in found.values()} == {"failed"}
+    assert "tasks passed 0/4 (0.0%) of attempted, 0/4 (0.0%) of all selected" in proc.stdout
+    manifest = json.loads((tmp_path / "runs" / "n" / "run.json").read_text())
+    assert manifest["agent"] == "noop" and manifest["model"] is None
+    assert manifest["suite"]["sha256"] and manifest["versions"]["dbt-duckdb"]
+    assert [t["id"] for t in manifest["tasks"]] == list(SAMPLE_IDS)
+    assert manifest["interrupted"] is False
+
+
+def test_noop_passes_both_real_tasks(shared_dataset: Path, tmp_path: Path) -> None:
+    # Both real tasks are "free": their start databases already hold gold-equal tables.
+    proc = cli("run", "--dataset", str(shared_dataset), "--agent", "noop", "--runs-dir", "runs",
+               "--run-id", "real", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["rates"]["tasks_passed"] == 2 == report["rates"]["tasks_total"]
+    assert {r["status"] for r in results(tmp_path / "runs" / "real").values()} == {"passed"}
+
+
+def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path: Path) -> None:
+    # The real tasks ship no reference solution: scoring their untouched databases would be
+    # reported as a reference "pass" that proves nothing.
+    proc = cli("run", "--dataset", str(shared_dataset), "--agent", "reference", "--runs-dir",
+               "runs", "--run-id", "ref", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert results(tmp_path / "runs" / "ref") == {}
+    manifest = json.loads((tmp_path / "runs" / "ref" / "run.json").read_text())
+    why = "no reference solution (solutions/<id>/ or the suite's solution setting)"
+    assert {t["id"]: t.get("skipped") for t in manifest["tasks"]} == dict.fromkeys(
+        ("mrr001", "playbook001"), why)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["nosuch001"], "unknown task id(s) in the command line: nosuch001"),
+    (["--subset", "nosuch"], "unknown subset 'nosuch'"),
+    (["--shard", "5/4"], "--shard 5/4"),
+    (["--agent", "replay"], "replay agent needs a folder"),
+    (["--agent", "noop", "--replay-dir", "."], "--replay-dir only applies to --agent replay"),
+    (["--run-id", "../up"], "--run-id '../up' is not a plain folder name"),
+    (["--runs-dir", "/proc/spider2local-x"], "cannot write the run folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
+                                          fragment: str) -> None:
+    proc = cli("run", "--agent", "noop", *args, cwd=tmp_path) if "--agent" not in args \
+        else cli("run", *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_libfaketime_fails_once_before_anything(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "SPIDER2LOCAL_LIBFAKETIME": str(tmp_path / "missing.so")}
+    proc = cli("run", "--agent", "noop", "--run-id", "x", cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "libfaketime library not found" in proc.stderr
+    assert not (tmp_path / "runs" / "x").exists()
+
+
+def test_claude_without_credentials_fails_before_anything(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    proc = cli("run", "--agent", "claude", cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_skill_in_the_suite_fails_before_anything(tmp_path: Path) -> None:
+    # Found at prepare time instead, it failed every task, exited 0 and blocked a resume.
+    (tmp_path / "tasks.toml").write_text('[dataset]\nroot = "sample"\n[run]\nagent = "claude"\n'
+                                         '[tasks.gym001]\nskills = ["no-such-skill"]\n')
+    proc = cli("run", "--runs-dir", "runs", cwd=tmp_path,
+               env={**os.environ, "ANTHROPIC_API_KEY": "test",
+                    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})  # never a real API
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "tasks.toml: tasks.gym001.skills: unknown skill(s) 'no-such-skill'" in line
+    assert "dbt-project-workflow" in line and "\n" not in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_before_the_run_starts_is_exit_130_without_traceback(tmp_path: Path) -> None:
+    # The suite file is a FIFO nobody writes: the CLI blocks reading it, before any run starts
+    # (as it can while a sample suite is built on first use), and gets Ctrl-C there.
+    os.mkfifo(tmp_path / "tasks.toml")
+    proc = subprocess.Popen([sys.executable, "-m", "spider2local", "run", "--agent", "noop",
+                             "--suite", "tasks.toml"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(lambda: "partner" in Path(f"/proc/{proc.pid}/wchan").read_text()
+                 or "fifo" in Path(f"/proc/{proc.pid}/wchan").read_text(), 60,
+                 "the CLI to block on the suite file")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "spider2local: interrupted" and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_keep_prints_the_workspace_and_leaves_it(tmp_path: Path) -> None:
+    proc = cli("run", "bakery001", "--agent", "noop", "--keep", "--runs-dir", "runs",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "workspace kept:" in x)
+    kept = Path(line.split("workspace kept:", 1)[1].strip())
+    try:
+        assert (kept / "dbt_project.yml").is_file()
+    finally:
+        subprocess.run(["rm", "-rf", str(kept.parent)], check=True)
+
+
+def test_shell_command_runs_in_the_agents_environment(tmp_path: Path) -> None:
+    proc = cli("shell", "gym001", "--agent", "noop", "--command",
+               'echo "date=$SPIDER2LOCAL_FAKE_DATE dbt=$(command -v dbt) pwd=$PWD"; exit 3',
+               cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    out = proc.stdout.strip()
+    assert "date=2024-08-27" in out and "/faketime/dbt" in out
+    workspace = Path(out.split("pwd=", 1)[1])
+    assert workspace.name == "gym001" and not workspace.exists()  # removed afterwards
+
+
+def test_score_run_dir_exits_1_when_nothing_could_be_rescored(tmp_path: Path) -> None:
+    for run_id, keep in (("plain", ()), ("kept", ("--keep-db",))):
+        proc = cli("run", "bakery001", "--agent", "noop", "--runs-dir", "runs", "--run-id",
+                   run_id, *keep, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    plain = cli("score", "runs/plain", cwd=tmp_path)
+    assert plain.returncode == 1, plain.stderr
+    assert "bakery001: not re-scorable: no kept database" in plain.stderr
+    assert "nothing re-scored: no task of" in plain.stderr
+    assert "tasks passed 0/1" in plain.stdout  # the report is still printed
+    kept = cli("score", "runs/kept", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert "nothing re-scored" not in kept.stderr
+
+
+def test_shell_gets_the_tasks_own_skills(tmp_path: Path) -> None:
+    (tmp_path / "tasks.toml").write_text(
+        '[dataset]\nroot = "sample"\n[run]\nagent = "claude"\n'
+        'skills = ["dbt-project-workflow", "duckdb-dialect"]\n'
+        '[tasks.gym001]\nskills = ["fixed-clock-dates"]\nskip_skills = ["duckdb-dialect"]\n')
+    proc = cli("shell", "gym001", "--command", "ls .claude/skills", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["dbt-project-workflow", "fixed-clock-dates"]
+    noop = cli("shell", "gym001", "--agent", "noop", "--command", "ls -a", cwd=tmp_path)
+    assert noop.returncode == 0 and ".claude" not in noop.stdout.split(), noop.stderr
+
+
+# -- slow: real dbt -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(tmp_path: Path) -> None:
+    proc = cli("run", "--agent", "reference", "--jobs", "2", "--keep-db", "--runs-dir", "runs",
+               "--run-id", "ref", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "runs" / "ref"
+    found = results(run_dir)
+    assert {tid: r["status"] for tid, r in found.items()} == dict.fromkeys(SAMPLE_IDS, "passed")
+    for tid in SAMPLE_IDS:
+        assert list((run_dir / tid / "dbt").glob("*run_results.json")), tid
+        assert (run_dir / tid / "result.duckdb").is_file()
+        assert list((run_dir / tid / "project" / "models").glob("*.sql"))
+    # Tamper with one verdict and drop a kept database: score rebuilds from the databases.
+    path = run_dir / "gym001" / "result.json"
+    old = load_result(path)
+    assert old is not None
+    save_result(path, old.__class__(**{**old.__dict__, "passed": False, "tables_passed": 0}))
+    (run_dir / "fleet001" / "result.duckdb").unlink()
+    rescored = cli("score", str(run_dir), cwd=tmp_path)
+    assert rescored.returncode == 0, rescored.stderr
+    assert "fleet001: not re-scorable: no kept database" in rescored.stderr
+    again = load_result(path)
+    assert again is not None and again.passed and again.tables_passed == 2
+    assert again.started_at == old.started_at
+    one = cli("score", str(run_dir / "gym001" / "result.duckdb"), "--task", "gym001",
+              cwd=tmp_path)
+    assert one.returncode == 0, one.stdout + one.stderr
+
+
+@pytest.mark.slow
+def test_sabotage_replay_fails_with_the_column_diagnostic(tmp_path: Path) -> None:
+    solution = REPO / "spider2local" / "sample" / "solutions" / "fleet001" / "models"
+    wrong = tmp_path / "replay" / "fleet001" / "models"
+    wrong.mkdir(parents=True)
+    sql = (solution / "vehicle_performance.sql").read_text()
+    assert "}}, 2)" in sql
+    (wrong / "vehicle_performance.sql").write_text(sql.replace("}}, 2)", "}}, 0)"))
+    proc = cli("run", "fleet001", "--agent", "replay", "--replay-dir", str(tmp_path / "replay"),
+               "--runs-dir", "runs", "--run-id", "sab", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = results(tmp_path / "runs" / "sab")["fleet001"]
+    assert result["status"] == "failed" and result["error"] is None
+    table = result["score"]["tables"][0]  # type: ignore[index]
+    assert [c["gold_column"] for c in table["columns"]] == ["fare_per_km"]
+
+
+@pytest.mark.slow
+def test_sabotage_replay_on_a_real_task(shared_dataset: Path, tmp_path: Path) -> None:
+    model = shared_dataset / "examples" / "playbook001" / "models" / "attribution_touches.sql"
+    wrong = tmp_path / "replay" / "playbook001" / "models"
+    wrong.mkdir(parents=True)
+    sql = model.read_text()
+    assert "revenue * (1.0 / total_sessions)" in sql
+    (wrong / model.name).write_text(sql.replace("revenue * (1.0 / total_sessions)",
+                                                "revenue * (2.0 / total_sessions)"))
+    proc = cli("run", "playbook001", "--dataset", str(shared_dataset), "--agent", "replay",
+               "--replay-dir", str(tmp_path / "replay"), "--runs-dir", "runs", "--run-id", "s",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = results(tmp_path / "runs" / "s")["playbook001"]
+    assert result["status"] == "failed"
+    columns = result["score"]["tables"][0]["columns"]  # type: ignore[index]
+    assert [c["gold_column"] for c in columns] == ["linear_revenue"]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
+                                                            kill_leftovers: set[int]) -> None:
+    args = ("run", "bakery001", "fleet001", "--agent", "reference", "--jobs", "1",
+            "--runs-dir", "runs", "--run-id", "k")
+    run_dir = tmp_path / "runs" / "k"
+    runner = spawn(*args, cwd=tmp_path)
+    try:
+        wait_for(lambda: (run_dir / "bakery001" / "result.json").is_file(), 180, "bakery001")
+        wait_for(lambda: (run_dir / "fleet001" / "transcript.jsonl").is_file(), 60, "fleet001")
+        kill_leftovers |= descendants(runner.pid)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    kill_leftovers |= descendants(runner.pid)
+    first = results(run_dir)
+    assert list(first) == ["bakery001"]
+    attempt = json.loads((run_dir / "fleet001" / "transcript.jsonl").read_text().splitlines()[0])
+    stale = Path(attempt["data"]["workspace"])
+    assert stale.is_dir()
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # The resume reaped what the killed run left running in its workspace, and removed it.
+    assert not stale.exists()
+    assert not [cmdline(p) for p in kill_leftovers if alive(p)]
+    final = results(run_dir)
+    assert {t: r["status"] for t, r in final.items()} == {"bakery001": "passed",
+                                                         "fleet001": "passed"}
+    assert final["bakery001"] == first["bakery001"]  # untouched, same started_at
+    for tid in ("bakery001", "fleet001"):
+        lines = (run_dir / tid / "transcript.jsonl").read_text().splitlines()
+        assert sum(json.loads(x)["kind"] == "attempt" for x in lines) == 1, tid
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert len(manifest["sessions"]) == 2 and manifest["interrupted"] is False
+
+
+@pytest.mark.slow
+def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
+    runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
+                   "--runs-dir", "runs", "--run-id", "i", cwd=tmp_path)
+    try:
+        wait_for(lambda: any("dbt" in cmdline(p) for p in descendants(runner.pid)), 120,
+                 "a dbt child")
+        time.sleep(1.0)
+        children = descendants(runner.pid)
+        runner.send_signal(signal.SIGINT)
+        code = runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log = (tmp_path / "runner.log").read_text()
+    assert code == 130, log
+    assert children and not [p for p in children if alive(p)], \
+        [cmdline(p) for p in children if alive(p)]
+    manifest = json.loads((tmp_path / "runs" / "i" / "run.json").read_text())
+    assert manifest["interrupted"] is True
+    assert results(tmp_path / "runs" / "i") == {}
+    assert "--run-id i to resume" in log

@@ -1,0 +1,182 @@
+"""derive-dates: gold build dates from evidence in the data, verified by rebuilding under the
+fake clock; projects that never read the clock get no date."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from spider2local.cli.app import cli
+from spider2local.clock.dates import derive_task, gold_candidates
+from spider2local.clock.reads import scan_project
+from spider2local.dataset.load import TaskSpec, load_dataset
+from spider2local.suite.load import Suite, bundled_suite_path, load_suite
+from tests.helpers import make_duckdb
+
+SPINE = "select cast(range as date) as d from range(date '2024-01-01', {end}, interval 1 day)"
+
+
+def _clock_task(tiny_dataset: Callable[..., Path], tid: str, model_sql: str,
+                gold_sql: str, model: str = "dim_days") -> TaskSpec:
+    """A task whose model ``model`` reads the clock and whose gold table was built by SQL."""
+    root = tiny_dataset(tid, gold_tables={model: gold_sql}, evaluation={
+        "func": "duckdb_match", "parameters": {"gold": "shop.duckdb", "condition_tabs": [model],
+                                               "condition_cols": [[]], "ignore_orders": [True]}})
+    (root / "examples" / tid / "models" / f"{model}.sql").write_text(model_sql)
+    task = load_dataset(Suite(root / "tasks.toml", root)).get(tid)
+    assert task is not None and task.has_gold
+    return task
+
+
+def _derive(task: TaskSpec, verify: bool = True):  # type: ignore[no-untyped-def]
+    return anyio.run(lambda: derive_task(task, verify=verify))
+
+
+def test_clock_free_project_gets_no_date(tiny_dataset: Callable[..., Path]) -> None:
+    task = _clock_task(tiny_dataset, "c001", "select 1 as id",
+                       SPINE.format(end="date '2024-02-01'"))
+    d = _derive(task)
+    assert (d.date, d.method, d.confidence) == (None, "clock-independent", "high")
+
+
+def test_heuristics_without_rebuild(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    days = _clock_task(tiny_dataset, "d001", SPINE.format(end="current_date"),
+                       SPINE.format(end="date '2024-03-10'"))
+    d = _derive(days, verify=False)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 9), "date-spine", "medium")
+    assert "daily spine 2024-01-01..2024-03-09" in d.evidence
+    assert "models/dim_days.sql:1 current_date" in d.evidence
+
+    gold = make_duckdb(tmp_path / "g.duckdb", {
+        "months": "select cast(range as date) as m from "
+                  "range(date '2023-11-01', date '2024-03-01', interval 1 month)",
+        "ages": "select date '2024-05-01' - s as days_open, s from (values "
+                "(date '2024-01-01'), (date '2024-02-10'), (date '2023-12-24')) v(s)",
+        "noise": "select date '2024-01-01' + cast(i * i as integer) as d, i from range(5) r(i)"})
+    found = {c.model: c for c in gold_candidates(gold, _scan_for(tmp_path, "months", "ages",
+                                                                "noise"))}
+    assert (found["months"].method, found["months"].window) == (
+        "month-spine", (dt.date(2024, 2, 1), dt.date(2024, 2, 29)))
+    assert (found["ages"].method, found["ages"].date) == ("age-column", dt.date(2024, 5, 1))
+    assert "noise" not in found
+
+
+def _scan_for(tmp: Path, *models: str):  # type: ignore[no-untyped-def]
+    project = tmp / "p"
+    (project / "models").mkdir(parents=True)
+    (project / "dbt_project.yml").write_text("name: p\n")
+    for m in models:
+        (project / "models" / f"{m}.sql").write_text("select current_date")
+    return scan_project(project).models
+
+
+def test_no_evidence_means_no_date(tiny_dataset: Callable[..., Path]) -> None:
+    task = _clock_task(tiny_dataset, "n001", "select now() as t",
+                       "select timestamp '2024-01-01 10:00' as t")
+    d = _derive(task)
+    assert d.date is None and d.method is None
+    assert "date unknown" in d.evidence
+
+
+@pytest.mark.slow
+def test_rebuild_measures_the_offset_and_verifies(tiny_dataset: Callable[..., Path]) -> None:
+    # The model stops the day before today: gold ending 2024-03-09 was built on 2024-03-10.
+    task = _clock_task(tiny_dataset, "o001", SPINE.format(end="current_date"),
+                       SPINE.format(end="date '2024-03-10'"))
+    d = _derive(task)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 10), "verified", "high")
+    assert "rebuilding dim_days at 2024-03-10 reproduces its gold table" in d.evidence
+
+
+@pytest.mark.slow
+def test_a_rebuild_that_never_matches_stays_a_heuristic(
+        tiny_dataset: Callable[..., Path]) -> None:
+    task = _clock_task(tiny_dataset, "u001", SPINE.format(end="current_date + 1"),
+                       SPINE.format(end="date '2024-03-10'").replace(
+                           " as d from", " as d, 1 as extra from"))
+    d = _derive(task)
+    assert d.method != "verified"
+    assert "not verified by a rebuild" in d.evidence
+
+
+@pytest.mark.slow
+def test_sample_suite_clock_task_is_verified() -> None:
+    data = load_dataset(load_suite(bundled_suite_path()))
+    gym = data.get("gym001")
+    assert gym is not None
+    d = _derive(gym)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 27), "verified", "high")
+    for other in ("bakery001", "library001", "fleet001"):
+        task = data.get(other)
+        assert task is not None
+        assert _derive(task).method == "clock-independent"
+
+
+@pytest.mark.slow
+def test_real_tasks(shared_dataset: Path) -> None:
+    data = load_dataset(Suite(Path("/nonexistent/tasks.toml"), shared_dataset))
+    mrr, playbook = data.get("mrr001"), data.get("playbook001")
+    assert mrr is not None and playbook is not None
+    assert _derive(playbook).method == "clock-independent"
+    d = _derive(mrr)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 31), "month-spine", "high")
+    assert "any date in 2024-08-01..2024-08-31" in d.evidence
+
+
+def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path],
+                                               tmp_path: Path) -> None:
+    task = _clock_task(tiny_dataset, "d001", SPINE.format(end="current_date"),
+                       SPINE.format(end="date '2024-03-10'"))
+    suite = tmp_path / "tasks.toml"
+    root = json.dumps(str(task.project_dir.parents[1]))
+    suite.write_text(f"# mine\nschema = 1\n[dataset]\nroot = {root}\n")
+    before = suite.read_text()
+    args = ["--suite", str(suite), "derive-dates", "--no-verify"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "+date = 2024-03-09" in dry.output and suite.read_text() == before
+    wet = CliRunner().invoke(cli, args)
+    assert wet.exit_code == 0, wet.output
+    settings = load_suite(suite).settings("d001")
+    assert (settings.date, settings.date_method) == (dt.date(2024, 3, 9), "date-spine")
+    assert suite.read_text().startswith("# mine")
+
+
+def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tiny_dataset("c001")  # its models never read the clock: no dbt run needed
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = ["--dataset", str(root), "derive-dates", "--no-verify"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"--- {bundled_suite_path().resolve()} (bundled suite)" in dry.output
+    assert f"+++ {work / 'tasks.toml'} (new file)" in dry.output
+    assert "(current)" not in dry.output
+    assert f"+root = {json.dumps(str(root))}" in dry.output
+    assert not (work / "tasks.toml").exists()
+    wet = CliRunner().invoke(cli, args)
+    assert wet.exit_code == 0, wet.output
+    seeded = load_suite(work / "tasks.toml")
+    assert seeded.dataset == root and seeded.settings("c001").date_method == "clock-independent"
+
+
+def test_unshipped_graded_models_cap_clock_independence_on_the_sample_suite() -> None:
+    data = load_dataset(load_suite(bundled_suite_path()))
+    bakery, fleet = data.get("bakery001"), data.get("fleet001")
+    assert bakery is not None and fleet is not None
+    d = _derive(bakery, verify=False)  # product_sales is declared in YML only
+    assert (d.date, d.method, d.confidence) == (None, "clock-independent", "low")
+    assert "2 graded model(s) not shipped: their SQL is unknown" in d.evidence
+    assert "gold daily_revenue.order_date is a daily spine" in d.evidence
+    f = _derive(fleet, verify=False)
+    assert (f.date, f.method, f.confidence) == (None, "clock-independent", "medium")
+    assert "1 graded model(s) not shipped" in f.evidence

@@ -1,0 +1,124 @@
+"""audit: runnable or why not, clock dependence and dates, graded columns, free passes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+from click.testing import CliRunner
+
+from spider2local.cli.app import cli
+from spider2local.dataset.audit import TaskAudit, audit_dataset, suggested_subsets
+from spider2local.dataset.load import load_dataset
+from spider2local.suite.load import Suite, load_suite
+from tests.helpers import make_duckdb
+
+
+def _audit(root: Path, baseline: bool = True) -> dict[str, TaskAudit]:
+    data = load_dataset(Suite(root / "tasks.toml", root))
+    return {a.id: a for a in anyio.run(lambda: audit_dataset(data, baseline=baseline))}
+
+
+def _dataset(tiny_dataset: Callable[..., Path]) -> Path:
+    gold = {"orders": "select 1 as id, 'a' as name"}
+    root = tiny_dataset("work001", "free001", gold_tables=gold, evaluation={
+        "func": "duckdb_match", "parameters": {"gold": "shop.duckdb", "condition_tabs": ["orders"],
+                                               "condition_cols": [[1]],
+                                               "ignore_orders": [True]}})
+    tiny_dataset("nogold001", with_gold=False)
+    tiny_dataset("pkg001", packages_yml="packages:\n  - package: fivetran/zuora_source\n"
+                                        "    version: 0.2.0\n")
+    tiny_dataset("clock001")
+    tiny_dataset("wide001", evaluation={
+        "func": "duckdb_match", "parameters": {"gold": "shop.duckdb", "condition_tabs": ["orders"],
+                                               "condition_cols": [[0, 7]],
+                                               "ignore_orders": [True]}})
+    ex = root / "examples"
+    make_duckdb(ex / "free001" / "shop2.duckdb", {"orders": "select 'a' as n, 9 as other"})
+    (ex / "free001" / "shop.duckdb").unlink()
+    (ex / "free001" / "shop2.duckdb").rename(ex / "free001" / "shop.duckdb")
+    (ex / "clock001" / "models" / "orders.sql").write_text("select 1 as id, now() as t\n")
+    return root
+
+
+def test_findings_per_task(tiny_dataset: Callable[..., Path]) -> None:
+    audits = _audit(_dataset(tiny_dataset))
+    work, free = audits["work001"], audits["free001"]
+    assert work.runnable and free.runnable
+    assert (work.passes_with_no_work, free.passes_with_no_work) == (False, True)
+    assert free.baseline_note == "1/1 graded tables pass untouched"
+    graded = work.graded[0]
+    assert (graded.name, graded.in_gold, graded.columns) == ("orders", True, ("name",))
+    assert audits["wide001"].graded[0].bad_positions == (7,)
+    nogold = audits["nogold001"]
+    assert not nogold.runnable and "gold file" in nogold.problems[0]
+    assert nogold.passes_with_no_work is None and "cannot score" in str(nogold.baseline_note)
+    pkg = audits["pkg001"]
+    assert not pkg.runnable
+    assert pkg.problems[0] == ("package fivetran/zuora_source not in dbt_packages "
+                               "(dbt deps needs the network)")
+    clock = audits["clock001"]
+    assert clock.reads_clock and clock.clock_reads == ("models/orders.sql:1 now(",)
+    assert clock.date_source == "derived" and "date unknown" in str(clock.date_evidence)
+    assert not work.reads_clock and work.date_method == "clock-independent"
+    subsets = suggested_subsets(list(audits.values()))
+    assert subsets["free"] == ["free001"]
+    assert subsets["needs-work"] == ["work001", "clock001", "wide001"]
+    assert subsets["clock-dependent"] == ["clock001"]
+
+
+def test_suite_dates_are_reported_as_such(tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("a001")
+    suite = Suite(root / "tasks.toml", root)
+    raw = load_suite(_suite_file(root, '[tasks.a001]\ndate = 2024-05-05\ndate_method = "manual"\n'))
+    data = load_dataset(Suite(suite.path, root, raw.defaults, raw.tasks))
+    (audit,) = anyio.run(lambda: audit_dataset(data))
+    assert (audit.date, audit.date_method, audit.date_source) == ("2024-05-05", "manual", "suite")
+    assert audit.passes_with_no_work is None  # no --baseline
+
+
+def _suite_file(root: Path, extra: str = "") -> Path:
+    path = root.parent / "tasks.toml"
+    path.write_text(f"# keep me\nschema = 1\n[dataset]\nroot = {json.dumps(str(root))}\n{extra}")
+    return path
+
+
+def test_cli_json_and_write_subsets(tiny_dataset: Callable[..., Path]) -> None:
+    root = _dataset(tiny_dataset)
+    suite = _suite_file(root)
+    out = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--baseline", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["summary"] == {"tasks": 6, "runnable": 4, "has_gold": 5, "read_clock": 1,
+                               "dated": 0, "pass_with_no_work": 1}
+    assert sum(t["has_gold"] for t in data["tasks"]) == 5
+    text = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--baseline",
+                                    "--write-subsets"])
+    assert text.exit_code == 0, text.output
+    assert "pass_with_no_work=1" in text.output and "has_gold=5" in text.output
+    written = load_suite(suite)
+    assert written.subsets["free"] == ("free001",)
+    assert suite.read_text().startswith("# keep me")
+
+
+def test_real_tasks(shared_dataset: Path) -> None:
+    out = CliRunner().invoke(cli, ["audit", "--dataset", str(shared_dataset), "--baseline",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    tasks = {t["id"]: t for t in json.loads(out.stdout)["tasks"]}
+    assert tasks["playbook001"]["runnable"] and tasks["mrr001"]["runnable"]
+    assert tasks["playbook001"]["passes_with_no_work"] and tasks["mrr001"]["passes_with_no_work"]
+    assert not tasks["playbook001"]["reads_clock"]
+    assert tasks["mrr001"]["clock_reads"] == ["models/utils/util_months.sql:10 current_date"]
+    assert "month spine 2018-01-01..2024-08-01" in tasks["mrr001"]["date_evidence"]
+
+
+def test_corrupt_gold_is_named_not_called_missing(tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("bad001")
+    (root / "evaluation_suite" / "gold" / "bad001" / "shop.duckdb").write_bytes(b"garbage" * 9)
+    data = load_dataset(Suite(root / "tasks.toml", root))
+    (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
+    assert not audit.has_gold and audit.passes_with_no_work is None
+    assert audit.baseline_note == "cannot score: gold database shop.duckdb is not a DuckDB file"

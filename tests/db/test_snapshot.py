@@ -1,0 +1,112 @@
+"""Database snapshot: tables and views with columns, types and row counts, even when locked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from spider2local.db import snapshot as snap
+from spider2local.db.snapshot import DbSnapshot, snapshot_database
+from spider2local.exceptions import DatasetError
+
+
+def make_db(path: Path) -> Path:
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE orders AS SELECT range AS id, CAST(range * 1.5 AS DOUBLE) AS amount, "
+                "DATE '2024-01-01' + CAST(range AS INTEGER) AS day FROM range(7)")
+    con.execute("CREATE SCHEMA staging")
+    con.execute('CREATE TABLE staging."Odd ""Name""" (x VARCHAR)')
+    con.execute("INSERT INTO staging.\"Odd \"\"Name\"\"\" VALUES ('a'), ('b')")
+    con.execute("CREATE VIEW big_orders AS SELECT * FROM orders WHERE amount > 3")
+    con.close()
+    return path
+
+
+@contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Hold ``db`` read-write in another process, as a running ``dbt run`` does."""
+    code = ("import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+            "sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        proc.communicate("", timeout=30)
+
+
+def test_snapshot_lists_tables_views_columns_and_counts(tmp_path: Path) -> None:
+    s = snapshot_database(make_db(tmp_path / "shop.duckdb"))
+    assert s.database == "shop.duckdb"
+    assert not s.read_from_copy
+    assert [(t.schema, t.name, t.kind) for t in s.tables] == [
+        ("main", "big_orders", "view"), ("main", "orders", "table"),
+        ("staging", 'Odd "Name"', "table")]
+    orders = s.table("ORDERS")
+    assert orders is not None and orders.rows == 7
+    assert [(c.name, c.type) for c in orders.columns] == [
+        ("id", "BIGINT"), ("amount", "DOUBLE"), ("day", "DATE")]
+    odd = s.table('Odd "Name"', schema="staging")
+    assert odd is not None and odd.rows == 2
+    view = s.table("big_orders")
+    assert view is not None and view.rows is None and len(view.columns) == 3
+    assert s.table("orders", schema="staging") is None
+
+
+def test_snapshot_round_trips_through_json(tmp_path: Path) -> None:
+    s = snapshot_database(make_db(tmp_path / "shop.duckdb"))
+    assert DbSnapshot.from_json(s.to_json()) == s
+    assert str(tmp_path) not in s.to_json()
+
+
+def test_snapshot_opens_read_only(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "shop.duckdb")
+    before = db.read_bytes()
+    snapshot_database(db)
+    assert db.read_bytes() == before
+    assert not db.with_name("shop.duckdb.wal").exists()
+
+
+def test_locked_database_is_read_from_a_copy(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snap, "LOCK_WAIT", 0.01)
+    db = make_db(tmp_path / "shop.duckdb")
+    expected = snapshot_database(db)
+    with locked(db):
+        with pytest.raises(duckdb.IOException, match="lock"):
+            duckdb.connect(str(db), read_only=True)
+        s = snapshot_database(db)
+    assert s.read_from_copy
+    assert s.tables == expected.tables
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shop.duckdb"]
+
+
+def test_missing_or_bad_file_is_a_dataset_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="not found"):
+        snapshot_database(tmp_path / "nope.duckdb")
+    bad = tmp_path / "bad.duckdb"
+    bad.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(DatasetError, match=r"bad\.duckdb"):
+        snapshot_database(bad)
+
+
+def test_real_start_databases(shared_dataset: Path) -> None:
+    for db in sorted((shared_dataset / "examples").glob("*/*.duckdb")):
+        s = snapshot_database(db)
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            for t in s.tables:
+                if t.kind == "table":
+                    row = con.execute(f'SELECT count(*) FROM "{t.schema}"."{t.name}"').fetchone()
+                    assert row is not None and t.rows == row[0]
+            names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        finally:
+            con.close()
+        assert {t.name for t in s.tables if t.kind == "table"} == names

@@ -1,0 +1,137 @@
+"""Project scan: declared models classified complete / stub / missing, from files only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spider2local.dbtproject.inventory import ProjectScan, scan_project, sql_status
+
+SCHEMA = """\
+version: 2
+models:
+  - name: done
+    description: "  A finished model.  "
+    columns:
+      - name: id
+      - name: amount
+  - name: empty_stub
+  - name: comment_stub
+  - name: config_stub
+  - name: absent
+    columns: [{name: x}]
+  - not_a_model: true
+sources:
+  - name: raw
+    schema: main
+    tables:
+      - name: orders
+      - name: customers
+"""
+
+
+def make_project(root: Path, *, cfg_extra: str = "", models_dir: str = "models") -> Path:
+    models = root / models_dir
+    (models / "sub").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text(
+        f"name: shop\nprofile: shop\nconfig-version: 2\n{cfg_extra}")
+    (models / "schema.yml").write_text(SCHEMA)
+    (models / "sub" / "done.sql").write_text("select 1 as id, 2 as amount\n")
+    (models / "empty_stub.sql").write_text("  \n\n")
+    (models / "comment_stub.sql").write_text("-- TODO\n/* write\n this */\n{# jinja note #}\n")
+    (models / "config_stub.sql").write_text("{{ config(materialized='table') }}\n-- todo\n")
+    (models / "helper.sql").write_text("select 3 as y")
+    (root / "macros").mkdir()
+    (root / "macros" / "util.sql").write_text(
+        "{% macro cents(x) %}{{ x }} * 100{% endmacro %}\n{%- macro other() -%}1{% endmacro %}")
+    pkg = root / "dbt_packages" / "utils_pkg"
+    (pkg / "macros").mkdir(parents=True)
+    (pkg / "dbt_project.yml").write_text("name: dbt_utils\nversion: '1.0'\n")
+    (pkg / "macros" / "m.sql").write_text("{% macro star(from) %}*{% endmacro %}")
+    return root
+
+
+def test_scan_classifies_declared_models(tmp_path: Path) -> None:
+    scan = scan_project(make_project(tmp_path))
+    status = {m.name: m.status for m in scan.models}
+    assert status == {"done": "complete", "empty_stub": "stub", "comment_stub": "stub",
+                      "config_stub": "stub", "absent": "missing"}
+    done = next(m for m in scan.models if m.name == "done")
+    assert done.sql == "models/sub/done.sql"
+    assert done.yml == "models/schema.yml"
+    assert done.description == "A finished model."
+    assert done.columns == ("id", "amount")
+    assert {m.name for m in scan.todo} == {"empty_stub", "comment_stub", "config_stub", "absent"}
+    assert [m.name for m in scan.by_status("missing")] == ["absent"]
+    assert next(m for m in scan.models if m.name == "absent").sql is None
+
+
+def test_scan_lists_undeclared_sources_and_macros(tmp_path: Path) -> None:
+    scan = scan_project(make_project(tmp_path))
+    assert scan.undeclared == ("models/helper.sql",)
+    assert [(s.name, s.schema, s.tables) for s in scan.sources] == [
+        ("raw", "main", ("orders", "customers"))]
+    macros = {(m.package, m.name) for m in scan.macros}
+    assert macros == {(None, "cents"), (None, "other"), ("dbt_utils", "star")}
+    assert scan.problems == ()
+
+
+def test_scan_json_round_trip(tmp_path: Path) -> None:
+    scan = scan_project(make_project(tmp_path))
+    assert ProjectScan.from_json(scan.to_json()) == scan
+
+
+def test_scan_honours_legacy_source_paths(tmp_path: Path) -> None:
+    scan = scan_project(make_project(tmp_path, cfg_extra='source-paths: ["src"]\n',
+                                     models_dir="src"))
+    assert {m.name for m in scan.by_status("complete")} == {"done"}
+    assert scan.undeclared == ("src/helper.sql",)
+
+
+def test_scan_reports_broken_yaml_and_keeps_going(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    (project / "models" / "broken.yml").write_text("models: [\n  - name: x\n")
+    scan = scan_project(project)
+    assert scan.problems == ("models/broken.yml: not valid YAML",)
+    assert len(scan.models) == 5
+
+
+def test_scan_of_empty_folder_is_empty(tmp_path: Path) -> None:
+    scan = scan_project(tmp_path)
+    assert (scan.models, scan.undeclared, scan.sources, scan.macros) == ((), (), (), ())
+
+
+_body = st.text(alphabet="abc 01;'*-/{}#%\t", max_size=12)
+comments = st.lists(st.one_of(
+    _body.map(lambda b: f"--{b}\n"),
+    _body.filter(lambda b: "*/" not in b).map(lambda b: f"/*{b}\n*/"),
+    _body.filter(lambda b: "#}" not in b).map(lambda b: f"{{#{b}#}}"),
+    st.sampled_from([" ", "\n", "\t"]),
+), max_size=6).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(comments)
+def test_comments_only_is_stub_and_a_query_is_complete(tmp_path_factory: pytest.TempPathFactory,
+                                                       text: str) -> None:
+    path = tmp_path_factory.mktemp("sql") / "m.sql"
+    path.write_text(text)
+    assert sql_status(path) == "stub"
+    path.write_text(text + "\nselect 1")
+    assert sql_status(path) == "complete"
+
+
+def test_real_projects_missing_models_have_no_sql(shared_dataset: Path) -> None:
+    for project in sorted((shared_dataset / "examples").iterdir()):
+        if not project.is_dir():
+            continue
+        scan = scan_project(project)
+        assert scan.models, project
+        sql_names = {p.stem for p in project.rglob("*.sql") if "macros" not in p.parts}
+        for model in scan.models:
+            assert (model.status == "missing") == (model.name not in sql_names), model
+    assert [m.name for m in scan_project(shared_dataset / "examples" / "playbook001").todo] == [
+        "cpa_and_roas"]

@@ -1,0 +1,94 @@
+"""The final table and pass rates, rebuilt from result files and the manifest on disk."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from spider2local.agents.noop import NoopAgent
+from spider2local.dataset.load import load_dataset
+from spider2local.report.summary import load_report, render_report, report_json
+from spider2local.run.folder import RunFolder, SelectedTask, build_manifest
+from spider2local.run.plan import RunPlan, execute_run
+from spider2local.run.progress import Progress
+from spider2local.run.results import Stage, Status, TaskError, TaskResult, Usage, save_result
+from spider2local.run.selection import select_tasks
+from spider2local.run.settings import RunSettings
+from spider2local.suite.load import Suite, TaskSettings
+
+
+def write_run(root: Path) -> RunFolder:
+    folder = RunFolder.at(root, "r1")
+    tasks = [SelectedTask("a", "2024-09-15", 2), SelectedTask("b", "2024-09-15", 3),
+             SelectedTask("c", "2024-09-15", 1), SelectedTask("d", "2024-09-15", 2),
+             SelectedTask("e", "", 4, "excluded: broken gold")]
+    folder.write_manifest(build_manifest(
+        run_id="r1", agent="claude", settings={}, suite_path=root / "tasks.toml",
+        suite_sha256="x", dataset_root=root, tasks=tasks, previous=None))
+
+    def save(tid: str, status: Status, passed: bool | None, tp: int, tt: int,
+             **extra: object) -> None:
+        save_result(folder.result_path(tid), TaskResult(
+            task_id=tid, status=status, agent="claude", fake_date="2024-09-15",
+            started_at="s", finished_at="f", passed=passed, tables_passed=tp, tables_total=tt,
+            durations={"total": 12.5}, **extra))  # type: ignore[arg-type]
+
+    save("a", Status.PASSED, True, 2, 2, usage=Usage(turns=3, cost_usd_computed=0.5))
+    save("b", Status.FAILED, False, 1, 3, usage=Usage(cost_usd_reported=0.25))
+    save("c", Status.ERROR, None, 0, 0,
+         error=TaskError(Stage.SCORE, "ScoringError", "gold unreadable"))
+    # d has no result (interrupted); e cannot run.
+    return folder
+
+
+def test_rates_over_attempted_and_over_all(tmp_path: Path) -> None:
+    report = load_report(write_run(tmp_path))
+    k = report.rates
+    assert (k.tasks_passed, k.tasks_attempted, k.tasks_total) == (1, 3, 5)
+    # c errored before scoring: its one graded table counts as failed (from the manifest).
+    assert (k.tables_passed, k.tables_attempted, k.tables_total) == (3, 6, 12)
+    assert report.cost_usd == 0.75
+    statuses = {r.task_id: r.status for r in report.rows}
+    assert statuses == {"a": "passed", "b": "failed", "c": "error", "d": "not run",
+                        "e": "skipped"}
+
+
+def test_rendered_table_and_json(tmp_path: Path) -> None:
+    report = load_report(write_run(tmp_path))
+    text = render_report(report)
+    assert "tasks passed 1/3 (33.3%) of attempted, 1/5 (20.0%) of all selected" in text
+    assert "tables passed 3/6 (50.0%) of attempted, 3/12 (25.0%) of all selected" in text
+    assert "score: gold unreadable" in text and "excluded: broken gold" in text
+    assert "$0.50" in text and "12.5s" in text
+    data = report_json(report)
+    assert data["rates"]["tasks_total"] == 5 and len(data["tasks"]) == 5
+
+
+def test_report_without_manifest_uses_results(tmp_path: Path) -> None:
+    folder = write_run(tmp_path)
+    folder.manifest_path.unlink()
+    report = load_report(folder)
+    assert [r.task_id for r in report.rows] == ["a", "b", "c"]
+    assert report.rates.tasks_total == 3
+
+
+def test_skipped_tasks_tables_count_in_all_selected(tiny_dataset: Callable[..., Path],
+                                                     tmp_path: Path) -> None:
+    """A real run with one excluded task: its graded table is failed "of all selected"."""
+    root = tiny_dataset("t1", "t2")
+    suite = Suite(tmp_path / "tasks.toml", root, tasks={"t2": TaskSettings(exclude="broken")})
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data), RunSettings(agent="noop"), NoopAgent,
+                   suite.path, "sha", root)
+    anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+    report = load_report(folder)
+    assert [(r.task_id, r.status, r.tables_total) for r in report.rows] == [
+        ("t1", "failed", 1), ("t2", "skipped", 1)]
+    k = report.rates
+    assert (k.tables_passed, k.tables_attempted, k.tables_total) == (0, 1, 2)
+    assert "tables passed 0/1 (0.0%) of attempted, 0/2 (0.0%) of all selected" in \
+        render_report(report)

@@ -1,0 +1,89 @@
+"""One invocation per run folder: the flock on <run>/.lock, held across processes."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from spider2local.agents.noop import NoopAgent
+from spider2local.dataset.load import load_dataset
+from spider2local.exceptions import UserError
+from spider2local.run.folder import RunFolder
+from spider2local.run.lock import run_lock
+from spider2local.run.plan import RunPlan, execute_run
+from spider2local.run.progress import Progress
+from spider2local.run.selection import select_tasks
+from spider2local.run.settings import RunSettings
+from spider2local.suite.load import Suite
+
+HOLDER = """
+import sys
+from pathlib import Path
+from spider2local.run.folder import RunFolder
+from spider2local.run.lock import run_lock
+with run_lock(RunFolder(Path(sys.argv[1]))):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[Callable[[RunFolder], subprocess.Popen[str]]]:
+    """Another spider2local process holding a run's lock until killed."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(folder: RunFolder) -> subprocess.Popen[str]:
+        folder.create()
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder.root)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_held_lock_names_the_holder_and_dies_with_it(
+        tmp_path: Path, holder: Callable[[RunFolder], subprocess.Popen[str]]) -> None:
+    folder = RunFolder.at(tmp_path, "r1")
+    proc = holder(folder)
+    with pytest.raises(UserError) as info, run_lock(folder):
+        pass
+    assert f"run r1 is in use by another spider2local process (pid {proc.pid})" in str(info.value)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with run_lock(folder):  # the kernel released it: a killed run never blocks its resume
+        assert (folder.root / ".lock").read_text().strip().isdigit()
+    with run_lock(folder):  # and a finished one released it too
+        pass
+
+
+def test_execute_run_refuses_a_run_in_use_and_touches_nothing(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        holder: Callable[[RunFolder], subprocess.Popen[str]]) -> None:
+    data = load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1")))
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data), RunSettings(agent="noop"), NoopAgent,
+                   data.suite.path, "sha", data.root)
+    progress = Progress(io.StringIO(), live=False)
+    proc = holder(folder)
+    (folder.task_dir("t1")).mkdir()
+    (folder.task_dir("t1") / "transcript.jsonl").write_text("the other run's\n")
+    with pytest.raises(UserError, match=f"in use by another spider2local process .pid {proc.pid}"):
+        anyio.run(execute_run, plan, progress)
+    assert (folder.task_dir("t1") / "transcript.jsonl").read_text() == "the other run's\n"
+    assert folder.read_manifest() is None
+    proc.kill()
+    proc.wait()
+    outcome = anyio.run(execute_run, plan, progress)
+    assert list(outcome.ran) == ["t1"]

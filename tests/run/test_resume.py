@@ -1,0 +1,95 @@
+"""Resuming a run: settings that must match the manifest, and the union of selected tasks."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from spider2local.agents.noop import NoopAgent
+from spider2local.dataset.load import Dataset, load_dataset
+from spider2local.exceptions import UserError
+from spider2local.report.summary import load_report
+from spider2local.run.folder import RunFolder
+from spider2local.run.plan import RunOutcome, RunPlan, execute_run
+from spider2local.run.progress import Progress
+from spider2local.run.resume import MUST_MATCH, check_resumable, differences, merged_tasks
+from spider2local.run.selection import select_tasks
+from spider2local.run.settings import RunSettings
+from spider2local.suite.load import Suite
+
+BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s"},
+                        "prompts_sha256": "p", "skills_sha256": "k",
+                        "settings": {"timeout": 60.0, "max_turns": 10, "jobs": 1}}
+
+
+@pytest.mark.parametrize("change, name", [
+    ({"agent": "noop"}, "agent"), ({"model": "m2"}, "model"),
+    ({"suite": {"sha256": "t"}}, "suite file hash"), ({"prompts_sha256": "q"}, "prompts hash"),
+    ({"skills_sha256": "j"}, "skills hash"),
+    ({"settings": {**BASE["settings"], "timeout": 90.0}}, "timeout"),
+    ({"settings": {**BASE["settings"], "max_turns": 11}}, "max_turns"),
+])
+def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
+                                                  name: str) -> None:
+    current = {**BASE, **change}
+    assert [d.split(" (")[0].rsplit(" ", 1)[0] for d in differences(BASE, current)] == [name]
+    with pytest.raises(UserError, match=f"cannot be resumed with different settings: {name}"):
+        check_resumable(BASE, current, RunFolder.at(tmp_path, "r"))
+    assert name in [n for n, _ in MUST_MATCH]
+
+
+def test_same_settings_or_a_new_run_are_fine(tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path, "r")
+    check_resumable(None, BASE, folder)
+    check_resumable(BASE, {**BASE, "settings": {**BASE["settings"], "jobs": 4}}, folder)
+
+
+def test_merged_tasks_keep_earlier_selections() -> None:
+    previous = {"tasks": [{"id": "b", "tables": 1}, {"id": "a", "tables": 2}]}
+    merged = merged_tasks(previous, [{"id": "c", "tables": 3}, {"id": "a", "tables": 5}])
+    assert merged == [{"id": "a", "tables": 5}, {"id": "b", "tables": 1},
+                      {"id": "c", "tables": 3}]
+    assert merged_tasks(None, [{"id": "x"}]) == [{"id": "x"}]
+
+
+@pytest.fixture
+def data(tiny_dataset: Callable[..., Path], tmp_path: Path) -> Dataset:
+    return load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1", "t2")))
+
+
+def execute(data: Dataset, folder: RunFolder, ids: list[str], sha: str = "sha",
+            **kw: Any) -> RunOutcome:
+    plan = RunPlan(folder, select_tasks(data, ids), RunSettings(agent="noop", **kw), NoopAgent,
+                   data.suite.path, sha, data.root)
+    return anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+
+
+def test_resume_with_other_settings_is_refused_before_anything_runs(data: Dataset,
+                                                                    tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    execute(data, folder, ["t1"], timeout=30.0)
+    before = folder.read_manifest()
+    with pytest.raises(UserError) as info:
+        execute(data, folder, ["t1", "t2"], timeout=45.0, max_turns=7)
+    text = str(info.value)
+    assert "timeout 45.0 (run made with 30.0); max_turns 7 (run made with 100)" in text
+    assert "another --run-id" in text
+    with pytest.raises(UserError, match="suite file hash other"):
+        execute(data, folder, ["t2"], sha="other", timeout=30.0)
+    assert folder.read_manifest() == before and sorted(folder.results()) == ["t1"]
+
+
+def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
+                                                          tmp_path: Path) -> None:
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    execute(data, folder, ["t1"])
+    second = execute(data, folder, ["t2"])
+    assert list(second.ran) == ["t2"]
+    manifest = folder.read_manifest()
+    assert manifest is not None and [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
+    assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]

@@ -1,0 +1,116 @@
+"""The suite file parser: valid files load; every kind of mistake is one line naming the key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from spider2local.exceptions import SuiteError
+from spider2local.suite.load import (
+    SAMPLE,
+    bundled_suite_path,
+    default_suite_path,
+    load_suite,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tasks.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_file_parses(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+schema = 1
+[dataset]
+root = "data/spider2-dbt"
+[run]
+jobs = 2
+timeout = 600
+max_turns = 40
+model = "claude-x"
+date = 2024-09-01
+skills = ["dbt-workflow"]
+[tasks.a001]
+date = "2024-08-27"
+date_method = "verified"
+date_evidence = "dim_dates ends at 2024-08-27"
+date_confidence = "high"
+skills = ["dates"]
+[tasks.b001]
+exclude = "no gold upstream"
+[subsets]
+smoke = ["a001"]
+""")
+    suite = load_suite(path)
+    assert suite.dataset == (tmp_path / "data" / "spider2-dbt").resolve()
+    assert suite.defaults.jobs == 2 and suite.defaults.timeout == 600.0
+    assert suite.defaults.date == dt.date(2024, 9, 1)
+    assert suite.defaults.skills == ("dbt-workflow",)
+    assert suite.settings("a001").date == dt.date(2024, 8, 27)
+    assert suite.settings("a001").date_method == "verified"
+    assert suite.settings("b001").exclude == "no gold upstream"
+    assert suite.settings("zzz").date is None
+    assert suite.subsets == {"smoke": ("a001",)}
+    assert len(suite.sha256) == 64
+
+
+def test_defaults_and_dataset_override(tmp_path: Path) -> None:
+    suite = load_suite(write(tmp_path, "schema = 1\n"))
+    assert suite.dataset == SAMPLE
+    assert suite.defaults.jobs == 3
+    assert suite.with_dataset(str(tmp_path)).dataset == tmp_path
+    assert suite.with_dataset("sample").dataset == SAMPLE
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("jobs = [", "not valid TOML"),
+    ("[run]\njbos = 3\n", "run.jbos: unknown key"),
+    ("[run]\njobs = '3'\n", "run.jobs: must be an integer, not a string"),
+    ("[run]\njobs = 0\n", "run.jobs: must be positive"),
+    ("[run]\njobs = true\n", "run.jobs: must be an integer, not true or false"),
+    ("[run]\nretries = -3\n", "run.retries: must be 0 or more, not -3"),
+    ("[run]\nverify_rounds = -1\n", "run.verify_rounds: must be 0 or more, not -1"),
+    ("schema = 1\n[tasks.x]\ndate = 2024-13-01\n",
+     "tasks.x.date: bad date 2024-13-01 (line 3) (write it as YYYY-MM-DD"),
+    ("[tasks.x]\n  date=2024-02-30 # typo\n", "tasks.x.date: bad date 2024-02-30 (line 2)"),
+    ("[run]\ndate = 2024-9-1\n", "run.date: bad date 2024-9-1 (line 2)"),
+    ('[run]\nmodel = "a\n', "not valid TOML at run.model: Illegal character"),
+    ("[tasks.x]\ndate = '2024-13-01'\n", "tasks.x.date: bad date '2024-13-01'"),
+    ("[tasks.x]\ndate = 2024-01-01T10:00:00\n", "tasks.x.date: must be a date, not a date-time"),
+    ("[tasks.x]\ndate_method = 'guess'\n", "tasks.x.date_method: 'guess' is not one of"),
+    ("[tasks.x]\nexclud = 'typo'\n", "tasks.x.exclud: unknown key"),
+    ("tasks = 3\n", "tasks: must be a table"),
+    ("[subsets]\nall = ['a']\n", "subsets.all: shadows a built-in subset"),
+    ("[subsets]\nsmoke = 'a'\n", "subsets.smoke: must be a list of task ids"),
+    ("schema = 2\n", "schema: unsupported schema 2"),
+    ("colour = 'blue'\n", "colour: unknown key"),
+])
+def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
+                                                         expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    message = str(info.value)
+    assert expected in message
+    assert message.startswith(str(path))
+    assert "\n" not in message
+
+
+def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:
+    suite = load_suite(write(tmp_path, "[run]\nretries = 0\nverify_rounds = 0\n"))
+    assert (suite.defaults.retries, suite.defaults.verify_rounds) == (0, 0)
+
+
+def test_missing_suite_file(tmp_path: Path) -> None:
+    with pytest.raises(SuiteError, match="suite file not found"):
+        load_suite(tmp_path / "nope.toml")
+
+
+def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
+    assert default_suite_path(tmp_path) == bundled_suite_path()
+    local = write(tmp_path, "schema = 1\n")
+    assert default_suite_path(tmp_path) == local

@@ -1,0 +1,290 @@
+"""Workspaces: a private, writable copy of a task; the dataset untouched, the gold out of reach."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from spider2local.clock.faketime import FAKE_DATE_ENV
+from spider2local.dataset.load import Dataset, TaskSpec, load_dataset
+from spider2local.db.snapshot import DbSnapshot, snapshot_database
+from spider2local.dbtproject.inventory import ProjectScan
+from spider2local.exceptions import DatasetError, ScoringError, UserError
+from spider2local.resources import faketime_dir
+from spider2local.suite.load import SAMPLE, Suite
+from spider2local.workspace import prepare as wsmod
+from spider2local.workspace.prepare import (
+    checkpoint_database,
+    cleanup_workspace,
+    collect_artifacts,
+    prepare_workspace,
+    workspace_env,
+)
+
+
+def load(root: Path | str) -> Dataset:
+    return load_dataset(Suite(path=Path("tasks.toml"), dataset=root))
+
+
+def tree_digest(root: Path) -> str:
+    """Content, mode and mtime of every file: any write to the dataset changes it."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        h.update(f"{path.relative_to(root)}|{st.st_mode}|{st.st_mtime_ns}".encode())
+        if path.is_file():
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def file_hashes(root: Path) -> set[str]:
+    return {hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+def assert_isolated(task: TaskSpec, ws: wsmod.Workspace) -> None:
+    """Gold neither copied (by content) nor named anywhere in the workspace or its env."""
+    assert task.gold_db is not None
+    gold_hash = hashlib.sha256(task.gold_db.read_bytes()).hexdigest()
+    assert gold_hash not in file_hashes(ws.root)
+    secrets = [str(task.gold_db), "evaluation_suite", "spider2_eval"]
+    for path in ws.root.rglob("*"):
+        if path.is_file() and path.suffix != ".duckdb":
+            text = path.read_text(errors="replace")
+            assert not any(s in text for s in secrets), path
+    assert not any(s in value for s in secrets for value in ws.env.values())
+
+
+def check_workspace(task: TaskSpec, ws: wsmod.Workspace, artifacts: Path) -> None:
+    assert ws.project_dir.is_relative_to(ws.root) and ws.database.is_relative_to(ws.project_dir)
+    assert task.start_db is not None
+    assert ws.database.read_bytes() == task.start_db.read_bytes()
+    assert not ws.database.samefile(task.start_db)
+    assert os.access(ws.database, os.W_OK)
+    assert ws.env["PATH"].split(os.pathsep)[0] == str(faketime_dir().resolve())
+    assert shutil.which("dbt", path=ws.env["PATH"]) == str(faketime_dir().resolve() / "dbt")
+    assert ws.env[FAKE_DATE_ENV] == task.date.isoformat()
+    assert ws.scan_path is not None and ws.snapshot_path is not None
+    scan = ProjectScan.from_json(ws.scan_path.read_text())
+    assert scan == ProjectScan.from_json((artifacts / "scan.json").read_text())
+    assert scan.models
+    snap = DbSnapshot.from_json((artifacts / "reference_snapshot.json").read_text())
+    assert snap == DbSnapshot.from_json(ws.snapshot_path.read_text())
+    assert snap.tables == snapshot_database(task.start_db).tables
+    assert_isolated(task, ws)
+
+
+@pytest.fixture(scope="module")
+def sample() -> Dataset:
+    return load(SAMPLE)
+
+
+def test_sample_tasks_get_isolated_copies(sample: Dataset, tmp_path: Path) -> None:
+    before = tree_digest(sample.root)
+    for task in sample.tasks:
+        artifacts = tmp_path / "run" / task.id
+        ws = prepare_workspace(task, artifacts=artifacts, parent=tmp_path)
+        try:
+            assert ws.root.parent == tmp_path.resolve()
+            check_workspace(task, ws, artifacts)
+            assert ws.problems == ()
+        finally:
+            cleanup_workspace(ws)
+        assert not ws.root.exists()
+    assert tree_digest(sample.root) == before
+
+
+def test_real_tasks_get_isolated_copies(shared_dataset: Path, tmp_path: Path) -> None:
+    before = tree_digest(shared_dataset)
+    dataset = load(shared_dataset)
+    assert dataset.tasks
+    for task in dataset.tasks:
+        ws = prepare_workspace(task, artifacts=tmp_path / task.id, parent=tmp_path)
+        try:
+            check_workspace(task, ws, tmp_path / task.id)
+            con = duckdb.connect(str(ws.database))  # writable although the dataset is r--r--r--
+            con.execute("CREATE TABLE spider2local_probe AS SELECT 1 AS x")
+            con.close()
+        finally:
+            cleanup_workspace(ws)
+    assert tree_digest(shared_dataset) == before
+
+
+def test_copy_skips_build_output_but_keeps_wal_and_packages(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1")
+    project = root / "examples" / "t1"
+    for folder in ("target", "logs", "dbt_modules", "dbt_packages/pkg/macros"):
+        (project / folder).mkdir(parents=True)
+    (project / "target" / "manifest.json").write_text("{}")
+    (project / "logs" / "dbt.log").write_text("old")
+    (project / "dbt_packages" / "pkg" / "dbt_project.yml").write_text("name: pkg\n")
+    (project / "shop.duckdb.wal").write_bytes(b"")
+    (project / "gold_link.duckdb").symlink_to(root / "evaluation_suite/gold/t1/shop.duckdb")
+    for path in [*project.rglob("*"), project]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)  # read-only, like the shared dataset
+    before = tree_digest(root)
+    task = load(root).tasks[0]
+    ws = prepare_workspace(task, artifacts=tmp_path / "art", parent=tmp_path)
+    names = {p.relative_to(ws.project_dir).as_posix() for p in ws.project_dir.rglob("*")}
+    assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml"} <= names
+    assert not names & {"target", "logs", "dbt_modules", "gold_link.duckdb"}
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*"))
+    assert_isolated(task, ws)
+    cleanup_workspace(ws)
+    assert tree_digest(root) == before
+
+
+def test_env_drops_inherited_dbt_paths_and_gold_mentions(sample: Dataset) -> None:
+    task = sample.tasks[0]
+    assert task.gold_db is not None
+    base = {"PATH": os.environ["PATH"], "DBT_PROFILES_DIR": "/elsewhere", "KEEP": "1",
+            "LEAK": f"x:{task.gold_db}", "LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME": "-1d"}
+    env = workspace_env(task, base, wsmod._forbidden_paths(task))
+    assert env["KEEP"] == "1"
+    assert not {"DBT_PROFILES_DIR", "LEAK", "LD_PRELOAD", "FAKETIME"} & set(env)
+
+
+def test_skills_are_installed_and_unknown_ones_refused(sample: Dataset, tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+    (skills / "dbt-basics" / "ref").mkdir(parents=True)
+    (skills / "dbt-basics" / "SKILL.md").write_text("---\nname: dbt-basics\n---\nUse ref().")
+    (skills / "dbt-basics" / "ref" / "notes.md").write_text("notes")
+    parent = tmp_path / "ws"
+    parent.mkdir()
+    task = sample.tasks[0]
+    ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=parent,
+                           skills=["dbt-basics"], skills_root=skills)
+    installed = ws.project_dir / ".claude" / "skills" / "dbt-basics"
+    assert (installed / "SKILL.md").read_text().endswith("Use ref().")
+    assert (installed / "ref" / "notes.md").read_text() == "notes"
+    cleanup_workspace(ws)
+    for bad in ("nope", "../skills/dbt-basics"):
+        with pytest.raises(UserError, match=r"unknown skill .*choose from: dbt-basics"):
+            prepare_workspace(task, artifacts=tmp_path / "a", parent=parent, skills=[bad],
+                              skills_root=skills)
+    assert list(parent.iterdir()) == []
+
+
+def test_task_without_start_db_is_refused(tiny_dataset: Callable[..., Path],
+                                          tmp_path: Path) -> None:
+    task = load(tiny_dataset("t1", with_start_db=False)).tasks[0]
+    with pytest.raises(DatasetError, match="no start database"):
+        prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["spider2-dbt"]
+
+
+def test_missing_packages_are_recorded(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", packages_yml="packages:\n  - package: dbt-labs/dbt_utils\n")
+    task = load(root).tasks[0]
+    ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path)
+    assert any("dbt_utils" in p for p in ws.problems)
+    assert json.loads((tmp_path / "a" / "workspace.json").read_text())["problems"] == list(
+        ws.problems)
+    cleanup_workspace(ws)
+
+
+def test_collect_artifacts_copies_text_and_database(sample: Dataset, tmp_path: Path) -> None:
+    task = sample.tasks[0]
+    ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path)
+    (ws.project_dir / "models" / "new_model.sql").write_text("select 42 as answer")
+    (ws.project_dir / "target").mkdir()
+    (ws.project_dir / "target" / "compiled.sql").write_text("select 1")
+    con = duckdb.connect(str(ws.database))
+    con.execute("CREATE TABLE answer AS SELECT 42 AS x")
+    con.close()
+    got = collect_artifacts(ws, keep_db=True)
+    files = {p.relative_to(got.project).as_posix() for p in got.project.rglob("*") if p.is_file()}
+    assert "models/new_model.sql" in files and got.files == len(files)
+    assert not any(f.split("/")[0] in {"target", ".spider2local", "dbt_packages"} for f in files)
+    assert got.database == tmp_path / "a" / "result.duckdb"
+    con = duckdb.connect(str(got.database), read_only=True)
+    assert con.execute("SELECT x FROM answer").fetchall() == [(42,)]
+    con.close()
+    again = collect_artifacts(ws, keep_db=False)
+    assert again.database is None and again.files == got.files
+    cleanup_workspace(ws)
+
+
+def test_collect_artifacts_keeps_the_projects_dbt_log_without_clobbering(
+        sample: Dataset, tmp_path: Path) -> None:
+    """An agent that ran dbt itself leaves logs/ and target/ in the project: keep the log and
+    run_results; a file a non-LLM agent already wrote to artifacts/dbt stays as it was."""
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    for rel, text in (("logs/dbt.log", "project log"), ("target/run_results.json", "{}"),
+                      ("target/manifest.json", "{}")):
+        (ws.project_dir / rel).parent.mkdir(exist_ok=True)
+        (ws.project_dir / rel).write_text(text)
+    collect_artifacts(ws, keep_db=False)
+    dbt_dir = tmp_path / "a" / "dbt"
+    assert sorted(p.name for p in dbt_dir.iterdir()) == ["dbt.log", "run_results.json"]
+    assert (dbt_dir / "dbt.log").read_text() == "project log"
+    (dbt_dir / "dbt.log").write_text("agent's own log")
+    (dbt_dir / "run_results.json").unlink()
+    (ws.project_dir / "target" / "run_results.json").write_text('{"second": 1}')
+    collect_artifacts(ws, keep_db=False)
+    assert (dbt_dir / "dbt.log").read_text() == "agent's own log"
+    assert (dbt_dir / "run_results.json").read_text() == '{"second": 1}'
+    cleanup_workspace(ws)
+
+
+def test_cleanup_removes_read_only_content_and_refuses_foreign_folders(
+        sample: Dataset, tmp_path: Path) -> None:
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    (ws.project_dir / "models").chmod(0o500)
+    cleanup_workspace(ws)
+    assert not ws.root.exists()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    with pytest.raises(ValueError, match="refusing"):
+        cleanup_workspace(wsmod.Workspace(root=foreign, project_dir=foreign, database=foreign,
+                                          env={}, artifacts=foreign))
+    assert foreign.exists()
+
+
+def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
+    db = tmp_path / "x.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("CREATE TABLE t AS SELECT range AS i FROM range(1000)")
+    con.close()
+    wal = tmp_path / "x.duckdb.wal"
+    assert wal.exists()
+    checkpoint_database(db)
+    assert not wal.exists() or wal.stat().st_size == 0
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM t").fetchall() == [(1000,)]
+    con.close()
+
+
+def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wsmod, "CHECKPOINT_WAIT", 0.1)
+    db = tmp_path / "x.duckdb"
+    duckdb.connect(str(db)).close()
+    code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True);"
+            " time.sleep(0.5); c.close()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    checkpoint_database(db)  # succeeds once the holder lets go
+    proc.wait(timeout=30)
+
+
+def test_checkpoint_errors(tmp_path: Path) -> None:
+    with pytest.raises(ScoringError, match="missing"):
+        checkpoint_database(tmp_path / "gone.duckdb")
+    assert not (tmp_path / "gone.duckdb").exists()
+    bad = tmp_path / "bad.duckdb"
+    bad.write_bytes(b"garbage" * 1000)
+    with pytest.raises(ScoringError, match="cannot checkpoint"):
+        checkpoint_database(bad)
