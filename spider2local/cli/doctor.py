@@ -73,7 +73,7 @@ def _libfaketime() -> Check:
 
 
 def _clock_selftest() -> list[Check]:
-    from spider2local.clock.faketime import clock_selftest
+    from spider2local.clock.selftest import clock_selftest
 
     return [Check(f"clock: {name}", ok, detail) for name, ok, detail in clock_selftest()]
 

@@ -28,18 +28,14 @@ ERROR_STATUSES = frozenset({"error", "fail", "runtime error"})
 
 
 @dataclass(frozen=True)
-class ModelStatus:
-    """One node of ``run_results.json`` (a model, test, seed or snapshot despite the name)."""
+class NodeResult:
+    """One node of ``run_results.json``: a model, test, seed or snapshot."""
 
     unique_id: str
     name: str
     status: str
     message: str | None
     execution_time: float
-
-    @property
-    def resource_type(self) -> str:
-        return self.unique_id.split(".", 1)[0]
 
     @property
     def failed(self) -> bool:
@@ -52,7 +48,7 @@ class DbtResult:
 
     args: tuple[str, ...]
     returncode: int
-    models: tuple[ModelStatus, ...]
+    models: tuple[NodeResult, ...]
     duration: float
     timed_out: bool
     stdout_tail: str
@@ -63,7 +59,7 @@ class DbtResult:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
-    def errored(self) -> tuple[ModelStatus, ...]:
+    def errored(self) -> tuple[NodeResult, ...]:
         """Nodes that errored or failed (what the agent must fix)."""
         return tuple(m for m in self.models if m.failed)
 
@@ -99,7 +95,7 @@ def _json_line(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def parse_run_results(path: Path) -> tuple[ModelStatus, ...]:
+def parse_run_results(path: Path) -> tuple[NodeResult, ...]:
     """Read a ``run_results.json``; raises :class:`DbtError` if it is not valid JSON."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -108,7 +104,7 @@ def parse_run_results(path: Path) -> tuple[ModelStatus, ...]:
     models = []
     for item in data.get("results", []):
         unique_id = str(item.get("unique_id", ""))
-        models.append(ModelStatus(
+        models.append(NodeResult(
             unique_id=unique_id,
             name=unique_id.rsplit(".", 1)[-1],
             status=str(item.get("status", "")),

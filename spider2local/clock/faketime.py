@@ -20,12 +20,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from spider2local.exceptions import ClockError
-
-if TYPE_CHECKING:
-    from spider2local.clock.selftest import SelfCheck
 
 LIBRARY_ENV = "SPIDER2LOCAL_LIBFAKETIME"
 """Overrides the libfaketime library; also how the shim learns which library to preload."""
@@ -192,9 +188,3 @@ class Clock:
         env[REAL_DBT_ENV] = str(real_dbt)
         return env
 
-
-def clock_selftest(library: Path | None = None) -> list[SelfCheck]:
-    """Run the doctor's clock checks (see :mod:`spider2local.clock.selftest`, which imports us)."""
-    from spider2local.clock.selftest import clock_selftest as run_checks
-
-    return run_checks(library)

@@ -93,7 +93,7 @@ def test_parse_run_results_reads_every_node(tmp_path: Path) -> None:
     models = parse_run_results(path)
     assert [(m.name, m.status, m.failed) for m in models] == [
         ("a", "success", False), ("b", "error", True), ("123", "fail", True)]
-    assert models[2].resource_type == "test" and models[1].execution_time == 0.0
+    assert models[2].unique_id.startswith("test.") and models[1].execution_time == 0.0
     path.write_text("{not json")
     with pytest.raises(DbtError, match=r"run_results\.json"):
         parse_run_results(path)
