@@ -1,6 +1,6 @@
 """The bodies of ``spider2local run`` and ``score``: run or score, print, choose the exit code.
 
-Kept out of cli.py so the command line module stays declarations (options, help, error
+Kept out of cli/app.py so the command line module stays declarations (options, help, error
 handling) and these rules can be read in one place: ``run`` exits 0 when the run completed
 whatever the verdicts and 130 when interrupted; ``score FILE`` exits 0 when the database passes
 and 1 when it fails; ``score RUN_DIR`` exits 1 when not a single task could be re-scored,

@@ -2,7 +2,7 @@
 
 Agents here are test-only (the runner takes an agent factory): they write the graded table
 directly with DuckDB instead of running dbt, hang, crash, or fail like an overloaded API. The
-end-to-end runs with real dbt are in test_cli_run.py.
+end-to-end runs with real dbt are in tests/cli/test_run_command.py.
 """
 
 from __future__ import annotations
