@@ -1,9 +1,10 @@
-"""The live processes of this machine, read from /proc.
+"""The live processes of this machine, read from /proc, and the finders built on them.
 
 Three cleanups need "which processes are still alive" with different tests (a process group, a
-working folder inside a workspace, a marker in the environment). They share this walk so that
-all of them skip our own process and zombies the same way: ``kill(pid, 0)`` cannot tell a zombie
-from a live process, and a zombie needs no killing.
+working folder inside a workspace, a marker in the environment): one finder each, below, and
+:mod:`spider2local.proc.kill` kills what any of them finds the same way. They share this walk so
+that all of them skip our own process and zombies the same way: ``kill(pid, 0)`` cannot tell a
+zombie from a live process, and a zombie needs no killing.
 """
 
 from __future__ import annotations
@@ -34,3 +35,52 @@ def live_pids() -> Iterator[int]:
         fields = stat_fields(int(entry.name))
         if fields and fields[0] != "Z":
             yield int(entry.name)
+
+
+# The finders: each answers "which live processes belong to this cleanup?" for one test, so
+# that proc.kill can apply the one kill policy to any of them (bind the argument with
+# functools.partial to get a :data:`spider2local.proc.kill.Finder`).
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``: what run_process started (it gives each child
+    its own session).
+
+    ``killpg(pgid, 0)`` is not enough: it succeeds while only unreaped zombies remain.
+    """
+    return [pid for pid in live_pids()
+            if (fields := stat_fields(pid)) is not None and len(fields) > 2
+            and int(fields[2]) == pgid]
+
+
+def working_in(root: Path) -> list[int]:
+    """Live processes whose working folder is ``root`` or inside it: what an agent left running
+    in its workspace, whichever group or session it put itself in (``setsid dbt run &``)."""
+    prefix = str(root)
+    found = []
+    for pid in live_pids():
+        try:
+            cwd = str((PROC / str(pid) / "cwd").readlink())
+        except OSError:
+            continue
+        if cwd == prefix or cwd.startswith(prefix + os.sep):
+            found.append(pid)
+    return found
+
+
+def carrying_env(name: str, value: str) -> list[int]:
+    """Live processes whose environment holds ``name=value``: a marker every descendant
+    inherits, whichever group it is in or folder it works in (the Claude CLI's session).
+
+    ``/proc/<pid>/environ`` is the environment the process started with, so a descendant that
+    later unsets the variable is still found; one that was started without it is not.
+    """
+    needle = f"{name}={value}".encode()
+    found = []
+    for pid in live_pids():
+        try:
+            if needle in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found

@@ -15,25 +15,23 @@ propagated after the cleanup. A missing executable raises the usual ``OSError`` 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import anyio.abc
 
 from spider2local.exceptions import ProcessTimeout
-from spider2local.proc.procfs import live_pids, stat_fields
+from spider2local.proc.kill import KILL_GRACE, akill_processes
+from spider2local.proc.procfs import group_members
 
 DEFAULT_OUTPUT_LIMIT = 1 << 20
 """Bytes kept per stream (the tail): enough for any dbt log worth reading, bounded memory."""
-KILL_GRACE = 2.0
-"""Seconds between SIGTERM and SIGKILL: lets dbt/DuckDB release file locks cleanly."""
-_POLL = 0.02
 
 
 @dataclass(frozen=True)
@@ -86,58 +84,15 @@ class _Tail:
         return self.data.decode("utf-8", errors="replace")
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``, read from /proc.
-
-    ``killpg(pgid, 0)`` is not enough: it succeeds while only unreaped zombies remain.
-    """
-    return [pid for pid in live_pids()
-            if (fields := stat_fields(pid)) is not None and len(fields) > 2
-            and int(fields[2]) == pgid]
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-async def _wait_group_gone(pgid: int, limit: float) -> bool:
-    with anyio.move_on_after(limit):
-        # Polling is the only option: nothing notifies us when a non-child process exits.
-        while group_members(pgid):  # noqa: ASYNC110
-            await anyio.sleep(_POLL)
-        return True
-    return False
-
-
 async def kill_process_group(pgid: int, *, grace: float = KILL_GRACE) -> bool:
-    """SIGTERM the group, wait up to ``grace`` seconds, then SIGKILL what is left.
+    """Kill process group ``pgid`` with the one kill policy (:mod:`spider2local.proc.kill`):
+    SIGTERM, up to ``grace`` seconds, SIGKILL, libfaketime leftovers removed.
 
-    Returns True if the group is gone afterwards. Safe to call on a group that already ended.
-    Run it shielded when it is cleanup (it awaits).
+    Returns True if the group is gone afterwards. Safe to call on a group that already ended;
+    never interrupted halfway by a cancellation.
     """
-    members = group_members(pgid)
-    if not members:
-        return True
-    _signal_group(pgid, signal.SIGTERM)
-    gone = await _wait_group_gone(pgid, grace)
-    if not gone:
-        _signal_group(pgid, signal.SIGKILL)
-        gone = await _wait_group_gone(pgid, 5.0)
-    _remove_faketime_segments(members)
-    return gone
-
-
-def _remove_faketime_segments(pids: Sequence[int]) -> None:
-    """Unlink the shared-memory files libfaketime leaves behind when its process is killed.
-
-    A faked process creates ``/dev/shm/faketime_shm_<pid>`` (and a semaphore) and removes them in
-    its exit handler, which a signal skips; without this each timeout would leak two files.
-    """
-    for pid in pids:
-        for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
-            with contextlib.suppress(OSError):
-                (Path("/dev/shm") / name).unlink()
+    result = await akill_processes(functools.partial(group_members, pgid), grace=grace)
+    return result.gone
 
 
 async def _drain(stream: anyio.abc.ByteReceiveStream | None, tail: _Tail) -> None:

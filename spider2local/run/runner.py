@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import anyio
 
 from spider2local.dataset.load import TaskSpec
-from spider2local.proc.reap import reap
+from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import ERROR_TRACEBACK, TRANSCRIPT
@@ -92,7 +92,7 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     if ws is None:
         return
     with anyio.CancelScope(shield=True):
-        reap(ws.root)
+        await areap(ws.root)
         if keep:
             progress.note(state.task.id, f"workspace kept: {ws.project_dir}")
         else:
@@ -120,7 +120,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     progress.stage(task.id, Stage.AGENT.value, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
-    reap(ws.root)
+    await areap(ws.root)
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out

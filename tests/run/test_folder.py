@@ -136,7 +136,7 @@ def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) ->
             for p in (earlier, foreign)) + "not json\n")
         assert recorded_workspaces(task_dir) == [stale, earlier, foreign]
         folder.reset_task("a")
-        assert procs[0].wait(5) == -signal.SIGKILL
+        assert procs[0].wait(5) == -signal.SIGTERM  # the kill policy: SIGTERM first
         assert not stale.exists() and not earlier.exists()
         assert foreign.is_dir() and procs[1].poll() is None
         assert list(folder.task_dir("a").iterdir()) == []

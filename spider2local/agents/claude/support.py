@@ -5,18 +5,16 @@ test.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from spider2local.agents.claude import prompts
-from spider2local.proc.procfs import PROC, live_pids
+from spider2local.proc.kill import KILL_GRACE, akill_processes
+from spider2local.proc.procfs import carrying_env
 
 CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
 MARKER_ENV = "SPIDER2LOCAL_AGENT_RUN"
@@ -58,33 +56,13 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[st
     return env
 
 
-def marked_processes(marker: str) -> list[int]:
-    """Live processes (never ourselves) whose environment carries ``MARKER_ENV=marker``."""
-    needle = f"{MARKER_ENV}={marker}".encode()
-    found = []
-    for pid in live_pids():
-        try:
-            if needle in (PROC / str(pid) / "environ").read_bytes().split(b"\0"):
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
-async def sweep(marker: str, grace: float = 2.0) -> list[int]:
-    """SIGTERM every marked process, then SIGKILL what is left after ``grace`` seconds.
-    Await it shielded: it is cleanup."""
-    pids = marked_processes(marker)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in marked_processes(marker):
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        with anyio.move_on_after(grace):
-            while True:
-                if not marked_processes(marker):
-                    return pids
-                await anyio.sleep(0.05)
-    return pids
+async def sweep(marker: str, grace: float = KILL_GRACE) -> list[int]:
+    """Kill every process of the session (those whose environment carries
+    ``MARKER_ENV=marker``) with the one kill policy of :mod:`spider2local.proc.kill`; returns
+    the pids signalled. Never stopped halfway by a cancellation."""
+    result = await akill_processes(functools.partial(carrying_env, MARKER_ENV, marker),
+                                   grace=grace)
+    return list(result.signalled)
 
 
 @dataclass
