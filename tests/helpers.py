@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +63,25 @@ def write_task(root: Path, tid: str, *, instruction: str = "Build the orders mod
     if with_gold:
         make_duckdb(gold_dir / tid / f"{db}.duckdb",
                     gold_tables or {"orders": "SELECT 1 AS id"})
+
+
+@contextmanager
+def hold_lock(db: Path) -> Iterator[Callable[[], None]]:
+    """Hold ``db`` read-write in another process, as a running ``dbt run`` does.
+
+    Yields ``release()`` to let go early (e.g. from a timer); the lock is gone on exit anyway.
+    """
+    code = ("import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+            "sys.stdin.read(); c.close()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+    def release() -> None:
+        if proc.poll() is None:
+            proc.communicate("", timeout=30)
+
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield release
+    finally:
+        release()

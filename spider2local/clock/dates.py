@@ -32,6 +32,7 @@ from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
 from spider2local.clock.reads import ClockScan, scan_project, unshipped_models
 from spider2local.dataset.load import TaskSpec
+from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import profile_db_path
 from spider2local.suite.edit import DateRecord
 
@@ -138,7 +139,7 @@ def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
                        "order by table_schema = 'main' desc, table_schema").fetchall()
     out: dict[str, str] = {}
     for schema, name in rows:
-        out.setdefault(str(name).lower(), f'"{schema}"."{name}"')
+        out.setdefault(str(name).lower(), qualified(str(schema), str(name)))
     return out
 
 
@@ -157,10 +158,11 @@ def _table_candidates(con: duckdb.DuckDBPyConnection, table: str, model: str) ->
 
 def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
            col: str) -> Candidate | None:
+    as_date = f"cast({identifier(col)} as date)"
     row = con.execute(
-        f'select min(cast("{col}" as date)), max(cast("{col}" as date)), '
-        f'count(distinct cast("{col}" as date)), bool_and(day(cast("{col}" as date)) = 1) '
-        f'from {table}').fetchone()
+        f"select min({as_date}), max({as_date}), count(distinct {as_date}), "
+        f"bool_and(day({as_date}) = 1) "
+        f"from {table}").fetchone()
     if row is None or row[0] is None or row[2] < 2:
         return None
     lo, hi, n, firsts = row
@@ -177,10 +179,11 @@ def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
 
 def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
          int_col: str) -> Candidate | None:
+    date_name, int_name = identifier(date_col), identifier(int_col)
+    total = f"cast({date_name} as date) + cast({int_name} as integer)"
     row = con.execute(
-        f'select count(distinct cast("{date_col}" as date) + cast("{int_col}" as integer)), '
-        f'min(cast("{date_col}" as date) + cast("{int_col}" as integer)), count(*) '
-        f'from {table} where "{date_col}" is not null and "{int_col}" is not null').fetchone()
+        f"select count(distinct {total}), min({total}), count(*) from {table} "
+        f"where {date_name} is not null and {int_name} is not null").fetchone()
     if row is None or row[0] != 1 or row[2] < 3:
         return None
     day = row[1]
@@ -258,14 +261,15 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
     if not result.ok or db is None or result.status_of(cand.model) != "success":
         return None
     with duckdb.connect(str(db), read_only=True) as con:
-        con.execute(f"attach '{gold_db}' as gold (read_only)")
+        con.execute(f"attach {literal(gold_db)} as gold (read_only)")
         table = _tables(con)[cand.model.lower()]
-        gold_table = "gold." + table
+        gold_table = f"gold.{table}"
         if _same_table(con, table, gold_table):
             return True
         if cand.method == "age-column":
             return None
-        row = con.execute(f'select max(cast("{cand.column}" as date)) from {table}').fetchone()
+        row = con.execute(f"select max(cast({identifier(cand.column)} as date)) "
+                          f"from {table}").fetchone()
     return row[0] if row is not None and isinstance(row[0], dt.date) else None
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -20,11 +19,12 @@ from typing import Literal
 
 import duckdb
 
+from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.sql import qualified
 from spider2local.exceptions import DatasetError
 
-LOCK_RETRIES = 5
-LOCK_WAIT = 0.2
-"""Seconds between attempts on a locked file; after the last one a copy is read instead."""
+LOCK_WAIT = LockWait(seconds=1.0, max_delay=0.4)
+"""How long to wait for a lock before reading a copy: short, since the copy is as good."""
 
 
 @dataclass(frozen=True)
@@ -79,21 +79,18 @@ def snapshot_database(db: Path) -> DbSnapshot:
     """
     if not db.is_file():
         raise DatasetError("database file not found", path=db)
-    for attempt in range(LOCK_RETRIES):
-        try:
-            return _snapshot(db, db.name, from_copy=False)
-        except duckdb.IOException as exc:
-            if not is_lock_error(exc):
-                raise DatasetError(f"cannot open as DuckDB: {exc}", path=db) from None
-            if attempt < LOCK_RETRIES - 1:
-                time.sleep(LOCK_WAIT)
+    try:
+        return retry_on_lock(lambda: _snapshot(db, db.name, from_copy=False), LOCK_WAIT)
+    except DatabaseLocked:
+        pass
+    except duckdb.Error as exc:  # corrupt, not DuckDB, too new: waiting would not help
+        raise DatasetError(f"cannot open as DuckDB: {exc}", path=db) from None
     with _private_copy(db) as copy:
-        return _snapshot(copy, db.name, from_copy=True)
-
-
-def is_lock_error(exc: BaseException) -> bool:
-    """DuckDB's "Could not set lock on file" (another process holds the file)."""
-    return "lock" in str(exc).lower()
+        try:
+            return _snapshot(copy, db.name, from_copy=True)
+        except duckdb.Error as exc:
+            raise DatasetError(f"cannot open as DuckDB (a copy, the file is locked): {exc}",
+                               path=db) from None
 
 
 def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
@@ -123,14 +120,10 @@ def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
 
 def _count(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> int | None:
     try:
-        row = con.execute(f"SELECT count(*) FROM {quote(schema)}.{quote(name)}").fetchone()
+        row = con.execute(f"SELECT count(*) FROM {qualified(schema, name)}").fetchone()
     except duckdb.Error:
         return None
     return int(row[0]) if row else None
-
-
-def quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 @contextmanager

@@ -27,7 +27,8 @@ import duckdb
 
 from spider2local.clock.faketime import Clock, find_library
 from spider2local.dataset.load import TaskSpec
-from spider2local.db.snapshot import is_lock_error, snapshot_database
+from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.exceptions import DatasetError, ScoringError, UserError
@@ -53,8 +54,8 @@ ARTIFACT_SKIP = frozenset({"target", "logs", "dbt_packages", "dbt_modules", CONT
 PROJECT_DBT_FILES = (("logs/dbt.log", "dbt.log"), ("target/run_results.json", "run_results.json"))
 """What an agent's own ``dbt`` calls leave in the project (kept small: no manifest)."""
 _SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-CHECKPOINT_RETRIES = 10
-CHECKPOINT_WAIT = 0.3
+CHECKPOINT_LOCK_WAIT = LockWait(seconds=3.0, max_delay=0.5)
+"""How long a just-killed dbt may keep its lock before the checkpoint gives up."""
 
 
 @dataclass(frozen=True)
@@ -200,21 +201,21 @@ def checkpoint_database(db: Path) -> None:
     """
     if not db.is_file():
         raise ScoringError(f"{db}: result database missing")
-    for attempt in range(CHECKPOINT_RETRIES):
-        try:
-            con = duckdb.connect(str(db))
-            try:
-                con.execute("CHECKPOINT")
-            finally:
-                con.close()
-            return
-        except duckdb.Error as exc:
-            if not is_lock_error(exc):
-                raise ScoringError(f"{db}: cannot checkpoint: {exc}") from None
-            if attempt < CHECKPOINT_RETRIES - 1:
-                time.sleep(CHECKPOINT_WAIT)
-    raise ScoringError(f"{db}: still locked by another process after "
-                       f"{CHECKPOINT_RETRIES * CHECKPOINT_WAIT:.0f}s; cannot checkpoint")
+    try:
+        retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
+    except DatabaseLocked as locked:
+        raise ScoringError(f"{db}: still locked by another process after "
+                           f"{locked.waited:.1f}s; cannot checkpoint") from None
+    except duckdb.Error as exc:  # corrupt or not DuckDB: waiting would not help
+        raise ScoringError(f"{db}: cannot checkpoint: {exc}") from None
+
+
+def _checkpoint(db: Path) -> None:
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
 
 
 def _skill_sources(names: Sequence[str], root: Path | None) -> dict[str, Path]:

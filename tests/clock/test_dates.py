@@ -17,7 +17,7 @@ from spider2local.clock.dates import derive_task, gold_candidates
 from spider2local.clock.reads import scan_project
 from spider2local.dataset.load import TaskSpec, load_dataset
 from spider2local.suite.load import Suite, bundled_suite_path, load_suite
-from tests.helpers import make_duckdb
+from tests.helpers import make_duckdb, write_task
 
 SPINE = "select cast(range as date) as d from range(date '2024-01-01', {end}, interval 1 day)"
 
@@ -180,3 +180,39 @@ def test_unshipped_graded_models_cap_clock_independence_on_the_sample_suite() ->
     f = _derive(fleet, verify=False)
     assert (f.date, f.method, f.confidence) == (None, "clock-independent", "medium")
     assert "1 graded model(s) not shipped" in f.evidence
+
+
+def test_quotes_in_names_and_paths_reach_the_candidates(tmp_path: Path) -> None:
+    """A gold table, its columns and its folder may hold quotes: each is escaped, not pasted."""
+    gold = make_duckdb(tmp_path / "o'brien" / "g.duckdb", {
+        '"we""ird"': "select cast(range as date) as \"the \"\"day\"\"\" from "
+                     "range(date '2024-01-01', date '2024-03-10', interval 1 day)",
+        '"ag""es"': "select date '2024-05-01' - s as \"days \"\"open\"\"\", s as \"sta\"\"rt\" "
+                    "from (values (date '2024-01-01'), (date '2024-02-10'), "
+                    "(date '2023-12-24')) v(s)"})
+    found = {c.model: c for c in gold_candidates(gold, _scan_for(tmp_path, 'we"ird', 'ag"es'))}
+    assert (found['we"ird'].method, found['we"ird'].column, found['we"ird'].date) == (
+        "date-spine", 'the "day"', dt.date(2024, 3, 9))
+    assert (found['ag"es'].method, found['ag"es'].column, found['ag"es'].date) == (
+        "age-column", 'days "open"', dt.date(2024, 5, 1))
+
+
+@pytest.mark.slow
+def test_rebuild_check_with_a_quote_in_the_gold_path_and_the_column(tmp_path: Path) -> None:
+    root = tmp_path / "o'brien's data" / "spider2-dbt"
+    (root / "examples").mkdir(parents=True)
+    column = '"the ""day"""'
+    spine = ("select cast(range as date) as {col} "
+             "from range(date '2024-01-01', {end}, interval 1 day)")
+    write_task(root, "q001", gold_tables={"dim_days": spine.format(
+        col=column, end="date '2024-03-10'")}, evaluation={
+        "func": "duckdb_match", "parameters": {
+            "gold": "shop.duckdb", "condition_tabs": ["dim_days"], "condition_cols": [[]],
+            "ignore_orders": [True]}})
+    (root / "examples" / "q001" / "models" / "dim_days.sql").write_text(
+        spine.format(col=column, end="current_date"))
+    task = load_dataset(Suite(root / "tasks.toml", root)).get("q001")
+    assert task is not None and task.gold_db is not None and "'" in str(task.gold_db)
+    d = _derive(task)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 10), "verified", "high")
+    assert 'gold dim_days.the "day" is a daily spine' in d.evidence

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from spider2local.db import snapshot as snap
+from spider2local.db.locks import LockWait
 from spider2local.db.snapshot import DbSnapshot, snapshot_database
 from spider2local.exceptions import DatasetError
+from tests.helpers import hold_lock
 
 
 def make_db(path: Path) -> Path:
@@ -26,20 +24,6 @@ def make_db(path: Path) -> Path:
     con.execute("CREATE VIEW big_orders AS SELECT * FROM orders WHERE amount > 3")
     con.close()
     return path
-
-
-@contextmanager
-def locked(db: Path) -> Iterator[None]:
-    """Hold ``db`` read-write in another process, as a running ``dbt run`` does."""
-    code = ("import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
-            "sys.stdin.read()")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        yield
-    finally:
-        proc.communicate("", timeout=30)
 
 
 def test_snapshot_lists_tables_views_columns_and_counts(tmp_path: Path) -> None:
@@ -76,10 +60,10 @@ def test_snapshot_opens_read_only(tmp_path: Path) -> None:
 
 def test_locked_database_is_read_from_a_copy(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snap, "LOCK_WAIT", 0.01)
+    monkeypatch.setattr(snap, "LOCK_WAIT", LockWait(seconds=0.05, first_delay=0.01))
     db = make_db(tmp_path / "shop.duckdb")
     expected = snapshot_database(db)
-    with locked(db):
+    with hold_lock(db):
         with pytest.raises(duckdb.IOException, match="lock"):
             duckdb.connect(str(db), read_only=True)
         s = snapshot_database(db)
@@ -110,3 +94,17 @@ def test_real_start_databases(shared_dataset: Path) -> None:
         finally:
             con.close()
         assert {t.name for t in s.tables if t.kind == "table"} == names
+
+
+def test_quotes_in_schema_table_column_and_path(tmp_path: Path) -> None:
+    folder = tmp_path / "o'brien"
+    folder.mkdir()
+    db = folder / "it's.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute('CREATE SCHEMA "s""q"')
+    con.execute('CREATE TABLE "s""q"."t""x" ("c""1" INTEGER, "it\'s" VARCHAR)')
+    con.execute('INSERT INTO "s""q"."t""x" VALUES (1, \'a\'), (2, \'b\'), (3, \'c\')')
+    con.close()
+    t = snapshot_database(db).table('t"x', schema='s"q')
+    assert t is not None and t.rows == 3
+    assert [c.name for c in t.columns] == ['c"1', "it's"]

@@ -267,8 +267,7 @@ def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
     con.close()
 
 
-def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wsmod, "CHECKPOINT_WAIT", 0.1)
+def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path) -> None:
     db = tmp_path / "x.duckdb"
     duckdb.connect(str(db)).close()
     code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True);"

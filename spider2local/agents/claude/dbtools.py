@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spider2local.agents.claude.sqlpolicy import refusal, statements
+from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
@@ -187,29 +189,21 @@ WHERE table_catalog = current_database() AND {where}
 ORDER BY table_schema, table_name, ordinal_position"""
 
 
-def literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
     """Child side: open read-only (retrying while dbt holds the lock) and fetch max_rows + 1."""
     import duckdb
 
-    deadline = time.monotonic() + float(request["lock_wait"])
-    delay = 0.1
-    while True:
-        try:
-            con = duckdb.connect(request["database"], read_only=True,
-                                 config={"enable_external_access": False})
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
-                return {"error": f"cannot open the database: {exc}"}
-            if time.monotonic() + delay > deadline:
-                return {"error": "the database is locked by another process (probably a running "
-                                 "dbt command); wait for it to finish and query again"}
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    def connect() -> duckdb.DuckDBPyConnection:
+        return duckdb.connect(request["database"], read_only=True,
+                              config={"enable_external_access": False})
+
+    try:
+        con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))
+    except DatabaseLocked:
+        return {"error": "the database is locked by another process (probably a running "
+                         "dbt command); wait for it to finish and query again"}
+    except duckdb.Error as exc:  # corrupt, unreadable: say what DuckDB said, at once
+        return {"error": f"cannot open the database: {exc}"}
     try:
         cursor = con.execute(request["sql"])
         if cursor.description is None:

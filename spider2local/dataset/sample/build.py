@@ -27,6 +27,7 @@ from typing import Any
 
 import duckdb
 
+from spider2local.db.sql import identifier, literal
 from spider2local.exceptions import DatasetError
 
 SAMPLE_TASK_IDS: tuple[str, ...] = ("bakery001", "gym001", "library001", "fleet001")
@@ -166,23 +167,20 @@ def _load_raw_sql(raw: Path) -> str:
     """
     statements = [(raw / "schema.sql").read_text(encoding="utf-8")]
     for csv in sorted(raw.glob("*.csv")):
-        statements.append(f"COPY {csv.stem} FROM {_quote(csv)} (HEADER, DELIMITER ',');")
+        statements.append(
+            f"COPY {identifier(csv.stem)} FROM {literal(csv)} (HEADER, DELIMITER ',');")
     return "\n".join(statements)
 
 
 def _run_script(con: duckdb.DuckDBPyConnection, db: Path, sql: str) -> None:
     """Run ``sql`` inside the database file ``db``; detaching checkpoints it (no WAL left)."""
-    con.execute(f"ATTACH {_quote(db)} AS target (TYPE duckdb)")
+    con.execute(f"ATTACH {literal(db)} AS target (TYPE duckdb)")
     try:
         con.execute("USE target")
         con.execute(sql)
     finally:
         con.execute("USE memory")
         con.execute("DETACH target")
-
-
-def _quote(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
