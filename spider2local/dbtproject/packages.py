@@ -1,8 +1,9 @@
 """Read a dbt project's package declarations offline and supply missing packages from siblings.
 
 ``dbt deps`` needs the network, so spider2local never runs it; instead it checks that every
-package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored in
-``dbt_packages/``, which is what ``dbt run`` itself demands before it starts.
+package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored in the
+project's package folder (``packages-install-path``, by default ``dbt_packages/``), which is what
+``dbt run`` itself demands before it starts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from spider2local.dbtproject.files import PACKAGE_FILES, load_yaml
+from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
 SUPPLIED_MARKER = ".spider2local-supplied"
 """File written into a package folder that setup copied from a sibling task (names the source)."""
@@ -34,19 +36,11 @@ class PackageRequirement:
     """Hub version constraints as written (``("1.0.0",)``, ``(">=0.11.0", "<0.14.0")``)."""
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; ``None`` when it is absent or unparsable (callers report problems)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
 def requirements(project: Path) -> list[PackageRequirement]:
     """Every package the project declares, from packages.yml and dependencies.yml."""
     reqs: list[PackageRequirement] = []
-    for name in ("packages.yml", "dependencies.yml"):
-        data = read_yaml(project / name)
+    for name in PACKAGE_FILES:
+        data, _ = load_yaml(project / name)  # a broken file is reported by files.py
         entries = data.get("packages") if isinstance(data, dict) else None
         for entry in entries if isinstance(entries, list) else []:
             req = _requirement(entry)
@@ -76,16 +70,19 @@ def _requirement(entry: Any) -> PackageRequirement | None:
 
 
 def installed(project: Path) -> dict[str, Path]:
-    """Vendored packages: project name (and folder name) -> folder in dbt_packages."""
+    """Vendored packages: project name (and folder name) -> folder in the package folder.
+
+    An empty or broken folder does not count as installed (see :meth:`ProjectPaths.packages`).
+    """
+    return _installed(project_paths(project))
+
+
+def _installed(paths: ProjectPaths) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    root = project / "dbt_packages"
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        cfg = read_yaml(folder / "dbt_project.yml")
-        if not isinstance(cfg, dict):
-            continue  # an empty or broken folder does not count as installed
-        found[_normalise(folder.name)] = folder
-        if isinstance(cfg.get("name"), str):
-            found[_normalise(cfg["name"])] = folder
+    for package in paths.packages():
+        found[_normalise(package.root.name)] = package.root
+        if package.name is not None:
+            found[_normalise(package.name)] = package.root
     return found
 
 
@@ -96,14 +93,16 @@ def missing_packages(project: Path) -> list[str]:
     task vendors a compatible copy that ``spider2local setup`` can supply; without that hint the
     package is simply missing and the task cannot run offline.
     """
-    have = installed(project)
+    paths = project_paths(project)
+    have = _installed(paths)
+    folder = paths.packages_dir.relative_to(paths.root).as_posix()
     problems = []
     for req in requirements(project):
         if req.source == "local":
             if not (project / req.spec / "dbt_project.yml").is_file():
                 problems.append(f"local package {req.spec} missing")
         elif req.name not in have:
-            problems.append(f"package {req.spec} not in dbt_packages "
+            problems.append(f"package {req.spec} not in {folder} "
                             f"(dbt deps needs the network){_sibling_hint(project, req)}")
     return problems
 
@@ -128,7 +127,7 @@ class Supply:
     requirement: PackageRequirement
     sibling: str | None
     source: Path | None
-    """The sibling's ``dbt_packages/<name>`` folder."""
+    """The sibling's vendored ``<package folder>/<name>``."""
     version: str | None
     note: str
     """Why this copy fits (``exact 1.0.0``, ``1.1.1 within >=1.0.0,<2.0.0``) or why none does."""
@@ -190,7 +189,7 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
     heading = re.search(r"^#+ .*?v?(\d+\.\d+\.\d+)\b", changelog, re.MULTILINE)
     if heading:
         return heading.group(1)
-    cfg = read_yaml(folder / "dbt_project.yml")
+    cfg, _ = load_yaml(folder / "dbt_project.yml")
     version = cfg.get("version") if isinstance(cfg, dict) else None
     return str(version) if version is not None else None
 
@@ -229,13 +228,15 @@ def _git_key(url: str) -> str:
 
 
 def supply_packages(project: Path) -> list[Supply]:
-    """Copy every missing hub/git package from the best sibling into ``dbt_packages``.
+    """Copy every missing hub/git package from the best sibling into the project's package
+    folder (where :func:`installed` and dbt look for it).
 
     An existing folder without a dbt_project.yml (an empty vendored folder) is replaced. Each
     copy gets a marker naming its source so later checks can say "supplied from sibling X".
     Returns one Supply per missing package, including those no sibling can provide.
     """
-    have = installed(project)
+    paths = project_paths(project)
+    have = _installed(paths)
     done = []
     for req in requirements(project):
         if req.source == "local" or req.name in have:
@@ -243,7 +244,7 @@ def supply_packages(project: Path) -> list[Supply]:
         supply = find_supply(project, req)
         done.append(supply)
         if supply.source is not None:
-            target = project / "dbt_packages" / supply.source.name
+            target = paths.packages_dir / supply.source.name
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(supply.source, target, symlinks=True)
@@ -254,6 +255,6 @@ def supply_packages(project: Path) -> list[Supply]:
 
 def supplied_packages(project: Path) -> dict[str, str]:
     """Packages setup copied from siblings: folder name -> marker text (sibling and why)."""
-    root = project / "dbt_packages"
+    root = project_paths(project).packages_dir
     return {marker.parent.name: marker.read_text(encoding="utf-8").strip()
             for marker in sorted(root.glob(f"*/{SUPPLIED_MARKER}"))} if root.is_dir() else {}
