@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from spider2local.dbtproject.files import PACKAGE_FILES, load_yaml
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
@@ -166,9 +169,11 @@ def _judge(req: PackageRequirement, sibling: Path, folder: Path) -> tuple[int, S
     version = vendored_version(folder, theirs)
     if version is None:
         return 0, Supply(req, sibling.name, folder, None, "version unknown")
-    if req.constraints == (version,):
+    pin, have = _pin(req.constraints), _version(version)
+    if pin is not None and pin == have:
         return 2, Supply(req, sibling.name, folder, version, f"exact {version}")
-    ok = all(version_satisfies(version, c) for c in _ranges(req.constraints))
+    allowed = _allowed(req.constraints)
+    ok = not req.constraints or (allowed is not None and _contains(allowed, have))
     note = f"{version} within {_wanted(req)}"
     return (1 if ok else 0), Supply(req, sibling.name, folder, version, note)
 
@@ -180,7 +185,7 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
     first released version heading of its CHANGELOG, the ``version`` of its dbt_project.yml
     (dbt_utils always says 0.1.0 there, hence last).
     """
-    if declared is not None and len(declared.constraints) == 1 and _parse(declared.constraints[0]):
+    if declared is not None and _pin(declared.constraints) is not None:
         return declared.constraints[0]
     try:
         changelog = (folder / "CHANGELOG.md").read_text(encoding="utf-8", errors="replace")
@@ -195,28 +200,63 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
 
 
 def version_satisfies(version: str, constraint: str) -> bool:
-    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``."""
-    m = re.fullmatch(r"\s*(>=|<=|==|=|>|<)?\s*v?([\d.]+)\s*", constraint)
-    have, want = _parse(version), _parse(m.group(2)) if m else None
-    if have is None or want is None or m is None:
-        return False
-    op = m.group(1) or "=="
-    return {">=": have >= want, "<=": have <= want, ">": have > want, "<": have < want,
-            "==": have == want, "=": have == want}[op]
+    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``.
+
+    dbt's spellings are accepted: a bare version and ``=`` mean exactly it, a ``v`` prefix is
+    allowed. Anything unparsable on either side is unsatisfied, never an exception: a guess
+    could supply a package whose macros the project does not expect.
+    """
+    spec = _specifier(constraint)
+    return spec is not None and _contains(spec, _version(version))
 
 
-def _ranges(constraints: tuple[str, ...]) -> list[str]:
-    """A lone bare pin ``X.Y.Z`` also accepts semver-compatible releases (same major, or same
-    minor below 1.0): the macros a project calls do not change within such a range."""
-    if len(constraints) == 1 and (bare := _parse(constraints[0])) is not None:
-        upper = (bare[0] + 1, 0, 0) if bare[0] > 0 else (0, bare[1] + 1, 0)
-        return [f">={constraints[0]}", "<" + ".".join(map(str, upper))]
-    return list(constraints)
+def _allowed(constraints: tuple[str, ...]) -> SpecifierSet | None:
+    """All ``constraints`` at once (None when one is nonsense). A lone bare pin ``X.Y.Z`` also
+    accepts semver-compatible releases (same major, or same minor below 1.0): the macros a
+    project calls do not change within such a range."""
+    pin = _pin(constraints)
+    if pin is not None:
+        upper = f"{pin.major + 1}.0.0" if pin.major > 0 else f"0.{pin.minor + 1}.0"
+        return SpecifierSet(f">={pin},<{upper}")
+    allowed = SpecifierSet()
+    for constraint in constraints:
+        spec = _specifier(constraint)
+        if spec is None:
+            return None
+        allowed &= spec
+    return allowed
 
 
-def _parse(version: str) -> tuple[int, ...] | None:
-    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
-    return tuple(int(g or 0) for g in m.groups()) if m else None
+def _specifier(constraint: str) -> SpecifierSet | None:
+    """PEP 440 spelling of a dbt hub constraint; None for nonsense (an empty one included, which
+    packaging would read as "anything")."""
+    text = constraint.strip()
+    if _version(text) is not None:
+        text = f"=={text}"
+    elif text.startswith("=") and not text.startswith("=="):
+        text = f"={text}"
+    try:
+        return SpecifierSet(text) if text else None
+    except InvalidSpecifier:
+        return None
+
+
+def _contains(spec: SpecifierSet, version: Version | None) -> bool:
+    """Pre-releases count only when a constraint names one (PEP 440's rule; packaging >= 25
+    would otherwise let ``1.1.0rc1`` satisfy ``>=1.0.0``)."""
+    return version is not None and spec.contains(version, prereleases=bool(spec.prereleases))
+
+
+def _pin(constraints: tuple[str, ...]) -> Version | None:
+    """The version when ``constraints`` is a single bare pin (``1.0.0``, ``v1.0.0``)."""
+    return _version(constraints[0]) if len(constraints) == 1 else None
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text is not None else None
+    except InvalidVersion:
+        return None
 
 
 def _wanted(req: PackageRequirement) -> str:
