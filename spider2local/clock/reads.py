@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spider2local.dbtproject import inventory as scan
-from spider2local.dbtproject.packages import read_yaml
+from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
 CLOCK_PATTERN = re.compile(
     r"\bcurrent_date\b|\bcurrent_timestamp\w*|\bcurrent_time\b|\blocaltimestamp\b"
@@ -197,22 +197,19 @@ def _reachable(calls: set[str], macros: dict[str, _Macro]) -> set[str]:
 
 
 def _sources(project: Path) -> Iterator[_Source]:
-    cfg = read_yaml(project / "dbt_project.yml")
-    yield from _folder_sources(project, project, cfg)
-    packages = project / "dbt_packages"
-    for package in sorted(packages.iterdir()) if packages.is_dir() else []:
-        if package.is_dir():
-            yield from _folder_sources(project, package, read_yaml(package / "dbt_project.yml"))
+    """The project's files, then its vendored packages', in the folders dbt reads (the same
+    :func:`project_paths` answer the model inventory uses)."""
+    paths = project_paths(project)
+    yield from _folder_sources(project, paths)
+    for package in paths.packages():
+        yield from _folder_sources(project, package)
 
 
-def _folder_sources(project: Path, root: Path, cfg: object) -> Iterator[_Source]:
-    cfg = cfg if isinstance(cfg, dict) else {}
-    kinds = [(_paths(cfg, "model-paths", "models"), True),
-             (_paths(cfg, "snapshot-paths", "snapshots"), True),
-             (_paths(cfg, "macro-paths", "macros"), False)]
+def _folder_sources(project: Path, paths: ProjectPaths) -> Iterator[_Source]:
+    kinds = [(paths.models, True), (paths.snapshots, True), (paths.macros, False)]
     for folders, is_model in kinds:
         for folder in folders:
-            for path in _sql_files(root / folder):
+            for path in _sql_files(folder, paths.packages_dir):
                 try:
                     text = path.read_text(encoding="utf-8", errors="replace")
                 except OSError:
@@ -220,17 +217,13 @@ def _folder_sources(project: Path, root: Path, cfg: object) -> Iterator[_Source]
                 yield _Source(path.relative_to(project), strip_comments(text), is_model)
 
 
-def _paths(cfg: dict[object, object], key: str, default: str) -> list[str]:
-    value = cfg.get(key)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return [str(v) for v in value]
-    return [default]
-
-
-def _sql_files(folder: Path) -> Iterator[Path]:
+def _sql_files(folder: Path, packages_dir: Path) -> Iterator[Path]:
+    """SQL files under ``folder``, but not in a package's own tests or docs, and not in the
+    package folder (a ``model-paths: ["."]`` would otherwise read the packages as the project's
+    own models; they are scanned as packages)."""
     if not folder.is_dir():
         return
     for path in sorted(folder.rglob("*.sql")):
         parts = set(path.relative_to(folder).parts[:-1])
-        if not parts & _SKIPPED_DIRS:
+        if not parts & _SKIPPED_DIRS and not path.is_relative_to(packages_dir):
             yield path

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spider2local.dbtproject.packages import read_yaml
+from spider2local.dbtproject.files import load_yaml
+from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
 ModelStatus = Literal["complete", "stub", "missing"]
 MODEL_SUFFIXES = (".sql", ".py")
@@ -54,7 +55,8 @@ class SourceDecl:
 class MacroDecl:
     name: str
     path: str
-    """Relative to the project (``dbt_packages/<pkg>/...`` for a package's macros)."""
+    """Relative to the project (``dbt_packages/<pkg>/...`` for a package's macros, or under the
+    project's ``packages-install-path``)."""
     package: str | None = None
     """None for the project's own macros."""
 
@@ -97,17 +99,15 @@ class ProjectScan:
 
 def scan_project(project_dir: Path) -> ProjectScan:
     """Scan ``project_dir`` (see module docstring)."""
-    cfg = read_yaml(project_dir / "dbt_project.yml")
-    cfg = cfg if isinstance(cfg, dict) else {}
-    model_dirs = _paths(project_dir, cfg, ("model-paths", "source-paths"), "models")
-    problems: list[str] = []
-    files = {p.stem: p for d in model_dirs for p in _walk(d, MODEL_SUFFIXES)}
+    paths = project_paths(project_dir)
+    problems = list(paths.problems)
+    files = {p.stem: p for d in paths.models for p in _walk(d, MODEL_SUFFIXES)}
     models: dict[str, ModelDecl] = {}
     sources: list[SourceDecl] = []
-    for yml in (p for d in model_dirs for p in _walk(d, YML_SUFFIXES)):
-        data = read_yaml(yml)
+    for yml in (p for d in paths.models for p in _walk(d, YML_SUFFIXES)):
+        data, error = load_yaml(yml)
         rel = _rel(yml, project_dir)
-        if data is None and yml.stat().st_size > 0:
+        if error is not None:
             problems.append(f"{rel}: not valid YAML")
             continue
         for entry in _entries(data, "models"):
@@ -119,7 +119,7 @@ def scan_project(project_dir: Path) -> ProjectScan:
         models=tuple(sorted(models.values(), key=lambda m: m.name)),
         undeclared=tuple(undeclared),
         sources=tuple(sources),
-        macros=tuple(_macros(project_dir, cfg)),
+        macros=tuple(_macros(paths)),
         problems=tuple(problems),
     )
 
@@ -151,35 +151,22 @@ def _source(entry: dict[str, Any], yml: str) -> SourceDecl:
                       tables=tuple(t["name"] for t in _entries(entry, "tables")), yml=yml)
 
 
-def _macros(project: Path, cfg: dict[str, Any]) -> Iterator[MacroDecl]:
+def _macros(paths: ProjectPaths) -> Iterator[MacroDecl]:
     """The project's macros, then every vendored package's (what ``{{ pkg.macro() }}`` can call)."""
-    yield from _macro_files(project, _paths(project, cfg, ("macro-paths",), "macros"), None)
-    install = cfg.get("packages-install-path")
-    packages = project / (install if isinstance(install, str) else "dbt_packages")
-    for pkg in sorted(packages.iterdir()) if packages.is_dir() else []:
-        pcfg = read_yaml(pkg / "dbt_project.yml")
-        if isinstance(pcfg, dict):
-            name = str(pcfg.get("name") or pkg.name)
-            yield from _macro_files(project, _paths(pkg, pcfg, ("macro-paths",), "macros"), name)
+    yield from _macro_files(paths.root, paths.macros, None)
+    for package in paths.packages():
+        yield from _macro_files(paths.root, package.macros, package.package_name)
 
 
 _MACRO_DEF = re.compile(r"\{%-?\s*macro\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
-def _macro_files(project: Path, dirs: list[Path], package: str | None) -> Iterator[MacroDecl]:
+def _macro_files(project: Path, dirs: tuple[Path, ...],
+                 package: str | None) -> Iterator[MacroDecl]:
     for path in (p for d in dirs for p in _walk(d, (".sql",))):
         text = path.read_text(encoding="utf-8", errors="replace")
         for name in _MACRO_DEF.findall(text):
             yield MacroDecl(name=name, path=_rel(path, project), package=package)
-
-
-def _paths(root: Path, cfg: dict[str, Any], keys: tuple[str, ...], default: str) -> list[Path]:
-    """The folders a dbt_project.yml setting names (``source-paths`` is the pre-1.0 spelling)."""
-    for key in keys:
-        value = cfg.get(key)
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [root / v for v in value]
-    return [root / default]
 
 
 def _walk(folder: Path, suffixes: tuple[str, ...]) -> Iterator[Path]:

@@ -1,8 +1,9 @@
 """Read a dbt project's package declarations offline and supply missing packages from siblings.
 
 ``dbt deps`` needs the network, so spider2local never runs it; instead it checks that every
-package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored in
-``dbt_packages/``, which is what ``dbt run`` itself demands before it starts.
+package listed in ``packages.yml`` (or ``dependencies.yml``) is already vendored in the
+project's package folder (``packages-install-path``, by default ``dbt_packages/``), which is what
+``dbt run`` itself demands before it starts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from spider2local.dbtproject.files import PACKAGE_FILES, load_yaml
+from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
 SUPPLIED_MARKER = ".spider2local-supplied"
 """File written into a package folder that setup copied from a sibling task (names the source)."""
@@ -34,19 +39,11 @@ class PackageRequirement:
     """Hub version constraints as written (``("1.0.0",)``, ``(">=0.11.0", "<0.14.0")``)."""
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; ``None`` when it is absent or unparsable (callers report problems)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
 def requirements(project: Path) -> list[PackageRequirement]:
     """Every package the project declares, from packages.yml and dependencies.yml."""
     reqs: list[PackageRequirement] = []
-    for name in ("packages.yml", "dependencies.yml"):
-        data = read_yaml(project / name)
+    for name in PACKAGE_FILES:
+        data, _ = load_yaml(project / name)  # a broken file is reported by files.py
         entries = data.get("packages") if isinstance(data, dict) else None
         for entry in entries if isinstance(entries, list) else []:
             req = _requirement(entry)
@@ -76,16 +73,19 @@ def _requirement(entry: Any) -> PackageRequirement | None:
 
 
 def installed(project: Path) -> dict[str, Path]:
-    """Vendored packages: project name (and folder name) -> folder in dbt_packages."""
+    """Vendored packages: project name (and folder name) -> folder in the package folder.
+
+    An empty or broken folder does not count as installed (see :meth:`ProjectPaths.packages`).
+    """
+    return _installed(project_paths(project))
+
+
+def _installed(paths: ProjectPaths) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    root = project / "dbt_packages"
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        cfg = read_yaml(folder / "dbt_project.yml")
-        if not isinstance(cfg, dict):
-            continue  # an empty or broken folder does not count as installed
-        found[_normalise(folder.name)] = folder
-        if isinstance(cfg.get("name"), str):
-            found[_normalise(cfg["name"])] = folder
+    for package in paths.packages():
+        found[_normalise(package.root.name)] = package.root
+        if package.name is not None:
+            found[_normalise(package.name)] = package.root
     return found
 
 
@@ -96,14 +96,16 @@ def missing_packages(project: Path) -> list[str]:
     task vendors a compatible copy that ``spider2local setup`` can supply; without that hint the
     package is simply missing and the task cannot run offline.
     """
-    have = installed(project)
+    paths = project_paths(project)
+    have = _installed(paths)
+    folder = paths.packages_dir.relative_to(paths.root).as_posix()
     problems = []
     for req in requirements(project):
         if req.source == "local":
             if not (project / req.spec / "dbt_project.yml").is_file():
                 problems.append(f"local package {req.spec} missing")
         elif req.name not in have:
-            problems.append(f"package {req.spec} not in dbt_packages "
+            problems.append(f"package {req.spec} not in {folder} "
                             f"(dbt deps needs the network){_sibling_hint(project, req)}")
     return problems
 
@@ -128,7 +130,7 @@ class Supply:
     requirement: PackageRequirement
     sibling: str | None
     source: Path | None
-    """The sibling's ``dbt_packages/<name>`` folder."""
+    """The sibling's vendored ``<package folder>/<name>``."""
     version: str | None
     note: str
     """Why this copy fits (``exact 1.0.0``, ``1.1.1 within >=1.0.0,<2.0.0``) or why none does."""
@@ -167,9 +169,11 @@ def _judge(req: PackageRequirement, sibling: Path, folder: Path) -> tuple[int, S
     version = vendored_version(folder, theirs)
     if version is None:
         return 0, Supply(req, sibling.name, folder, None, "version unknown")
-    if req.constraints == (version,):
+    pin, have = _pin(req.constraints), _version(version)
+    if pin is not None and pin == have:
         return 2, Supply(req, sibling.name, folder, version, f"exact {version}")
-    ok = all(version_satisfies(version, c) for c in _ranges(req.constraints))
+    allowed = _allowed(req.constraints)
+    ok = not req.constraints or (allowed is not None and _contains(allowed, have))
     note = f"{version} within {_wanted(req)}"
     return (1 if ok else 0), Supply(req, sibling.name, folder, version, note)
 
@@ -181,7 +185,7 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
     first released version heading of its CHANGELOG, the ``version`` of its dbt_project.yml
     (dbt_utils always says 0.1.0 there, hence last).
     """
-    if declared is not None and len(declared.constraints) == 1 and _parse(declared.constraints[0]):
+    if declared is not None and _pin(declared.constraints) is not None:
         return declared.constraints[0]
     try:
         changelog = (folder / "CHANGELOG.md").read_text(encoding="utf-8", errors="replace")
@@ -190,34 +194,69 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
     heading = re.search(r"^#+ .*?v?(\d+\.\d+\.\d+)\b", changelog, re.MULTILINE)
     if heading:
         return heading.group(1)
-    cfg = read_yaml(folder / "dbt_project.yml")
+    cfg, _ = load_yaml(folder / "dbt_project.yml")
     version = cfg.get("version") if isinstance(cfg, dict) else None
     return str(version) if version is not None else None
 
 
 def version_satisfies(version: str, constraint: str) -> bool:
-    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``."""
-    m = re.fullmatch(r"\s*(>=|<=|==|=|>|<)?\s*v?([\d.]+)\s*", constraint)
-    have, want = _parse(version), _parse(m.group(2)) if m else None
-    if have is None or want is None or m is None:
-        return False
-    op = m.group(1) or "=="
-    return {">=": have >= want, "<=": have <= want, ">": have > want, "<": have < want,
-            "==": have == want, "=": have == want}[op]
+    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``.
+
+    dbt's spellings are accepted: a bare version and ``=`` mean exactly it, a ``v`` prefix is
+    allowed. Anything unparsable on either side is unsatisfied, never an exception: a guess
+    could supply a package whose macros the project does not expect.
+    """
+    spec = _specifier(constraint)
+    return spec is not None and _contains(spec, _version(version))
 
 
-def _ranges(constraints: tuple[str, ...]) -> list[str]:
-    """A lone bare pin ``X.Y.Z`` also accepts semver-compatible releases (same major, or same
-    minor below 1.0): the macros a project calls do not change within such a range."""
-    if len(constraints) == 1 and (bare := _parse(constraints[0])) is not None:
-        upper = (bare[0] + 1, 0, 0) if bare[0] > 0 else (0, bare[1] + 1, 0)
-        return [f">={constraints[0]}", "<" + ".".join(map(str, upper))]
-    return list(constraints)
+def _allowed(constraints: tuple[str, ...]) -> SpecifierSet | None:
+    """All ``constraints`` at once (None when one is nonsense). A lone bare pin ``X.Y.Z`` also
+    accepts semver-compatible releases (same major, or same minor below 1.0): the macros a
+    project calls do not change within such a range."""
+    pin = _pin(constraints)
+    if pin is not None:
+        upper = f"{pin.major + 1}.0.0" if pin.major > 0 else f"0.{pin.minor + 1}.0"
+        return SpecifierSet(f">={pin},<{upper}")
+    allowed = SpecifierSet()
+    for constraint in constraints:
+        spec = _specifier(constraint)
+        if spec is None:
+            return None
+        allowed &= spec
+    return allowed
 
 
-def _parse(version: str) -> tuple[int, ...] | None:
-    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
-    return tuple(int(g or 0) for g in m.groups()) if m else None
+def _specifier(constraint: str) -> SpecifierSet | None:
+    """PEP 440 spelling of a dbt hub constraint; None for nonsense (an empty one included, which
+    packaging would read as "anything")."""
+    text = constraint.strip()
+    if _version(text) is not None:
+        text = f"=={text}"
+    elif text.startswith("=") and not text.startswith("=="):
+        text = f"={text}"
+    try:
+        return SpecifierSet(text) if text else None
+    except InvalidSpecifier:
+        return None
+
+
+def _contains(spec: SpecifierSet, version: Version | None) -> bool:
+    """Pre-releases count only when a constraint names one (PEP 440's rule; packaging >= 25
+    would otherwise let ``1.1.0rc1`` satisfy ``>=1.0.0``)."""
+    return version is not None and spec.contains(version, prereleases=bool(spec.prereleases))
+
+
+def _pin(constraints: tuple[str, ...]) -> Version | None:
+    """The version when ``constraints`` is a single bare pin (``1.0.0``, ``v1.0.0``)."""
+    return _version(constraints[0]) if len(constraints) == 1 else None
+
+
+def _version(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text is not None else None
+    except InvalidVersion:
+        return None
 
 
 def _wanted(req: PackageRequirement) -> str:
@@ -229,13 +268,15 @@ def _git_key(url: str) -> str:
 
 
 def supply_packages(project: Path) -> list[Supply]:
-    """Copy every missing hub/git package from the best sibling into ``dbt_packages``.
+    """Copy every missing hub/git package from the best sibling into the project's package
+    folder (where :func:`installed` and dbt look for it).
 
     An existing folder without a dbt_project.yml (an empty vendored folder) is replaced. Each
     copy gets a marker naming its source so later checks can say "supplied from sibling X".
     Returns one Supply per missing package, including those no sibling can provide.
     """
-    have = installed(project)
+    paths = project_paths(project)
+    have = _installed(paths)
     done = []
     for req in requirements(project):
         if req.source == "local" or req.name in have:
@@ -243,7 +284,7 @@ def supply_packages(project: Path) -> list[Supply]:
         supply = find_supply(project, req)
         done.append(supply)
         if supply.source is not None:
-            target = project / "dbt_packages" / supply.source.name
+            target = paths.packages_dir / supply.source.name
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(supply.source, target, symlinks=True)
@@ -254,6 +295,6 @@ def supply_packages(project: Path) -> list[Supply]:
 
 def supplied_packages(project: Path) -> dict[str, str]:
     """Packages setup copied from siblings: folder name -> marker text (sibling and why)."""
-    root = project / "dbt_packages"
+    root = project_paths(project).packages_dir
     return {marker.parent.name: marker.read_text(encoding="utf-8").strip()
             for marker in sorted(root.glob(f"*/{SUPPLIED_MARKER}"))} if root.is_dir() else {}

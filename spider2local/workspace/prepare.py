@@ -31,6 +31,7 @@ from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.inventory import scan_project
+from spider2local.dbtproject.paths import project_paths
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir, skills_dir
 from spider2local.run.layout import (
@@ -256,9 +257,9 @@ def _forbidden_paths(task: TaskSpec) -> tuple[Path, ...]:
 
 def _skipper(task: TaskSpec) -> set[str]:
     """Top-level names to skip; keeps ``dbt_modules`` if the project installs packages there."""
-    cfg = packages.read_yaml(task.project_dir / "dbt_project.yml")
-    install = cfg.get("packages-install-path") if isinstance(cfg, dict) else None
-    return {n for n in SKIP_TOP if n != install}
+    paths = project_paths(task.project_dir)
+    install = paths.packages_dir.relative_to(paths.root).parts[:1]
+    return {n for n in SKIP_TOP if n not in install}
 
 
 def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int],

@@ -68,6 +68,28 @@ def test_package_models_count_but_integration_tests_do_not(tmp_path: Path) -> No
     assert [str(h.path) for h in scan_project(p).hits] == ["dbt_packages/src/models/stg.sql"]
 
 
+def test_pre_1_0_source_paths_and_a_custom_package_folder_are_scanned(tmp_path: Path) -> None:
+    p = _project(tmp_path, {
+        "src_models/a.sql": "select\n  current_date as d\n",
+        "src_models/b.sql": "select\n  {{ stamp() }} as t\n",
+        "deps/util/dbt_project.yml": "name: util\n",
+        "deps/util/macros/m.sql": "{% macro stamp() %}\n  now()\n{% endmacro %}\n"})
+    (p / "dbt_project.yml").write_text(
+        'name: p\nsource-paths: ["src_models"]\npackages-install-path: deps\n')
+    assert [h.describe() for h in scan_project(p).hits] == [
+        "src_models/a.sql:2 current_date", "src_models/b.sql:2 stamp() -> now("]
+
+
+def test_a_package_folder_inside_the_model_folder_is_read_once_as_a_package(
+        tmp_path: Path) -> None:
+    p = _project(tmp_path, {
+        "a.sql": "select 1 as x\n",
+        "deps/util/dbt_project.yml": "name: util\n",
+        "deps/util/models/stg.sql": "select\n  now() as t\n"})
+    (p / "dbt_project.yml").write_text('name: p\nmodel-paths: ["."]\npackages-install-path: deps\n')
+    assert [h.describe() for h in scan_project(p).hits] == ["deps/util/models/stg.sql:2 now("]
+
+
 def test_real_tasks(shared_dataset: Path) -> None:
     mrr = scan_project(shared_dataset / "examples" / "mrr001")
     assert [h.describe() for h in mrr.hits] == ["models/utils/util_months.sql:10 current_date"]

@@ -99,6 +99,14 @@ def test_scan_reports_broken_yaml_and_keeps_going(tmp_path: Path) -> None:
     assert len(scan.models) == 5
 
 
+def test_a_yml_of_only_comments_is_no_problem_but_a_binary_one_is(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    (project / "models" / "later.yml").write_text("# models to be declared here\n")
+    (project / "models" / "binary.yml").write_bytes(b"\xff\xfe models")
+    scan = scan_project(project)
+    assert scan.problems == ("models/binary.yml: not valid YAML",)
+
+
 def test_scan_of_empty_folder_is_empty(tmp_path: Path) -> None:
     scan = scan_project(tmp_path)
     assert (scan.models, scan.undeclared, scan.sources, scan.macros) == ((), (), (), ())

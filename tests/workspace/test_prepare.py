@@ -194,6 +194,20 @@ def test_missing_packages_are_recorded(tiny_dataset: Callable[..., Path], tmp_pa
     cleanup_workspace(ws)
 
 
+def test_packages_installed_in_dbt_modules_are_copied_and_found(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", packages_yml="packages:\n  - package: acme/util\n")
+    project = root / "examples" / "t1"
+    cfg = project / "dbt_project.yml"
+    cfg.write_text(cfg.read_text() + 'packages-install-path: "./dbt_modules"\n')
+    (project / "dbt_modules" / "util").mkdir(parents=True)
+    (project / "dbt_modules" / "util" / "dbt_project.yml").write_text("name: util\n")
+    ws = prepare_workspace(load(root).tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    assert (ws.project_dir / "dbt_modules" / "util" / "dbt_project.yml").is_file()
+    assert ws.problems == ()
+    cleanup_workspace(ws)
+
+
 def test_collect_artifacts_copies_text_and_database(sample: Dataset, tmp_path: Path) -> None:
     task = sample.tasks[0]
     ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path)
