@@ -69,10 +69,10 @@ class Derivation:
 async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
     """Derive one task's date (see the module docstring). ``task`` must have gold."""
     scan = scan_project(task.project_dir)
-    assert task.gold_db is not None and task.eval is not None
+    assert task.gold is not None
     if not scan.reads_clock:
-        return _clock_free(task, task.gold_db, task.eval.condition_tabs)
-    candidates = gold_candidates(task.gold_db, scan.models)
+        return _clock_free(task, task.gold.db, task.gold.params.condition_tabs)
+    candidates = gold_candidates(task.gold.db, scan.models)
     if not candidates:
         return Derivation(task.id, None, None,
                           f"{scan.summary(2)}; no date spine, month spine or age column in the "
@@ -196,17 +196,18 @@ def _month_end(day: dt.date) -> dt.date:
 async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
     """Rebuild ``cand.model`` under the fake clock; return the candidate (corrected for any
     offset the project adds) when the rebuilt table equals the gold table, else ``None``."""
-    assert task.gold_db is not None
+    assert task.gold is not None
+    gold_db = task.gold.db
     with tempfile.TemporaryDirectory(prefix="spider2local-dates-") as tmp:
         project = _scratch_project(task, Path(tmp))
         if project is None:
             return None
-        built = await _build(project, cand, cand.date, task.gold_db)
+        built = await _build(project, cand, cand.date, gold_db)
         if built is True:
             return cand
         if isinstance(built, dt.date):
             shift = _shift(cand, built)  # the probe showed the project's offset
-            if shift != cand and await _build(project, shift, shift.date, task.gold_db) is True:
+            if shift != cand and await _build(project, shift, shift.date, gold_db) is True:
                 return shift
     return None
 
@@ -242,9 +243,9 @@ def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
     shutil.copytree(task.project_dir, project, symlinks=True,
                     ignore=shutil.ignore_patterns("*.duckdb", "*.duckdb.wal", "target", "logs"))
     target = profile_db_path(project)
-    if target is None or task.gold_db is None:
+    if target is None or task.gold is None:
         return None
-    shutil.copyfile(task.gold_db, target)
+    shutil.copyfile(task.gold.db, target)
     return project
 
 

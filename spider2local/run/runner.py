@@ -157,12 +157,12 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
                 await in_thread(ws_mod.checkpoint_database, ws.database)
         except Exception as exc:
             return _error(state, Stage.CHECKPOINT, exc)
-    if not task.has_gold or task.gold_db is None or task.eval is None:
+    if task.gold is None:
         return {"status": Status.UNSCORED}
     progress.stage(task.id, Stage.SCORE.value)
     try:
         with _Stopwatch(state, "score"):
-            score = await in_thread(score_database, ws.database, task.gold_db, task.eval)
+            score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
     except Exception as exc:
         return _error(state, Stage.SCORE, exc)
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,

@@ -273,7 +273,7 @@ def test_prepare_and_score_failures_are_recorded_per_stage(tasks: list[TaskSpec]
     garbage = tmp_path / "garbage.duckdb"
     garbage.write_bytes(b"not a database at all" * 100)
     broken = [dataclasses.replace(tasks[0], start_db=None),
-              dataclasses.replace(tasks[1], gold_db=garbage)]
+              dataclasses.replace(tasks[1], gold=dataclasses.replace(tasks[1].gold, db=garbage))]
     results = run(broken, RunFolder.at(tmp_path, "r"), WriterAgent)
     assert results["t1"].status is Status.ERROR
     assert results["t1"].error is not None and results["t1"].error.stage is Stage.PREPARE
