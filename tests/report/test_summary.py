@@ -14,7 +14,15 @@ from spider2local.report.summary import load_report, render_report, report_json
 from spider2local.run.folder import RunFolder, SelectedTask, build_manifest
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import Stage, Status, TaskError, TaskResult, Usage, save_result
+from spider2local.run.results import (
+    ErrorKind,
+    Stage,
+    Status,
+    TaskError,
+    TaskResult,
+    Usage,
+    save_result,
+)
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.load import Suite, TaskSettings
@@ -39,7 +47,7 @@ def write_run(root: Path) -> RunFolder:
     save("a", Status.PASSED, True, 2, 2, usage=Usage(turns=3, cost_usd_computed=0.5))
     save("b", Status.FAILED, False, 1, 3, usage=Usage(cost_usd_reported=0.25))
     save("c", Status.ERROR, None, 0, 0,
-         error=TaskError(Stage.SCORE, "ScoringError", "gold unreadable"))
+         error=TaskError(Stage.SCORE, ErrorKind.EXCEPTION, "gold unreadable", "ScoringError"))
     # d has no result (interrupted); e cannot run.
     return folder
 
