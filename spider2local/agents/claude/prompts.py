@@ -18,7 +18,7 @@ from string import Template
 
 from spider2local.dataset.load import TaskSpec
 from spider2local.db.snapshot import DbSnapshot
-from spider2local.dbtproject.inventory import ProjectScan
+from spider2local.dbtproject.inventory import ModelStatus, ProjectScan
 from spider2local.resources import prompts_dir
 from spider2local.workspace.prepare import Workspace
 
@@ -48,7 +48,7 @@ def render_scan(scan: ProjectScan) -> str:
             lines.append(f"- {m.name} [{m.status}] {where}\n  columns: {cols}")
     else:
         lines.append("Every model declared in YML has SQL; the task may need changes to them.")
-    done = scan.by_status("complete")
+    done = scan.by_status(ModelStatus.COMPLETE)
     if done:
         lines.append("Complete models: " + ", ".join(m.name for m in done))
     if scan.undeclared:
