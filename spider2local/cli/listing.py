@@ -6,12 +6,13 @@ from typing import Any
 
 from spider2local.dataset.load import Dataset, TaskSpec
 from spider2local.report.table import render_table
+from spider2local.suite.load import DateMethod
 
 
 def _date_text(task: TaskSpec) -> str:
     s = task.settings
     if s.date is None:
-        return f"{task.date} (default)" if s.date_method != "clock-independent" \
+        return f"{task.date} (default)" if s.date_method is not DateMethod.CLOCK_INDEPENDENT \
             else f"{task.date} (clock-independent)"
     return f"{task.date} ({s.date_method or 'set'})"
 

@@ -34,16 +34,17 @@ from spider2local.clock.reads import ClockScan, scan_project, unshipped_models
 from spider2local.dataset.load import TaskSpec
 from spider2local.dbtproject.files import profile_db_path
 from spider2local.suite.edit import DateRecord
+from spider2local.suite.load import Confidence, DateMethod
 
 BUILD_TIMEOUT = 300.0
-_PRIORITY = {"date-spine": 3, "age-column": 2, "month-spine": 1}
+_PRIORITY = {DateMethod.DATE_SPINE: 3, DateMethod.AGE_COLUMN: 2, DateMethod.MONTH_SPINE: 1}
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One heuristic reading of a gold table: the date it points at and how sure it is."""
 
-    method: str
+    method: DateMethod
     model: str
     column: str
     date: dt.date
@@ -58,9 +59,9 @@ class Derivation:
 
     task: str
     date: dt.date | None
-    method: str | None
+    method: DateMethod | None
     evidence: str
-    confidence: str | None
+    confidence: Confidence | None
 
     def record(self) -> DateRecord:
         return DateRecord(self.task, self.date, self.method, self.evidence, self.confidence)
@@ -94,17 +95,18 @@ def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivat
     clean = "no model, macro or package model reads the clock"
     unknown = unshipped_models(task.project_dir, graded)
     if not unknown:
-        return Derivation(task.id, None, "clock-independent", clean, "high")
+        return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT, clean, Confidence.HIGH)
     caveat = (f"{clean} as shipped, but {len(unknown)} graded model(s) not shipped: their SQL "
               f"is unknown ({', '.join(unknown)})")
     candidates = gold_candidates(gold_db, unknown)
     if not candidates:
-        return Derivation(task.id, None, "clock-independent",
-                          f"{caveat}; their gold tables show no date evidence", "medium")
+        return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT,
+                          f"{caveat}; their gold tables show no date evidence", Confidence.MEDIUM)
     best = candidates[0]
-    return Derivation(task.id, None, "clock-independent",
+    return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT,
                       f"{caveat}; {best.detail}: if that SQL reads the clock, the gold may have "
-                      f"been built on {best.date} (not used; set a manual date to use it)", "low")
+                      f"been built on {best.date} (not used; set a manual date to use it)",
+                      Confidence.LOW)
 
 
 def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) -> Derivation:
@@ -113,9 +115,11 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
         lo, hi = cand.window
         how = (f"rebuilding {cand.model} at {cand.date} reproduces its gold table"
                + (f" (so does any date in {lo}..{hi}; chose the latest)" if lo != hi else ""))
-        method = "verified" if lo == hi else cand.method
-        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}", "high")
-    confidence = "medium" if cand.method in ("date-spine", "age-column") else "low"
+        method = DateMethod.VERIFIED if lo == hi else cand.method
+        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}",
+                          Confidence.HIGH)
+    confidence = Confidence.MEDIUM if cand.method in (DateMethod.DATE_SPINE,
+                                                      DateMethod.AGE_COLUMN) else Confidence.LOW
     return Derivation(task, cand.date, cand.method,
                       f"{reads}; {cand.detail}; not verified by a rebuild", confidence)
 
@@ -165,12 +169,12 @@ def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
         return None
     lo, hi, n, firsts = row
     if (hi - lo).days + 1 == n:
-        return Candidate("date-spine", model, col, hi, (hi, hi),
+        return Candidate(DateMethod.DATE_SPINE, model, col, hi, (hi, hi),
                          f"gold {model}.{col} is a daily spine {lo}..{hi}")
     months = (hi.year - lo.year) * 12 + hi.month - lo.month + 1
     if firsts and months == n:
         end = _month_end(hi)
-        return Candidate("month-spine", model, col, end, (hi, end),
+        return Candidate(DateMethod.MONTH_SPINE, model, col, end, (hi, end),
                          f"gold {model}.{col} is a month spine {lo}..{hi}")
     return None
 
@@ -184,7 +188,7 @@ def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
     if row is None or row[0] != 1 or row[2] < 3:
         return None
     day = row[1]
-    return Candidate("age-column", model, int_col, day, (day, day),
+    return Candidate(DateMethod.AGE_COLUMN, model, int_col, day, (day, day),
                      f"gold {model}.{date_col} + {int_col} is {day} on all {row[2]} rows")
 
 
@@ -214,7 +218,7 @@ async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
 
 def _shift(cand: Candidate, built_max: dt.date) -> Candidate:
     """The candidate moved by the offset the probe build measured."""
-    if cand.method == "month-spine":
+    if cand.method is DateMethod.MONTH_SPINE:
         probe_months = built_max.year * 12 + built_max.month
         gold_months = cand.window[0].year * 12 + cand.window[0].month
         months = cand.date.year * 12 + cand.date.month - 1 + gold_months - probe_months
@@ -264,7 +268,7 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
         gold_table = "gold." + table
         if _same_table(con, table, gold_table):
             return True
-        if cand.method == "age-column":
+        if cand.method is DateMethod.AGE_COLUMN:
             return None
         row = con.execute(f'select max(cast("{cand.column}" as date)) from {table}').fetchone()
     return row[0] if row is not None and isinstance(row[0], dt.date) else None

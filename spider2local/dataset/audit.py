@@ -24,6 +24,7 @@ from spider2local.dataset.load import Dataset, TaskSpec
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
+from spider2local.suite.load import Confidence, DateMethod
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ class TaskAudit:
     reads_clock: bool
     clock_reads: tuple[str, ...]
     date: str | None
-    date_method: str | None
+    date_method: DateMethod | None
     date_evidence: str | None
-    date_confidence: str | None
+    date_confidence: Confidence | None
     date_source: str
     """``suite`` (written by derive-dates or by hand), ``derived`` (now, without a rebuild)."""
     graded: tuple[GradedTable, ...]
@@ -82,8 +83,8 @@ async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
     )
 
 
-async def _date_info(task: TaskSpec) -> tuple[str | None, str | None, str | None, str | None,
-                                               str]:
+async def _date_info(task: TaskSpec) -> tuple[str | None, DateMethod | None, str | None,
+                                               Confidence | None, str]:
     s = task.settings
     if s.date_method is not None or s.date is not None:
         return (s.date.isoformat() if s.date else None, s.date_method, s.date_evidence,
