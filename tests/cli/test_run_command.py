@@ -282,7 +282,7 @@ def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(tmp_path
 
 @pytest.mark.slow
 def test_sabotage_replay_fails_with_the_column_diagnostic(tmp_path: Path) -> None:
-    solution = REPO / "spider2local" / "sample" / "solutions" / "fleet001" / "models"
+    solution = REPO / "spider2local" / "dataset" / "sample" / "solutions" / "fleet001" / "models"
     wrong = tmp_path / "replay" / "fleet001" / "models"
     wrong.mkdir(parents=True)
     sql = (solution / "vehicle_performance.sql").read_text()
