@@ -213,8 +213,8 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
         if task_id is None:
             raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
                             path=target, fix="say whose gold to compare with")
-        gold_db, params = task_gold(load_dataset(_globals().load_suite()), task_id)
-        sys.exit(score_file_command(target, gold_db, params, as_json))
+        task = task_gold(load_dataset(_globals().load_suite()), task_id)
+        sys.exit(score_file_command(target, task.db, task.params, as_json))
     folder = open_run_dir(target)
     g = _globals()
     if g.suite is None and g.dataset is None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from spider2local.cli.exits import FAILED, INTERRUPTED, OK
-from spider2local.dataset.load import Dataset, EvalParams
+from spider2local.dataset.load import Dataset, EvalParams, Gold
 from spider2local.exceptions import ScoringError, UserError
 from spider2local.report.summary import load_report, render_report, report_json
 from spider2local.run.folder import RunFolder
@@ -68,13 +68,13 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
     return OK
 
 
-def task_gold(data: Dataset, task_id: str) -> tuple[Path, EvalParams]:
+def task_gold(data: Dataset, task_id: str) -> Gold:
     """The gold database and evaluation parameters of ``task_id`` (``score FILE --task``)."""
     task = data.get(task_id)
-    if task is None or task.gold_db is None or task.eval is None:
+    if task is None or task.gold is None:
         raise UserError(f"task {task_id!r} has no usable gold in this dataset",
                         fix="see `spider2local list`")
-    return task.gold_db, task.eval
+    return task.gold
 
 
 def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:

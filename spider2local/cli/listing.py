@@ -6,18 +6,19 @@ from typing import Any
 
 from spider2local.dataset.load import Dataset, TaskSpec
 from spider2local.report.table import render_table
+from spider2local.suite.load import DateMethod
 
 
 def _date_text(task: TaskSpec) -> str:
     s = task.settings
     if s.date is None:
-        return f"{task.date} (default)" if s.date_method != "clock-independent" \
+        return f"{task.date} (default)" if s.date_method is not DateMethod.CLOCK_INDEPENDENT \
             else f"{task.date} (clock-independent)"
     return f"{task.date} ({s.date_method or 'set'})"
 
 
 def listing_text(data: Dataset) -> str:
-    rows = [(t.id, t.status, _date_text(t), ", ".join(t.eval.condition_tabs) if t.eval else "-")
+    rows = [(t.id, t.status, _date_text(t), ", ".join(t.graded_tables) or "-")
             for t in data.tasks]
     runnable = sum(t.runnable for t in data.tasks)
     table = render_table(("task", "status", "fake date", "graded tables"), rows, max_width=70)
@@ -33,13 +34,13 @@ def listing_json(data: Dataset) -> dict[str, Any]:
             "id": t.id,
             "runnable": t.runnable,
             "status": t.status,
-            "problems": list(t.problems),
+            "problems": [str(p) for p in t.problems],
             "excluded": t.excluded,
             "note": t.settings.note,
             "fake_date": t.date.isoformat(),
             "date_method": t.settings.date_method,
             "date_evidence": t.settings.date_evidence,
-            "graded_tables": list(t.eval.condition_tabs) if t.eval else [],
+            "graded_tables": list(t.graded_tables),
             "has_gold": t.has_gold,
             "has_solution": t.solution_dir is not None,
         } for t in data.tasks],

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spider2local.dataset.load import EvalParams, parse_eval
+from spider2local.dataset.load import EvalConfigError, EvalParams, parse_eval
 from spider2local.exceptions import UserError
 
 
@@ -27,11 +27,11 @@ def params_from_options(gold: Path, tables: str | None, cols: str | None,
     }
     if isinstance(parameters["ignore_orders"], bool):  # one value for every table
         parameters["ignore_orders"] = [parameters["ignore_orders"]] * len(names)
-    parsed = parse_eval({"func": "duckdb_match", "parameters": parameters})
-    if isinstance(parsed, str):
-        raise UserError(parsed.replace("evaluation config: ", "bad score options: "),
-                        fix="one --cols list and one --ignore-order value per table")
-    return parsed
+    try:
+        return parse_eval({"func": "duckdb_match", "parameters": parameters})
+    except EvalConfigError as exc:
+        raise UserError(f"bad score options: {exc.reason}",
+                        fix="one --cols list and one --ignore-order value per table") from None
 
 
 def _json_option(name: str, value: str | None, default: Any) -> Any:

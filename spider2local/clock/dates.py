@@ -35,16 +35,17 @@ from spider2local.dataset.load import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import profile_db_path
 from spider2local.suite.edit import DateRecord
+from spider2local.suite.load import Confidence, DateMethod
 
 BUILD_TIMEOUT = 300.0
-_PRIORITY = {"date-spine": 3, "age-column": 2, "month-spine": 1}
+_PRIORITY = {DateMethod.DATE_SPINE: 3, DateMethod.AGE_COLUMN: 2, DateMethod.MONTH_SPINE: 1}
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One heuristic reading of a gold table: the date it points at and how sure it is."""
 
-    method: str
+    method: DateMethod
     model: str
     column: str
     date: dt.date
@@ -59,9 +60,9 @@ class Derivation:
 
     task: str
     date: dt.date | None
-    method: str | None
+    method: DateMethod | None
     evidence: str
-    confidence: str | None
+    confidence: Confidence | None
 
     def record(self) -> DateRecord:
         return DateRecord(self.task, self.date, self.method, self.evidence, self.confidence)
@@ -70,10 +71,10 @@ class Derivation:
 async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
     """Derive one task's date (see the module docstring). ``task`` must have gold."""
     scan = scan_project(task.project_dir)
-    assert task.gold_db is not None and task.eval is not None
+    assert task.gold is not None
     if not scan.reads_clock:
-        return _clock_free(task, task.gold_db, task.eval.condition_tabs)
-    candidates = gold_candidates(task.gold_db, scan.models)
+        return _clock_free(task, task.gold.db, task.gold.params.condition_tabs)
+    candidates = gold_candidates(task.gold.db, scan.models)
     if not candidates:
         return Derivation(task.id, None, None,
                           f"{scan.summary(2)}; no date spine, month spine or age column in the "
@@ -95,17 +96,18 @@ def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivat
     clean = "no model, macro or package model reads the clock"
     unknown = unshipped_models(task.project_dir, graded)
     if not unknown:
-        return Derivation(task.id, None, "clock-independent", clean, "high")
+        return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT, clean, Confidence.HIGH)
     caveat = (f"{clean} as shipped, but {len(unknown)} graded model(s) not shipped: their SQL "
               f"is unknown ({', '.join(unknown)})")
     candidates = gold_candidates(gold_db, unknown)
     if not candidates:
-        return Derivation(task.id, None, "clock-independent",
-                          f"{caveat}; their gold tables show no date evidence", "medium")
+        return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT,
+                          f"{caveat}; their gold tables show no date evidence", Confidence.MEDIUM)
     best = candidates[0]
-    return Derivation(task.id, None, "clock-independent",
+    return Derivation(task.id, None, DateMethod.CLOCK_INDEPENDENT,
                       f"{caveat}; {best.detail}: if that SQL reads the clock, the gold may have "
-                      f"been built on {best.date} (not used; set a manual date to use it)", "low")
+                      f"been built on {best.date} (not used; set a manual date to use it)",
+                      Confidence.LOW)
 
 
 def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) -> Derivation:
@@ -114,9 +116,11 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
         lo, hi = cand.window
         how = (f"rebuilding {cand.model} at {cand.date} reproduces its gold table"
                + (f" (so does any date in {lo}..{hi}; chose the latest)" if lo != hi else ""))
-        method = "verified" if lo == hi else cand.method
-        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}", "high")
-    confidence = "medium" if cand.method in ("date-spine", "age-column") else "low"
+        method = DateMethod.VERIFIED if lo == hi else cand.method
+        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}",
+                          Confidence.HIGH)
+    confidence = Confidence.MEDIUM if cand.method in (DateMethod.DATE_SPINE,
+                                                      DateMethod.AGE_COLUMN) else Confidence.LOW
     return Derivation(task, cand.date, cand.method,
                       f"{reads}; {cand.detail}; not verified by a rebuild", confidence)
 
@@ -167,12 +171,12 @@ def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
         return None
     lo, hi, n, firsts = row
     if (hi - lo).days + 1 == n:
-        return Candidate("date-spine", model, col, hi, (hi, hi),
+        return Candidate(DateMethod.DATE_SPINE, model, col, hi, (hi, hi),
                          f"gold {model}.{col} is a daily spine {lo}..{hi}")
     months = (hi.year - lo.year) * 12 + hi.month - lo.month + 1
     if firsts and months == n:
         end = _month_end(hi)
-        return Candidate("month-spine", model, col, end, (hi, end),
+        return Candidate(DateMethod.MONTH_SPINE, model, col, end, (hi, end),
                          f"gold {model}.{col} is a month spine {lo}..{hi}")
     return None
 
@@ -187,7 +191,7 @@ def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
     if row is None or row[0] != 1 or row[2] < 3:
         return None
     day = row[1]
-    return Candidate("age-column", model, int_col, day, (day, day),
+    return Candidate(DateMethod.AGE_COLUMN, model, int_col, day, (day, day),
                      f"gold {model}.{date_col} + {int_col} is {day} on all {row[2]} rows")
 
 
@@ -199,24 +203,25 @@ def _month_end(day: dt.date) -> dt.date:
 async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
     """Rebuild ``cand.model`` under the fake clock; return the candidate (corrected for any
     offset the project adds) when the rebuilt table equals the gold table, else ``None``."""
-    assert task.gold_db is not None
+    assert task.gold is not None
+    gold_db = task.gold.db
     with tempfile.TemporaryDirectory(prefix="spider2local-dates-") as tmp:
         project = _scratch_project(task, Path(tmp))
         if project is None:
             return None
-        built = await _build(project, cand, cand.date, task.gold_db)
+        built = await _build(project, cand, cand.date, gold_db)
         if built is True:
             return cand
         if isinstance(built, dt.date):
             shift = _shift(cand, built)  # the probe showed the project's offset
-            if shift != cand and await _build(project, shift, shift.date, task.gold_db) is True:
+            if shift != cand and await _build(project, shift, shift.date, gold_db) is True:
                 return shift
     return None
 
 
 def _shift(cand: Candidate, built_max: dt.date) -> Candidate:
     """The candidate moved by the offset the probe build measured."""
-    if cand.method == "month-spine":
+    if cand.method is DateMethod.MONTH_SPINE:
         probe_months = built_max.year * 12 + built_max.month
         gold_months = cand.window[0].year * 12 + cand.window[0].month
         months = cand.date.year * 12 + cand.date.month - 1 + gold_months - probe_months
@@ -245,9 +250,9 @@ def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
     shutil.copytree(task.project_dir, project, symlinks=True,
                     ignore=shutil.ignore_patterns("*.duckdb", "*.duckdb.wal", "target", "logs"))
     target = profile_db_path(project)
-    if target is None or task.gold_db is None:
+    if target is None or task.gold is None:
         return None
-    shutil.copyfile(task.gold_db, target)
+    shutil.copyfile(task.gold.db, target)
     return project
 
 
@@ -266,7 +271,7 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
         gold_table = f"gold.{table}"
         if _same_table(con, table, gold_table):
             return True
-        if cand.method == "age-column":
+        if cand.method is DateMethod.AGE_COLUMN:
             return None
         row = con.execute(f"select max(cast({identifier(cand.column)} as date)) "
                           f"from {table}").fetchone()

@@ -21,8 +21,10 @@ import duckdb
 from spider2local.clock.dates import derive_task
 from spider2local.clock.reads import scan_project
 from spider2local.dataset.load import Dataset, TaskSpec
+from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
+from spider2local.suite.load import Confidence, DateMethod
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,9 @@ class TaskAudit:
     reads_clock: bool
     clock_reads: tuple[str, ...]
     date: str | None
-    date_method: str | None
+    date_method: DateMethod | None
     date_evidence: str | None
-    date_confidence: str | None
+    date_confidence: Confidence | None
     date_source: str
     """``suite`` (written by derive-dates or by hand), ``derived`` (now, without a rebuild)."""
     graded: tuple[GradedTable, ...]
@@ -71,7 +73,8 @@ async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
     passed, note = await _baseline(task) if baseline else (None, None)
     return TaskAudit(
         id=task.id, runnable=task.runnable, has_gold=task.has_gold,
-        problems=((f"excluded: {task.excluded}",) if task.excluded else ()) + task.problems,
+        problems=((f"excluded: {task.excluded}",) if task.excluded else ())
+        + tuple(str(p) for p in task.problems),
         supplied=supplied, reads_clock=scan.reads_clock,
         clock_reads=tuple(h.describe() for h in scan.hits),
         date=date, date_method=method, date_evidence=evidence, date_confidence=confidence,
@@ -80,8 +83,8 @@ async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
     )
 
 
-async def _date_info(task: TaskSpec) -> tuple[str | None, str | None, str | None, str | None,
-                                               str]:
+async def _date_info(task: TaskSpec) -> tuple[str | None, DateMethod | None, str | None,
+                                               Confidence | None, str]:
     s = task.settings
     if s.date_method is not None or s.date is not None:
         return (s.date.isoformat() if s.date else None, s.date_method, s.date_evidence,
@@ -94,18 +97,19 @@ async def _date_info(task: TaskSpec) -> tuple[str | None, str | None, str | None
 
 
 def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
-    """The graded tables and columns as the gold database has them."""
-    if task.eval is None:
-        return ()
+    """The graded tables and columns as the gold database has them (without a usable gold,
+    every graded table is listed as not in gold)."""
+    if task.gold is None:
+        return tuple(GradedTable(name, False, ()) for name in task.graded_tables)
     gold_cols: dict[str, list[str]] = {}
-    if task.gold_db is not None:
-        with duckdb.connect(str(task.gold_db), read_only=True) as con:
-            for name, col in con.execute(
-                    "select table_name, column_name from information_schema.columns "
-                    "order by table_schema = 'main' desc, ordinal_position").fetchall():
-                gold_cols.setdefault(str(name).lower(), []).append(str(col))
+    with duckdb.connect(str(task.gold.db), read_only=True) as con:
+        for name, col in con.execute(
+                "select table_name, column_name from information_schema.columns "
+                "order by table_schema = 'main' desc, ordinal_position").fetchall():
+            gold_cols.setdefault(str(name).lower(), []).append(str(col))
     out = []
-    for name, positions in zip(task.eval.condition_tabs, task.eval.condition_cols, strict=True):
+    params = task.gold.params
+    for name, positions in zip(params.condition_tabs, params.condition_cols, strict=True):
         cols = gold_cols.get(name.lower())
         if cols is None:
             out.append(GradedTable(name, False, ()))
@@ -117,28 +121,25 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
 
 
 async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
-    if task.start_db is None or task.gold_db is None or task.eval is None:
+    if task.start_db is None or task.gold is None:
         return None, f"cannot score: {_why_unscorable(task)}"
     from spider2local.evaluation import score_database
 
     try:
-        score = await anyio.to_thread.run_sync(score_database, task.start_db, task.gold_db,
-                                               task.eval)
+        score = await anyio.to_thread.run_sync(score_database, task.start_db, task.gold.db,
+                                               task.gold.params)
     except Exception as exc:  # a broken gold must not stop the audit of the other tasks
         return None, f"scoring failed: {str(exc).splitlines()[0]}"
     return score.passed, f"{score.tables_passed}/{score.tables_total} graded tables pass untouched"
 
 
-_START_PROBLEMS = ("project folder", "dbt_project.yml", "profiles.yml", "start database")
-_GOLD_PROBLEMS = ("gold", "evaluation config", "no evaluation config")
-
-
 def _why_unscorable(task: TaskSpec) -> str:
-    """The loader's own words for the missing start or gold (a corrupt file is not "missing")."""
-    prefixes: tuple[str, ...] = _START_PROBLEMS if task.start_db is None else ()
-    if task.gold_db is None or task.eval is None:
-        prefixes += _GOLD_PROBLEMS
-    found = [p for p in task.problems if p.startswith(prefixes)]
+    """The loader's own words for the missing start or gold (a corrupt file is not "missing"),
+    picked by the problems' kinds, never by how their messages happen to begin."""
+    kinds: frozenset[ProblemKind] = START_KINDS if task.start_db is None else frozenset()
+    if task.gold is None:
+        kinds |= GOLD_KINDS
+    found = [str(p) for p in task.problems if p.kind in kinds]
     return "; ".join(found) or "start or gold database missing"
 
 

@@ -20,6 +20,7 @@ import json
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
 import duckdb
@@ -28,9 +29,29 @@ from spider2local.dataset.load import EVAL_FILE, TASKS_FILE
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
 
-START, GOLD = "start", "gold"
-_TARGETS = {START: Path("examples"), GOLD: Path("evaluation_suite") / "gold"}
+
+class FileKind(StrEnum):
+    """Which zip a DuckDB file comes from, and so where it goes."""
+
+    START = "start"
+    GOLD = "gold"
+
+
+_TARGETS = {FileKind.START: Path("examples"), FileKind.GOLD: Path("evaluation_suite") / "gold"}
 _CHUNK = 1 << 20
+
+
+class Action(StrEnum):
+    """What setup did with one DuckDB file (the summary counts each by its value)."""
+
+    PLACED = "placed"
+    """Extracted from the zip; nothing was there."""
+    REPLACED = "replaced"
+    """Extracted over a file whose content differed (named in the summary)."""
+    IDENTICAL = "identical"
+    """The zip's file was already there, byte for byte: left alone."""
+    PRESENT = "present"
+    """Already in the layout and not in a zip given this time."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +59,9 @@ class Placement:
     """One DuckDB file of the layout and what setup did with it."""
 
     task: str
-    kind: str
-    """``start`` or ``gold``."""
+    kind: FileKind
     path: Path
-    action: str
-    """``placed``, ``replaced`` (content differed), ``identical`` (left alone) or ``present``."""
+    action: Action
     problem: str | None = None
     """Why DuckDB could not open it read-only, if it could not."""
 
@@ -65,13 +84,13 @@ class SetupReport:
 
     def lines(self) -> list[str]:
         """A short human summary (counts, then every problem)."""
-        counts: dict[str, int] = {}
+        counts: dict[Action, int] = {}
         for p in self.placements:
             counts[p.action] = counts.get(p.action, 0) + 1
         out = [f"{self.root}: " + (", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
                                    or "no DuckDB files")]
         out += [f"replaced {p.path.relative_to(self.root)} (its content differed)"
-                for p in self.placements if p.action == "replaced"]
+                for p in self.placements if p.action is Action.REPLACED]
         out += [f"WARNING {task}: start and gold {name} are now byte-identical (they were not "
                 "before): every run would pass untouched; were the zips swapped?"
                 for task, name in self.now_identical]
@@ -107,11 +126,11 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
     identical_before = identical_pairs(root)
     placements: list[Placement] = []
     skipped: list[str] = []
-    for kind, archive in ((START, start_zip), (GOLD, gold_zip)):
+    for kind, archive in ((FileKind.START, start_zip), (FileKind.GOLD, gold_zip)):
         if archive is not None:
             placements += _place_zip(root, kind, archive, tasks, skipped)
     placed = {p.path for p in placements}
-    placements += [Placement(t, k, path, "present") for t, k, path in _layout_files(root)
+    placements += [Placement(t, k, path, Action.PRESENT) for t, k, path in _layout_files(root)
                    if path not in placed]
     placements = [_verified(p) for p in placements]
     supplies = [(project.name, s) for project in _projects(root)
@@ -124,8 +143,8 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
 def check_zip_names(start_zip: Path | None, gold_zip: Path | None) -> None:
     """Refuse ``--start-zip`` named like a gold zip, or ``--gold-zip`` named like a start zip
     (upstream's are ``DBT_start_db.zip`` and ``dbt_gold.zip``)."""
-    for option, archive, other in (("--start-zip", start_zip, GOLD),
-                                   ("--gold-zip", gold_zip, START)):
+    for option, archive, other in (("--start-zip", start_zip, FileKind.GOLD),
+                                   ("--gold-zip", gold_zip, FileKind.START)):
         if archive is not None and other in archive.name.lower():
             raise UserError(f"{option} {archive.name} looks like the {other} zip", path=archive,
                             fix="pass DBT_start_db.zip as --start-zip and dbt_gold.zip as "
@@ -137,8 +156,9 @@ def identical_pairs(root: Path) -> set[tuple[str, str]]:
     byte-identical. Sizes are compared first, so only equal-sized files are read."""
     pairs = set()
     for task, kind, start in _layout_files(root):
-        gold = root / _TARGETS[GOLD] / task / start.name
-        if (kind == START and gold.is_file() and gold.stat().st_size == start.stat().st_size
+        gold = root / _TARGETS[FileKind.GOLD] / task / start.name
+        if (kind is FileKind.START and gold.is_file()
+                and gold.stat().st_size == start.stat().st_size
                 and filecmp.cmp(start, gold, shallow=False)):
             pairs.add((task, start.name))
     return pairs
@@ -164,7 +184,7 @@ def task_ids(root: Path) -> set[str] | None:
     return ids if found else None
 
 
-def _place_zip(root: Path, kind: str, archive: Path, tasks: set[str] | None,
+def _place_zip(root: Path, kind: FileKind, archive: Path, tasks: set[str] | None,
                skipped: list[str]) -> list[Placement]:
     try:
         zf = zipfile.ZipFile(archive)
@@ -202,20 +222,20 @@ def _task_members(zf: zipfile.ZipFile, tasks: set[str] | None, skipped: list[str
             yield info, top
 
 
-def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> str:
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> Action:
     """Write the member to ``target`` unless an identical file is already there."""
     existed = target.is_file()
     if existed and target.stat().st_size == info.file_size:
         with zf.open(info) as member:
             if _sha256(_chunks(member)) == _file_sha256(target):
-                return "identical"
+                return Action.IDENTICAL
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     with zf.open(info) as member, partial.open("wb") as out:
         for chunk in _chunks(member):
             out.write(chunk)
     partial.replace(target)
-    return "replaced" if existed else "placed"
+    return Action.REPLACED if existed else Action.PLACED
 
 
 def _chunks(stream: object) -> Iterator[bytes]:
@@ -236,7 +256,7 @@ def _file_sha256(path: Path) -> str:
         return _sha256(_chunks(fh))
 
 
-def _layout_files(root: Path) -> Iterator[tuple[str, str, Path]]:
+def _layout_files(root: Path) -> Iterator[tuple[str, FileKind, Path]]:
     """Every DuckDB file already in the layout (task folder level only, as upstream places)."""
     for kind, rel in _TARGETS.items():
         base = root / rel

@@ -9,7 +9,8 @@ Layout (as upstream's setup script leaves it)::
     <root>/solutions/<id>/                          (ours, optional) a reference solution
 
 The real dataset has defects (missing gold, misnamed gold files, packages that need the network),
-so a problem with one task never aborts loading: the task is marked not runnable with the reason,
+so a problem with one task never aborts loading: the task is marked not runnable with the reason
+(a :class:`~spider2local.dataset.problems.Problem`: its kind for code, its message for people),
 and problems with the files as a whole become warnings. Only a missing root or task list raises.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.db.header import duckdb_file_problem
 from spider2local.dbtproject import files as projectfiles
 from spider2local.dbtproject import packages
@@ -44,6 +46,26 @@ class EvalParams:
     ignore_orders: tuple[bool, ...]
 
 
+class EvalConfigError(ValueError):
+    """An ``evaluation`` object that is not a usable ``duckdb_match`` config. ``reason`` says
+    what is wrong without naming where it came from: the loader calls it an evaluation config
+    problem, ``score --gold`` a bad option."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Gold:
+    """What a task is scored against: a gold database that exists and reads as DuckDB, and the
+    evaluation parameters naming the graded tables in it. One value, so "has gold" is a single
+    ``is not None`` and no caller can hold a database without its parameters or the reverse."""
+
+    db: Path
+    params: EvalParams
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything the runner needs to know about one task, and why it may not run."""
@@ -52,12 +74,16 @@ class TaskSpec:
     instruction: str
     project_dir: Path
     start_db: Path | None
-    gold_db: Path | None
-    eval: EvalParams | None
+    gold: Gold | None
+    """``None`` when the task cannot be scored (its reason is among ``problems``)."""
     settings: TaskSettings
     date: dt.date
     """The fake date every dbt process of this task sees (task's own, else the suite default)."""
-    problems: tuple[str, ...] = ()
+    graded_tables: tuple[str, ...] = ()
+    """The tables the evaluation config grades, known even when the gold file is missing or
+    unusable (listings and the audit still name them); ``gold.params.condition_tabs`` when
+    there is gold."""
+    problems: tuple[Problem, ...] = ()
     solution_dir: Path | None = None
 
     @property
@@ -70,7 +96,7 @@ class TaskSpec:
 
     @property
     def has_gold(self) -> bool:
-        return self.gold_db is not None and self.eval is not None
+        return self.gold is not None
 
     @property
     def status(self) -> str:
@@ -79,7 +105,7 @@ class TaskSpec:
             return f"excluded: {self.excluded}"
         if self.problems:
             more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            return self.problems[0] + more
+            return f"{self.problems[0]}{more}"
         return "runnable"
 
 
@@ -132,62 +158,69 @@ def load_dataset(suite: Suite) -> Dataset:
 
 
 def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
-                     entry: dict[str, Any], evals: dict[str, EvalParams | str],
+                     entry: dict[str, Any], evals: dict[str, Any],
                      seen: set[str]) -> TaskSpec | None:
     tid = entry.get("instance_id")
     if not isinstance(tid, str) or not tid:
         return None  # reported by _read_jsonl's caller below
-    problems: list[str] = []
+    problems: list[Problem] = []
     if tid in seen:
-        problems.append(f"duplicate id in {tasks_file.name} (line {line_no})")
+        problems.append(Problem(ProblemKind.DUPLICATE,
+                                f"duplicate id in {tasks_file.name} (line {line_no})"))
     seen.add(tid)
     instruction = entry.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
-        problems.append(f"no instruction in {tasks_file.name} (line {line_no})")
+        problems.append(Problem(ProblemKind.INSTRUCTION,
+                                f"no instruction in {tasks_file.name} (line {line_no})"))
         instruction = ""
     project = root / "examples" / tid
     start_db = None
     if not project.is_dir():
-        problems.append(f"project folder examples/{tid} missing")
+        problems.append(Problem(ProblemKind.PROJECT, f"project folder examples/{tid} missing"))
     else:
         start_db, start_problems = find_start_db(project)
         problems += start_problems
-        problems += projectfiles.package_file_problems(project)
-        problems += packages.missing_packages(project)
-    params, gold_db = _gold_for(root, tid, evals.get(tid), problems)
+        problems += [Problem(ProblemKind.PACKAGE, p)
+                     for p in (*projectfiles.package_file_problems(project),
+                               *packages.missing_packages(project))]
+    params, gold = _gold_for(root, tid, evals, problems)
     settings = suite.settings(tid)
     solution = settings.solution or root / "solutions" / tid
     return TaskSpec(
-        id=tid, instruction=instruction, project_dir=project, start_db=start_db,
-        gold_db=gold_db, eval=params, settings=settings,
-        date=settings.date or suite.defaults.date, problems=tuple(problems),
-        solution_dir=solution if solution.is_dir() else None,
+        id=tid, instruction=instruction, project_dir=project, start_db=start_db, gold=gold,
+        settings=settings, date=settings.date or suite.defaults.date,
+        graded_tables=params.condition_tabs if params is not None else (),
+        problems=tuple(problems), solution_dir=solution if solution.is_dir() else None,
     )
 
 
-def _gold_for(root: Path, tid: str, ev: EvalParams | str | None,
-              problems: list[str]) -> tuple[EvalParams | None, Path | None]:
-    if ev is None:
-        problems.append("no evaluation config in spider2_eval.jsonl")
+def _gold_for(root: Path, tid: str, evals: dict[str, Any],
+              problems: list[Problem]) -> tuple[EvalParams | None, Gold | None]:
+    """The parsed evaluation (kept for its table names even without gold) and the gold."""
+    if tid not in evals:
+        problems.append(Problem(ProblemKind.EVAL, "no evaluation config in spider2_eval.jsonl"))
         return None, None
-    if isinstance(ev, str):
-        problems.append(ev)
+    try:
+        params = parse_eval(evals[tid])
+    except EvalConfigError as exc:
+        problems.append(Problem(ProblemKind.EVAL, f"evaluation config: {exc.reason}"))
         return None, None
     gold_dir = root / "evaluation_suite" / "gold" / tid
-    gold = gold_dir / ev.gold
-    if not gold.is_file():
+    db = gold_dir / params.gold
+    if not db.is_file():
         others = sorted(p.name for p in gold_dir.glob("*.duckdb")) if gold_dir.is_dir() else []
         found = f" (found {', '.join(others)} instead)" if others else ""
-        problems.append(f"gold file gold/{tid}/{ev.gold} missing{found}")
-        return ev, None
-    problem = duckdb_file_problem(gold)
+        problems.append(Problem(ProblemKind.GOLD,
+                                f"gold file gold/{tid}/{params.gold} missing{found}"))
+        return params, None
+    problem = duckdb_file_problem(db)
     if problem:
-        problems.append(f"gold database {problem}")
-        return ev, None
-    return ev, gold
+        problems.append(Problem(ProblemKind.GOLD, f"gold database {problem}"))
+        return params, None
+    return params, Gold(db, params)
 
 
-def find_start_db(project: Path) -> tuple[Path | None, list[str]]:
+def find_start_db(project: Path) -> tuple[Path | None, list[Problem]]:
     """The DuckDB file the project's profile points at, checked to be a readable DuckDB file.
 
     Only a project without profiles.yml falls back to its lone ``*.duckdb``: when profiles.yml
@@ -195,18 +228,21 @@ def find_start_db(project: Path) -> tuple[Path | None, list[str]]:
     """
     cfg, problem = projectfiles.project_config(project)
     if cfg is None:
-        return None, [problem or "dbt_project.yml unusable"]
-    declared = projectfiles.profile_target(project, cfg)
-    if isinstance(declared, str):
-        return None, [declared]
+        return None, [Problem(ProblemKind.PROJECT, problem or "dbt_project.yml unusable")]
+    declared, problem = projectfiles.profile_target(project, cfg)
+    if problem is not None:
+        return None, [Problem(ProblemKind.PROFILE, problem)]
     candidates = [declared] if declared else sorted(project.glob("*.duckdb"))
     if not candidates:
-        return None, ["start database missing (no profiles.yml and no *.duckdb in the project)"]
+        return None, [Problem(ProblemKind.START_DB, "start database missing (no profiles.yml "
+                                                    "and no *.duckdb in the project)")]
     db = candidates[0]
     if not db.is_file():
-        return None, [f"start database {db.name} missing (profiles.yml points at it)"]
+        return None, [Problem(ProblemKind.START_DB,
+                              f"start database {db.name} missing (profiles.yml points at it)")]
     problem = duckdb_file_problem(db)
-    return (None, [f"start database {problem}"]) if problem else (db, [])
+    return (None, [Problem(ProblemKind.START_DB, f"start database {problem}")]) if problem \
+        else (db, [])
 
 
 def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -228,42 +264,42 @@ def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str
         yield no, obj
 
 
-def _read_evals(path: Path, warnings: list[str]) -> dict[str, EvalParams | str]:
-    """Map task id to its parameters, or to the problem that makes them unusable."""
+def _read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
+    """Map task id to its raw ``evaluation`` object (parsed per task by :func:`_gold_for`)."""
     if not path.is_file():
         warnings.append(f"{path}: missing; no task can be scored")
         return {}
-    evals: dict[str, EvalParams | str] = {}
+    evals: dict[str, Any] = {}
     for no, obj in _read_jsonl(path, warnings):
         tid = obj["instance_id"]
         if tid in evals:
             warnings.append(f"{path}:{no}: second evaluation for {tid}; the first one is used")
             continue
-        evals[tid] = parse_eval(obj.get("evaluation"))
+        evals[tid] = obj.get("evaluation")
     return evals
 
 
-def parse_eval(evaluation: Any) -> EvalParams | str:
-    """Validate one ``evaluation`` object; return the parameters or a problem phrase."""
+def parse_eval(evaluation: Any) -> EvalParams:
+    """Validate one ``evaluation`` object; raise :class:`EvalConfigError` saying what is wrong."""
     if not isinstance(evaluation, dict) or evaluation.get("func") != "duckdb_match":
-        return "evaluation config: func is not duckdb_match"
+        raise EvalConfigError("func is not duckdb_match")
     p = evaluation.get("parameters")
     if not isinstance(p, dict) or not isinstance(p.get("gold"), str):
-        return "evaluation config: parameters.gold missing"
+        raise EvalConfigError("parameters.gold missing")
     tabs, cols, orders = p.get("condition_tabs"), p.get("condition_cols"), p.get("ignore_orders")
     if not isinstance(tabs, list) or not tabs or not all(isinstance(t, str) for t in tabs):
-        return "evaluation config: condition_tabs must be a non-empty list of table names"
+        raise EvalConfigError("condition_tabs must be a non-empty list of table names")
     cols = [[] for _ in tabs] if cols is None else cols
     orders = [False for _ in tabs] if orders is None else orders
     if not isinstance(cols, list) or not isinstance(orders, list):
-        return "evaluation config: condition_cols and ignore_orders must be lists"
+        raise EvalConfigError("condition_cols and ignore_orders must be lists")
     if not len(tabs) == len(cols) == len(orders):
-        return (f"evaluation config: condition_tabs, condition_cols and ignore_orders have "
-                f"unequal lengths ({len(tabs)}, {len(cols)}, {len(orders)})")
+        raise EvalConfigError(f"condition_tabs, condition_cols and ignore_orders have unequal "
+                              f"lengths ({len(tabs)}, {len(cols)}, {len(orders)})")
     if not all(isinstance(c, list) and all(_is_int(i) for i in c) for c in cols):
-        return "evaluation config: condition_cols must be lists of integer column positions"
+        raise EvalConfigError("condition_cols must be lists of integer column positions")
     if not all(isinstance(o, bool) for o in orders):
-        return "evaluation config: ignore_orders must be true or false"
+        raise EvalConfigError("ignore_orders must be true or false")
     return EvalParams(p["gold"], tuple(tabs), tuple(tuple(c) for c in cols), tuple(orders))
 
 

@@ -47,23 +47,24 @@ def project_config(project: Path) -> tuple[dict[str, Any] | None, str | None]:
     return (None, f"dbt_project.yml unparsable ({error})") if error else (data, None)
 
 
-def profile_target(project: Path, cfg: dict[str, Any]) -> Path | str | None:
+def profile_target(project: Path, cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
     """The DuckDB file the project's profile writes to (relative paths are relative to the
-    project, where dbt runs); a problem phrase when profiles.yml names none; ``None`` when the
-    project has no profiles.yml at all (then only a lone ``*.duckdb`` can stand in for it)."""
+    project, where dbt runs), or the problem when profiles.yml names none; ``(None, None)`` when
+    the project has no profiles.yml at all (then only a lone ``*.duckdb`` can stand in for it).
+    The same (value, problem) shape as :func:`project_config`."""
     path = project / "profiles.yml"
     if not path.is_file():
-        return None
+        return None, None
     profiles, error = load_yaml(path)
     if error is not None or not isinstance(profiles, dict):
-        return f"profiles.yml unparsable ({error or 'not a mapping'})"
+        return None, f"profiles.yml unparsable ({error or 'not a mapping'})"
     name = cfg.get("profile")
     if not isinstance(name, str) or not name:
-        return "dbt_project.yml names no profile"
+        return None, "dbt_project.yml names no profile"
     db = _output_path(profiles.get(name))
     if db is None:
-        return f"profiles.yml has no duckdb path for profile {name}"
-    return db if db.is_absolute() else project / db
+        return None, f"profiles.yml has no duckdb path for profile {name}"
+    return (db if db.is_absolute() else project / db), None
 
 
 def _output_path(profile: Any) -> Path | None:
@@ -81,8 +82,7 @@ def _output_path(profile: Any) -> Path | None:
 def profile_db_path(project: Path) -> Path | None:
     """The DuckDB file named by the project's profile, if its files name one."""
     cfg, _ = project_config(project)
-    target = profile_target(project, cfg) if cfg is not None else None
-    return target if isinstance(target, Path) else None
+    return profile_target(project, cfg)[0] if cfg is not None else None
 
 
 def package_file_problems(project: Path) -> list[str]:

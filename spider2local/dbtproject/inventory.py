@@ -13,13 +13,22 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from spider2local.dbtproject.files import load_yaml
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
-ModelStatus = Literal["complete", "stub", "missing"]
+
+class ModelStatus(StrEnum):
+    """How far a declared model's SQL is (a StrEnum: JSON and comparisons keep the words)."""
+
+    COMPLETE = "complete"
+    STUB = "stub"
+    MISSING = "missing"
+
+
 MODEL_SUFFIXES = (".sql", ".py")
 YML_SUFFIXES = (".yml", ".yaml")
 
@@ -78,7 +87,7 @@ class ProjectScan:
     @property
     def todo(self) -> tuple[ModelDecl, ...]:
         """Declared models the agent still has to write (stubs and missing ones)."""
-        return tuple(m for m in self.models if m.status != "complete")
+        return tuple(m for m in self.models if m.status is not ModelStatus.COMPLETE)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -87,7 +96,8 @@ class ProjectScan:
     def from_json(cls, text: str) -> ProjectScan:
         data = json.loads(text)
         return cls(
-            models=tuple(ModelDecl(**{**m, "columns": tuple(m["columns"])})
+            models=tuple(ModelDecl(**{**m, "status": ModelStatus(m["status"]),
+                                      "columns": tuple(m["columns"])})
                          for m in data["models"]),
             undeclared=tuple(data["undeclared"]),
             sources=tuple(SourceDecl(**{**s, "tables": tuple(s["tables"])})
@@ -127,13 +137,13 @@ def scan_project(project_dir: Path) -> ProjectScan:
 def sql_status(path: Path | None) -> ModelStatus:
     """``missing`` without a file, ``stub`` when it holds no query, else ``complete``."""
     if path is None or not path.is_file():
-        return "missing"
+        return ModelStatus.MISSING
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return "missing"
+        return ModelStatus.MISSING
     rest = _CONFIG_ONLY.sub("", _COMMENTS.sub("", text))
-    return "complete" if rest.strip() else "stub"
+    return ModelStatus.COMPLETE if rest.strip() else ModelStatus.STUB
 
 
 def _model(entry: dict[str, Any], yml: str, sql: Path | None, project: Path) -> ModelDecl:

@@ -12,18 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any
 
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import TaskResult
+from spider2local.run.results import Status, TaskResult
+
+
+class NotAttempted(StrEnum):
+    """A selected task without a result: it counts in "of all selected", never "attempted"."""
+
+    SKIPPED = "skipped"
+    """It cannot run (a dataset problem or a suite exclusion); the note says why."""
+    NOT_RUN = "not run"
+    """It could run but has no result yet (interrupted; a resume runs it)."""
 
 
 @dataclass(frozen=True)
 class Row:
     task_id: str
-    status: str
-    """A :class:`Status` value, ``skipped`` (cannot run) or ``not run`` (no result yet)."""
+    status: Status | NotAttempted
+    """The result's status, or why there is no result."""
     verdict: str
     tables_passed: int
     tables_total: int
@@ -63,7 +73,7 @@ def _verdict(result: TaskResult) -> str:
 def _row(result: TaskResult, graded: int) -> Row:
     note = f"{result.error.stage.value}: {result.error.message}" if result.error else ""
     total = result.tables_total or graded
-    return Row(result.task_id, result.status.value, _verdict(result), result.tables_passed,
+    return Row(result.task_id, result.status, _verdict(result), result.tables_passed,
                total, result.durations.get("total"), result.usage.cost_usd, note)
 
 
@@ -84,14 +94,15 @@ def build_rows(selection: Sequence[Mapping[str, Any]],
         if tid in results:
             rows.append(_row(results[tid], graded))
         elif item.get("skipped"):
-            rows.append(Row(tid, "skipped", "-", 0, graded, None, None, str(item["skipped"])))
+            rows.append(Row(tid, NotAttempted.SKIPPED, "-", 0, graded, None, None,
+                            str(item["skipped"])))
         else:
-            rows.append(Row(tid, "not run", "-", 0, graded, None, None))
+            rows.append(Row(tid, NotAttempted.NOT_RUN, "-", 0, graded, None, None))
     return rows
 
 
 def compute_rates(rows: Sequence[Row]) -> Rates:
-    attempted = [r for r in rows if r.status not in ("skipped", "not run")]
+    attempted = [r for r in rows if isinstance(r.status, Status)]
     return Rates(
         tasks_passed=sum(r.verdict == "pass" for r in rows),
         tasks_attempted=len(attempted), tasks_total=len(rows),

@@ -34,10 +34,10 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     db, task = folder.result_db(old.task_id), data.get(old.task_id)
     if not db.is_file():
         return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
-    if task is None or task.gold_db is None or task.eval is None:
+    if task is None or task.gold is None:
         return Rescored(old.task_id, None, "the dataset has no gold for this task")
     try:
-        score = score_database(db, task.gold_db, task.eval)
+        score = score_database(db, task.gold.db, task.gold.params)
     except Exception as exc:
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
     error = old.error

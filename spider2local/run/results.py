@@ -2,6 +2,8 @@
 
 A result file is the unit of progress: ``<run>/<task>/result.json`` exists only once the task is
 finished (it is written atomically), so resume, re-scoring and every report are rebuilt from disk.
+Old runs stay readable: a file of an earlier schema is upgraded as it is read (see
+:meth:`TaskResult.from_json`), so nothing finished is re-run because the format moved on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own field.
+1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/``agent``."""
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
 
 
 class Status(StrEnum):
@@ -57,13 +62,61 @@ class Usage:
         return self.cost_usd_computed if self.cost_usd_computed is not None \
             else self.cost_usd_reported
 
+    def __add__(self, other: Usage) -> Usage:
+        """Usage of two attempts together: a retried task is paid for every attempt it made.
+        A cost that only one side knows is taken as is (``None`` only when neither knows it)."""
+        return Usage(
+            turns=self.turns + other.turns,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens + other.cache_creation_tokens,
+            cost_usd_reported=_add_cost(self.cost_usd_reported, other.cost_usd_reported),
+            cost_usd_computed=_add_cost(self.cost_usd_computed, other.cost_usd_computed),
+            by_model=_add_models(self.by_model, other.by_model))
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+
+def _add_models(a: Mapping[str, Mapping[str, int]],
+                b: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    merged = {model: dict(tokens) for model, tokens in a.items()}
+    for model, tokens in b.items():
+        into = merged.setdefault(model, {})
+        for key, count in tokens.items():
+            into[key] = into.get(key, 0) + count
+    return merged
+
+
+class ErrorKind(StrEnum):
+    AGENT = "agent"
+    """The agent reported a failure or crashed (its message says which)."""
+    TIMEOUT = "timeout"
+    """The task's deadline was reached."""
+    INFRASTRUCTURE = "infrastructure"
+    """API overloaded or rate-limited, CLI crash: the machine's fault, not the agent's."""
+    EXCEPTION = "exception"
+    """An unexpected exception in one of our stages; its class is in ``TaskError.exception``."""
+
 
 @dataclass(frozen=True)
 class TaskError:
     stage: Stage
-    kind: str
-    """Exception class name, ``timeout`` or ``infrastructure``."""
+    kind: ErrorKind
     message: str
+    exception: str | None = None
+    """The exception's class name (``ScoringError``, ``OSError``) when ``kind`` is
+    ``exception``: kept apart so code asks the kind and people still see the class."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> TaskError:
+        """Read either schema; version 1 kept the class name in ``kind`` itself."""
+        kind, exception = data["kind"], data.get("exception")
+        if version == 1 and kind not in {k.value for k in ErrorKind}:
+            kind, exception = ErrorKind.EXCEPTION, kind
+        return cls(Stage(data["stage"]), ErrorKind(kind), data["message"], exception)
 
 
 @dataclass(frozen=True)
@@ -94,19 +147,22 @@ class TaskResult:
         data["status"] = self.status.value
         if self.error is not None:
             data["error"]["stage"] = self.error.stage.value
+            data["error"]["kind"] = self.error.kind.value
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        """Read any schema in :data:`READABLE_VERSIONS`; the record returned is always in the
+        current one (so a re-score rewrites an old file in the new layout)."""
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"result schema {version} is not {SCHEMA_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"result schema {version} is not one of {READABLE_VERSIONS}")
         fields = dict(data)
+        fields["schema_version"] = SCHEMA_VERSION
         fields["status"] = Status(fields["status"])
         fields["usage"] = Usage(**fields.get("usage", {}))
         err = fields.get("error")
-        fields["error"] = None if err is None else TaskError(Stage(err["stage"]), err["kind"],
-                                                             err["message"])
+        fields["error"] = None if err is None else TaskError.from_json(err, version)
         return cls(**fields)
 
 

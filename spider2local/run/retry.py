@@ -1,4 +1,4 @@
-"""When a task's agent stage is tried again, and what the attempts cost together.
+"""When a task's agent stage is tried again (the attempts' costs add up with ``Usage + Usage``).
 
 The rule comes from the benchmark's contract: infrastructure errors (API overloaded or
 rate-limited, a CLI crash before any turn) may be retried, because no work was done. Once a turn
@@ -8,8 +8,6 @@ with the error recorded beside the verdict.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from spider2local.run.contract import AgentOutcome
 from spider2local.run.results import Usage
@@ -39,29 +37,3 @@ def should_retry(outcome: AgentOutcome, timed_out: bool, attempts: int, retries:
 def backoff(base: float, attempts: int) -> float:
     """Seconds before the next attempt: ``base`` after the first, doubled each time, capped."""
     return float(min(MAX_BACKOFF, base * 2 ** (attempts - 1)))
-
-
-def _add_cost(a: float | None, b: float | None) -> float | None:
-    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
-
-
-def _add_models(a: Mapping[str, Mapping[str, int]],
-                b: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
-    merged = {model: dict(tokens) for model, tokens in a.items()}
-    for model, tokens in b.items():
-        into = merged.setdefault(model, {})
-        for key, count in tokens.items():
-            into[key] = into.get(key, 0) + count
-    return merged
-
-
-def add_usage(a: Usage, b: Usage) -> Usage:
-    """Usage of two attempts together: a retried task is paid for every attempt it made.
-    A cost that only one side knows is taken as is (``None`` only when neither knows it)."""
-    return Usage(turns=a.turns + b.turns, input_tokens=a.input_tokens + b.input_tokens,
-                 output_tokens=a.output_tokens + b.output_tokens,
-                 cache_read_tokens=a.cache_read_tokens + b.cache_read_tokens,
-                 cache_creation_tokens=a.cache_creation_tokens + b.cache_creation_tokens,
-                 cost_usd_reported=_add_cost(a.cost_usd_reported, b.cost_usd_reported),
-                 cost_usd_computed=_add_cost(a.cost_usd_computed, b.cost_usd_computed),
-                 by_model=_add_models(a.by_model, b.by_model))

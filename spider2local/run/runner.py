@@ -30,8 +30,16 @@ from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import ERROR_TRACEBACK, TRANSCRIPT
 from spider2local.run.progress import Progress
-from spider2local.run.results import Stage, Status, TaskError, TaskResult, Usage, save_result
-from spider2local.run.retry import add_usage, backoff, nothing_done, should_retry
+from spider2local.run.results import (
+    ErrorKind,
+    Stage,
+    Status,
+    TaskError,
+    TaskResult,
+    Usage,
+    save_result,
+)
+from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
 from spider2local.workspace import prepare as ws_mod
@@ -134,7 +142,7 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
     spent = Usage()
     while True:
         outcome, timed_out = await _attempt_agent(state, settings, factory, progress)
-        spent = add_usage(spent, outcome.usage)
+        spent += outcome.usage
         if not should_retry(outcome, timed_out, state.attempts, settings.retries):
             return replace(outcome, usage=spent), timed_out
         wait = backoff(settings.retry_backoff, state.attempts)
@@ -157,12 +165,12 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
                 await in_thread(ws_mod.checkpoint_database, ws.database)
         except Exception as exc:
             return _error(state, Stage.CHECKPOINT, exc)
-    if not task.has_gold or task.gold_db is None or task.eval is None:
+    if task.gold is None:
         return {"status": Status.UNSCORED}
     progress.stage(task.id, Stage.SCORE.value)
     try:
         with _Stopwatch(state, "score"):
-            score = await in_thread(score_database, ws.database, task.gold_db, task.eval)
+            score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
     except Exception as exc:
         return _error(state, Stage.SCORE, exc)
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
@@ -184,7 +192,8 @@ def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:
 
 def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
     keep_traceback(state.artifacts, stage, exc)
-    return {"status": Status.ERROR, "error": TaskError(stage, type(exc).__name__, str(exc))}
+    return {"status": Status.ERROR,
+            "error": TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__)}
 
 
 def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
@@ -193,8 +202,8 @@ def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
     if timed_out:
         fields = {**fields, "status": Status.TIMEOUT}
     if (timed_out or outcome.error) and "error" not in fields:
-        kind = "timeout" if timed_out else "infrastructure" if outcome.infrastructure \
-            else "agent"
+        kind = ErrorKind.TIMEOUT if timed_out else ErrorKind.INFRASTRUCTURE \
+            if outcome.infrastructure else ErrorKind.AGENT
         fields["error"] = TaskError(Stage.AGENT, kind, outcome.error or "")
     return fields
 
@@ -203,7 +212,7 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
                   timed_out: bool, progress: Progress) -> dict[str, Any]:
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
         return {"status": Status.ERROR,
-                "error": TaskError(Stage.AGENT, "infrastructure", outcome.error or "")}
+                "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, outcome.error or "")}
     fields = _verdict_with_agent(await _score(state, progress), outcome, timed_out)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):

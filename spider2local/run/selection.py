@@ -98,4 +98,4 @@ def select_tasks(data: Dataset, ids: Sequence[str] = (), *, subset: str | None =
     specs = [t for t in (data.get(tid) for tid in chosen) if t is not None]
     return Selection(tuple(t for t in specs if t.runnable),
                      tuple((t.id, t.status) for t in specs if not t.runnable),
-                     {t.id: len(t.eval.condition_tabs) if t.eval else 0 for t in specs})
+                     {t.id: len(t.graded_tables) for t in specs})

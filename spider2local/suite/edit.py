@@ -18,7 +18,14 @@ import tomlkit
 from tomlkit.items import Table
 
 from spider2local.exceptions import SuiteError
-from spider2local.suite.load import BUILTIN_SUBSETS, Suite, bundled_suite_path, load_suite
+from spider2local.suite.load import (
+    BUILTIN_SUBSETS,
+    Confidence,
+    DateMethod,
+    Suite,
+    bundled_suite_path,
+    load_suite,
+)
 
 DATE_KEYS = ("date", "date_method", "date_evidence", "date_confidence")
 
@@ -29,9 +36,9 @@ class DateRecord:
 
     task: str
     date: dt.date | None
-    method: str | None
+    method: DateMethod | None
     evidence: str | None
-    confidence: str | None
+    confidence: Confidence | None
 
 
 def _parse(text: str, path: Path) -> tomlkit.TOMLDocument:
@@ -56,7 +63,7 @@ def _task_table(doc: tomlkit.TOMLDocument, task: str) -> Table:
 def keeps_manual(current: Mapping[str, Any] | None, record: DateRecord) -> bool:
     """A human's ``manual`` date stays unless the new one was verified by a rebuild."""
     method = (current or {}).get("date_method")
-    return method == "manual" and record.method != "verified"
+    return method == DateMethod.MANUAL and record.method != DateMethod.VERIFIED
 
 
 def set_task_dates(text: str, records: Iterable[DateRecord], path: Path) -> str:

@@ -12,8 +12,9 @@ import hashlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
@@ -26,10 +27,27 @@ DEFAULT_DATE = dt.date(2024, 9, 15)
 """Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
 exists); any fixed date beats today's, which makes results drift with the calendar."""
 
-DATE_METHODS = (
-    "verified", "date-spine", "month-spine", "age-column", "manual", "clock-independent",
-)
-CONFIDENCES = ("high", "medium", "low")
+
+
+class DateMethod(StrEnum):
+    """How a task's fake date was found (``spider2local.clock.dates`` explains each)."""
+
+    VERIFIED = "verified"
+    DATE_SPINE = "date-spine"
+    MONTH_SPINE = "month-spine"
+    AGE_COLUMN = "age-column"
+    MANUAL = "manual"
+    """Set by a person; derive-dates keeps it unless it verifies another date."""
+    CLOCK_INDEPENDENT = "clock-independent"
+    """The project never reads the clock: any date gives the same result."""
+
+
+class Confidence(StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
 BUILTIN_SUBSETS = ("all", "runnable", "has-gold")
 
 
@@ -55,9 +73,9 @@ class TaskSettings:
     """What the suite file says about one task. Every field is optional."""
 
     date: dt.date | None = None
-    date_method: str | None = None
+    date_method: DateMethod | None = None
     date_evidence: str | None = None
-    date_confidence: str | None = None
+    date_confidence: Confidence | None = None
     exclude: str | None = None
     note: str | None = None
     """Free text shown by ``list --json`` and ``audit`` (e.g. a known upstream defect)."""
@@ -166,14 +184,14 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
     k = f"tasks.{tid}."
     r.keys(tbl, k, {"date", "date_method", "date_evidence", "date_confidence", "exclude",
                     "note", "skills", "skip_skills", "solution", "timeout", "max_turns"})
-    method = r.choice(tbl, "date_method", DATE_METHODS, k)
+    method = r.choice(tbl, "date_method", DateMethod, k)
     solution = r.get(tbl, "solution", str, None, key=k + "solution")
     timeout = r.positive(tbl, "timeout", (int, float), None, k + "timeout")
     return TaskSettings(
         date=r.date(tbl, "date", k + "date"),
         date_method=method,
         date_evidence=r.get(tbl, "date_evidence", str, None, key=k + "date_evidence"),
-        date_confidence=r.choice(tbl, "date_confidence", CONFIDENCES, k),
+        date_confidence=r.choice(tbl, "date_confidence", Confidence, k),
         exclude=r.get(tbl, "exclude", str, None, key=k + "exclude"),
         note=r.get(tbl, "note", str, None, key=k + "note"),
         skills=r.strings(r.get(tbl, "skills", list, [], key=k + "skills"), k + "skills"),
@@ -200,6 +218,9 @@ def _parse_subsets(r: _Reader, tbl: dict[str, Any]) -> dict[str, tuple[str, ...]
 def _resolve(suite_path: Path, value: str) -> Path:
     p = Path(value).expanduser()
     return p if p.is_absolute() else (suite_path.resolve().parent / p).resolve()
+
+
+E = TypeVar("E", bound=StrEnum)
 
 
 class _Reader:
@@ -253,12 +274,15 @@ class _Reader:
             raise self.error(key, "must be a list of strings", None)
         return tuple(values)
 
-    def choice(self, tbl: dict[str, Any], name: str, allowed: tuple[str, ...],
-               prefix: str) -> str | None:
+    def choice(self, tbl: dict[str, Any], name: str, allowed: type[E],
+               prefix: str) -> E | None:
         value = self.get(tbl, name, str, None, key=prefix + name)
-        if value is not None and value not in allowed:
-            raise self.error(prefix + name, f"{value!r} is not one of {', '.join(allowed)}", None)
-        return value  # type: ignore[no-any-return]
+        if value is None:
+            return None
+        words = [member.value for member in allowed]
+        if value not in words:
+            raise self.error(prefix + name, f"{value!r} is not one of {', '.join(words)}", None)
+        return allowed(value)
 
     def date(self, tbl: dict[str, Any], name: str, key: str) -> dt.date | None:
         value = tbl.get(name)

@@ -250,8 +250,8 @@ def _start_db(task: TaskSpec) -> Path:
 def _forbidden_paths(task: TaskSpec) -> tuple[Path, ...]:
     """The gold database and the dataset's evaluation folder: never copied, never named."""
     paths = [task.project_dir.resolve().parent.parent / "evaluation_suite"]
-    if task.gold_db is not None:
-        paths.append(task.gold_db.resolve())
+    if task.gold is not None:
+        paths.append(task.gold.db.resolve())
     return tuple(paths)
 
 

@@ -152,7 +152,7 @@ def test_reference_builds_the_sample_models_equal_to_gold(
     sample = load_dataset(load_suite(bundled_suite_path()).with_dataset(SAMPLE))
     task = next(t for t in sample.tasks if t.id == "gym001")
     assert task.date != DEFAULT_DATE
-    assert task.eval is not None and task.gold_db is not None
+    assert task.gold is not None
     ctx = context(task)
     assert {m.status for m in scan_project(ctx.workspace.project_dir).models} != {"complete"}
     outcome = run("reference", ctx)
@@ -160,8 +160,8 @@ def test_reference_builds_the_sample_models_equal_to_gold(
     assert {m.status for m in scan_project(ctx.workspace.project_dir).models} == {"complete"}
     checkpoint_database(ctx.workspace.database)
     con = duckdb.connect(str(ctx.workspace.database), read_only=True)
-    con.execute(f"ATTACH '{task.gold_db}' AS gold (READ_ONLY)")
-    for table in task.eval.condition_tabs:
+    con.execute(f"ATTACH '{task.gold.db}' AS gold (READ_ONLY)")
+    for table in task.gold.params.condition_tabs:
         diff = con.execute(f"SELECT count(*) FROM (SELECT * FROM gold.{table} "
                            f"EXCEPT ALL SELECT * FROM {table})").fetchone()
         total = con.execute(f"SELECT count(*) FROM {table}").fetchone()

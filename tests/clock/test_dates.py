@@ -16,7 +16,13 @@ from spider2local.cli.app import cli
 from spider2local.clock.dates import derive_task, gold_candidates
 from spider2local.clock.reads import scan_project
 from spider2local.dataset.load import TaskSpec, load_dataset
-from spider2local.suite.load import Suite, bundled_suite_path, load_suite
+from spider2local.suite.load import (
+    Confidence,
+    DateMethod,
+    Suite,
+    bundled_suite_path,
+    load_suite,
+)
 from tests.helpers import make_duckdb, write_task
 
 SPINE = "select cast(range as date) as d from range(date '2024-01-01', {end}, interval 1 day)"
@@ -43,6 +49,7 @@ def test_clock_free_project_gets_no_date(tiny_dataset: Callable[..., Path]) -> N
                        SPINE.format(end="date '2024-02-01'"))
     d = _derive(task)
     assert (d.date, d.method, d.confidence) == (None, "clock-independent", "high")
+    assert d.method is DateMethod.CLOCK_INDEPENDENT and d.confidence is Confidence.HIGH
 
 
 def test_heuristics_without_rebuild(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
@@ -50,6 +57,7 @@ def test_heuristics_without_rebuild(tiny_dataset: Callable[..., Path], tmp_path:
                        SPINE.format(end="date '2024-03-10'"))
     d = _derive(days, verify=False)
     assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 9), "date-spine", "medium")
+    assert d.method is DateMethod.DATE_SPINE and d.confidence is Confidence.MEDIUM
     assert "daily spine 2024-01-01..2024-03-09" in d.evidence
     assert "models/dim_days.sql:1 current_date" in d.evidence
 
@@ -212,7 +220,7 @@ def test_rebuild_check_with_a_quote_in_the_gold_path_and_the_column(tmp_path: Pa
     (root / "examples" / "q001" / "models" / "dim_days.sql").write_text(
         spine.format(col=column, end="current_date"))
     task = load_dataset(Suite(root / "tasks.toml", root)).get("q001")
-    assert task is not None and task.gold_db is not None and "'" in str(task.gold_db)
+    assert task is not None and task.gold is not None and "'" in str(task.gold.db)
     d = _derive(task)
     assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 10), "verified", "high")
     assert 'gold dim_days.the "day" is a daily spine' in d.evidence

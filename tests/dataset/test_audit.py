@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from spider2local.cli.app import cli
 from spider2local.dataset.audit import TaskAudit, audit_dataset, suggested_subsets
 from spider2local.dataset.load import load_dataset
+from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.suite.load import Suite, load_suite
 from tests.helpers import make_duckdb
 
@@ -122,3 +124,33 @@ def test_corrupt_gold_is_named_not_called_missing(tiny_dataset: Callable[..., Pa
     (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
     assert not audit.has_gold and audit.passes_with_no_work is None
     assert audit.baseline_note == "cannot score: gold database shop.duckdb is not a DuckDB file"
+
+
+def test_missing_gold_is_reported_because_of_its_kind(tiny_dataset: Callable[..., Path]) -> None:
+    """The audit picks the reason a task cannot be scored by the problem's kind: a reworded
+    message is still found, and a message that merely begins like a gold problem is not."""
+    root = tiny_dataset("nogold001", with_gold=False)
+    data = load_dataset(Suite(root / "tasks.toml", root))
+    (task,) = data.tasks
+    assert [p.kind for p in task.problems] == [ProblemKind.GOLD]
+    (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
+    assert audit.baseline_note == "cannot score: gold file gold/nogold001/shop.duckdb missing"
+    assert audit.problems == ("gold file gold/nogold001/shop.duckdb missing",)
+    reworded = dataclasses.replace(data, tasks=(dataclasses.replace(task, problems=(
+        Problem(ProblemKind.PACKAGE, "gold-plated package missing"),
+        Problem(ProblemKind.GOLD, "the gold went walkabout"))),))
+    (audit,) = anyio.run(lambda: audit_dataset(reworded, baseline=True))
+    assert audit.baseline_note == "cannot score: the gold went walkabout"
+    assert audit.problems == ("gold-plated package missing", "the gold went walkabout")
+
+
+def test_missing_start_database_is_reported_because_of_its_kind(
+        tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("nostart001")
+    (root / "examples" / "nostart001" / "profiles.yml").write_text("nostart001: [x\n")
+    data = load_dataset(Suite(root / "tasks.toml", root))
+    (task,) = data.tasks
+    assert [p.kind for p in task.problems] == [ProblemKind.PROFILE] and task.start_db is None
+    (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
+    assert audit.baseline_note == f"cannot score: {task.problems[0].message}"
+    assert audit.problems[0].startswith("profiles.yml unparsable")

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from spider2local.cli.app import cli
-from spider2local.dataset.install import resolve_spider2_dbt, setup_dataset
+from spider2local.dataset.install import Action, FileKind, resolve_spider2_dbt, setup_dataset
 from spider2local.dataset.load import load_dataset
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
@@ -104,9 +104,13 @@ def test_rerun_skips_identical_and_replaces_changed(tmp_path: Path) -> None:
     target.write_bytes(target.read_bytes()[:-1] + b"\x01")  # same size, other content
     again = setup_dataset(root, start, gold)
     actions = {str(p.path.relative_to(root)): p.action for p in again.placements}
-    assert actions["examples/bank001/bank.duckdb"] == "replaced"
-    assert actions["examples/shop001/shop.duckdb"] == "identical"
-    assert actions["evaluation_suite/gold/shop001/shop.duckdb"] == "identical"
+    assert actions["examples/bank001/bank.duckdb"] is Action.REPLACED
+    assert actions["examples/shop001/shop.duckdb"] is Action.IDENTICAL
+    assert actions["evaluation_suite/gold/shop001/shop.duckdb"] is Action.IDENTICAL
+    # The summary counts by the words it always printed, and names what was replaced.
+    summary = again.lines()
+    assert summary[0] == f"{root}: 6 identical, 1 replaced"
+    assert "replaced examples/bank001/bank.duckdb (its content differed)" in summary
 
 
 def test_without_zips_checks_the_layout_and_flags_unusable_files(tmp_path: Path) -> None:
@@ -115,9 +119,9 @@ def test_without_zips_checks_the_layout_and_flags_unusable_files(tmp_path: Path)
     setup_dataset(root, start, gold)
     (root / "examples" / "shop001" / "shop.duckdb").write_bytes(b"\0" * 8 + b"DUCK" + b"\0" * 99)
     report = setup_dataset(root)
-    assert {p.action for p in report.placements} == {"present"}
+    assert {p.action for p in report.placements} == {Action.PRESENT}
     bad = [p for p in report.placements if p.problem]
-    assert [p.path.name for p in bad] == ["shop.duckdb"] and bad[0].kind == "start"
+    assert [p.path.name for p in bad] == ["shop.duckdb"] and bad[0].kind is FileKind.START
     assert not report.ok
     assert any(line.startswith("BAD ") for line in report.lines())
 

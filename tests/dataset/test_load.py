@@ -4,13 +4,16 @@ or warnings, never an aborted load."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from spider2local.dataset.load import load_dataset, parse_eval
+from spider2local.dataset.load import EvalConfigError, load_dataset, parse_eval
+from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.db.header import max_storage_version
 from spider2local.exceptions import DatasetError
 from spider2local.suite.load import Suite, load_suite
@@ -23,7 +26,14 @@ def suite_for(root: Path, tmp_path: Path, extra: str = "") -> Suite:
 
 
 def problems(root: Path, tmp_path: Path) -> dict[str, tuple[str, ...]]:
-    return {t.id: t.problems for t in load_dataset(suite_for(root, tmp_path)).tasks}
+    """Each task's problem messages, as listings print them."""
+    return {t.id: tuple(str(p) for p in t.problems)
+            for t in load_dataset(suite_for(root, tmp_path)).tasks}
+
+
+def kinds(root: Path, tmp_path: Path) -> dict[str, tuple[ProblemKind, ...]]:
+    return {t.id: tuple(p.kind for p in t.problems)
+            for t in load_dataset(suite_for(root, tmp_path)).tasks}
 
 
 def test_valid_task_is_runnable(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
@@ -32,7 +42,9 @@ def test_valid_task_is_runnable(tiny_dataset: Callable[..., Path], tmp_path: Pat
     (task,) = data.tasks
     assert task.runnable and task.has_gold and task.status == "runnable"
     assert task.start_db == root / "examples" / "t1" / "shop.duckdb"
-    assert task.eval is not None and task.eval.condition_tabs == ("orders",)
+    assert task.gold is not None and task.gold.params.condition_tabs == ("orders",)
+    assert task.gold.db == root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    assert task.graded_tables == ("orders",)
     assert str(task.date) == "2024-08-27"
     assert data.warnings == ()
 
@@ -41,7 +53,7 @@ def test_real_tasks_are_runnable(shared_dataset: Path, tmp_path: Path) -> None:
     data = load_dataset(suite_for(shared_dataset, tmp_path))
     assert {t.id: t.runnable for t in data.tasks} == {"playbook001": True, "mrr001": True}
     mrr = data.get("mrr001")
-    assert mrr is not None and mrr.eval is not None and mrr.eval.condition_cols[0][-1] == 11
+    assert mrr is not None and mrr.gold is not None and mrr.gold.params.condition_cols[0][-1] == 11
 
 
 def test_missing_root_and_task_list(tmp_path: Path) -> None:
@@ -81,8 +93,9 @@ def test_unequal_eval_lists(tiny_dataset: Callable[..., Path], tmp_path: Path) -
     ({"condition_tabs": ["a"]}, "parameters.gold missing"),
 ])
 def test_eval_params_checked(params: dict[str, object], expected: str) -> None:
-    result = parse_eval({"func": "duckdb_match", "parameters": params})
-    assert isinstance(result, str) and expected in result
+    with pytest.raises(EvalConfigError) as caught:
+        parse_eval({"func": "duckdb_match", "parameters": params})
+    assert expected in caught.value.reason and not caught.value.reason.startswith("evaluation")
 
 
 def test_missing_gold_names_the_file_found_instead(tiny_dataset: Callable[..., Path],
@@ -125,7 +138,8 @@ def test_duplicate_id(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None
     with (root / "examples" / "spider2-dbt.jsonl").open("a") as fh:
         fh.write(json.dumps({"instance_id": "t1", "instruction": "again"}) + "\n")
     data = load_dataset(suite_for(root, tmp_path))
-    assert [t.problems for t in data.tasks] == [(), ("duplicate id in spider2-dbt.jsonl (line 2)",)]
+    assert [t.problems for t in data.tasks] == [
+        (), (Problem(ProblemKind.DUPLICATE, "duplicate id in spider2-dbt.jsonl (line 2)"),)]
 
 
 def test_unreadable_duckdb_file(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
@@ -141,7 +155,8 @@ def test_no_eval_config_and_exclusion(tiny_dataset: Callable[..., Path], tmp_pat
     data = load_dataset(suite_for(root, tmp_path, '[tasks.t1]\nexclude = "flaky gold"\n'))
     t1, t2 = data.tasks
     assert not t1.runnable and t1.status == "excluded: flaky gold"
-    assert t2.problems == ("no evaluation config in spider2_eval.jsonl",) and not t2.has_gold
+    assert t2.problems == (Problem(ProblemKind.EVAL, "no evaluation config in spider2_eval.jsonl"),)
+    assert not t2.has_gold and t2.gold is None and t2.graded_tables == ()
 
 
 @pytest.mark.parametrize(("content", "expected"), [
@@ -175,7 +190,8 @@ def test_broken_profiles_yml_never_falls_back_to_any_duckdb(
     (root / "examples" / "t1" / "profiles.yml").write_text(content)
     (task,) = load_dataset(suite_for(root, tmp_path)).tasks
     assert task.start_db is None and len(task.problems) == 1
-    assert task.problems[0].startswith(expected)
+    assert task.problems[0].kind is ProblemKind.PROFILE
+    assert task.problems[0].message.startswith(expected)
 
 
 def test_without_profiles_yml_the_lone_duckdb_file_is_used(tiny_dataset: Callable[..., Path],
@@ -213,6 +229,64 @@ def test_gold_written_by_a_newer_duckdb(tiny_dataset: Callable[..., Path], tmp_p
     struct.pack_into("<Q", data, 12, max_storage_version() + 1)
     gold.write_bytes(bytes(data))
     (task,) = load_dataset(suite_for(root, tmp_path)).tasks
-    assert task.gold_db is None and task.problems == (
+    assert task.gold is None and task.graded_tables == ("orders",)
+    assert tuple(str(p) for p in task.problems) == (
         f"gold database shop.duckdb was written by a newer DuckDB (storage version "
         f"{max_storage_version() + 1}); this spider2local reads up to {max_storage_version()}",)
+
+
+def _rewrite_jsonl(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    for entry in entries:
+        change(entry)
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+
+
+_EXAMPLES = Path("examples")
+_GOLD = Path("evaluation_suite") / "gold"
+DEFECTS: dict[str, tuple[Callable[[Path], None], ProblemKind]] = {
+    "project folder gone": (lambda r: shutil.rmtree(r / _EXAMPLES / "t1"), ProblemKind.PROJECT),
+    "dbt_project.yml gone": (lambda r: (r / _EXAMPLES / "t1" / "dbt_project.yml").unlink(),
+                             ProblemKind.PROJECT),
+    "profiles.yml broken": (lambda r: (r / _EXAMPLES / "t1" / "profiles.yml").write_text("[x"),
+                            ProblemKind.PROFILE),
+    "start db gone": (lambda r: (r / _EXAMPLES / "t1" / "shop.duckdb").unlink(),
+                      ProblemKind.START_DB),
+    "packages.yml malformed": (lambda r: (r / _EXAMPLES / "t1" / "packages.yml").write_text(
+        "packages: 5\n"), ProblemKind.PACKAGE),
+    "package not vendored": (lambda r: (r / _EXAMPLES / "t1" / "packages.yml").write_text(
+        "packages:\n  - package: dbt-labs/dbt_utils\n    version: 1.1.1\n"), ProblemKind.PACKAGE),
+    "no instruction": (lambda r: _rewrite_jsonl(r / _EXAMPLES / "spider2-dbt.jsonl",
+                                                lambda e: e.update(instruction=" ")),
+                       ProblemKind.INSTRUCTION),
+    "eval not duckdb_match": (lambda r: _rewrite_jsonl(
+        r / _GOLD / "spider2_eval.jsonl", lambda e: e["evaluation"].update(func="other")),
+        ProblemKind.EVAL),
+    "eval line gone": (lambda r: (r / _GOLD / "spider2_eval.jsonl").write_text(""),
+                       ProblemKind.EVAL),
+    "gold file gone": (lambda r: (r / _GOLD / "t1" / "shop.duckdb").unlink(), ProblemKind.GOLD),
+    "gold file corrupt": (lambda r: (r / _GOLD / "t1" / "shop.duckdb").write_bytes(b"x" * 64),
+                          ProblemKind.GOLD),
+}
+
+
+@pytest.mark.parametrize("defect", list(DEFECTS))
+def test_each_defect_is_a_problem_of_its_kind(tiny_dataset: Callable[..., Path],
+                                              tmp_path: Path, defect: str) -> None:
+    """The kind is decided where the defect is found; the message is what listings show."""
+    root = tiny_dataset("t1")
+    damage, kind = DEFECTS[defect]
+    damage(root)
+    (task,) = load_dataset(suite_for(root, tmp_path)).tasks
+    assert [p.kind for p in task.problems] == [kind], task.problems
+    assert not task.runnable and task.status == task.problems[0].message == str(task.problems[0])
+    assert (task.gold is None) == (kind in (ProblemKind.EVAL, ProblemKind.GOLD))
+
+
+def test_missing_gold_file_keeps_the_graded_tables(tiny_dataset: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    """Without a gold database there is no Gold, yet the graded table names stay known."""
+    root = tiny_dataset("t1", with_gold=False)
+    (task,) = load_dataset(suite_for(root, tmp_path)).tasks
+    assert task.gold is None and not task.has_gold and task.graded_tables == ("orders",)
+    assert task.problems == (Problem(ProblemKind.GOLD, "gold file gold/t1/shop.duckdb missing"),)

@@ -251,18 +251,18 @@ def dataset(root: Path) -> Dataset:
 def build_solution(task: TaskSpec, dest: Path, env: Mapping[str, str]) -> Path:
     """Copy the task, lay the reference solution over it, run real ``dbt run`` through
     :func:`spider2local.clock.dbt.run_dbt`; returns the result database."""
-    assert task.solution_dir is not None and task.eval is not None
+    assert task.solution_dir is not None and task.gold is not None
     project = dest / task.id
     shutil.copytree(task.project_dir, project)
     shutil.copytree(task.solution_dir, project, dirs_exist_ok=True)
     result = anyio.run(functools.partial(run_dbt, project, ["run"], env=env, timeout=300))
     assert result.ok and not result.timed_out, result.stdout_tail[-3000:] + result.stderr_tail
-    return project / task.eval.gold
+    return project / task.gold.params.gold
 
 
 def official_score(task: TaskSpec, result_db: Path) -> TaskScore:
-    assert task.gold_db is not None and task.eval is not None
-    return score_database(result_db, task.gold_db, task.eval)
+    assert task.gold is not None
+    return score_database(result_db, task.gold.db, task.gold.params)
 
 
 @pytest.mark.slow
@@ -279,8 +279,9 @@ def test_reference_solution_passes_at_the_tasks_date(dataset: Dataset, tmp_path:
     score = official_score(task, result_db)
     assert score.passed, render_text(score)
     assert score.tables_passed == len(evaluations(dataset.root)[task_id]["condition_tabs"])
+    assert task.gold is not None
     for table in score.tables:  # the solution also reproduces the gold's column names
-        assert read_table(result_db, table.name)[0] == read_table(task.gold_db, table.name)[0]
+        assert read_table(result_db, table.name)[0] == read_table(task.gold.db, table.name)[0]
 
 
 @pytest.mark.slow

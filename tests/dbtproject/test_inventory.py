@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spider2local.dbtproject.inventory import ProjectScan, scan_project, sql_status
+from spider2local.dbtproject.inventory import ModelStatus, ProjectScan, scan_project, sql_status
 
 SCHEMA = """\
 version: 2
@@ -143,3 +143,14 @@ def test_real_projects_missing_models_have_no_sql(shared_dataset: Path) -> None:
             assert (model.status == "missing") == (model.name not in sql_names), model
     assert [m.name for m in scan_project(shared_dataset / "examples" / "playbook001").todo] == [
         "cpa_and_roas"]
+
+
+def test_status_is_an_enum_through_json(tmp_path: Path) -> None:
+    """The scan file the agent reads back keeps statuses as enum members, written as words."""
+    scan = scan_project(make_project(tmp_path))
+    assert all(isinstance(m.status, ModelStatus) for m in scan.models)
+    assert '"status": "stub"' in scan.to_json()
+    back = ProjectScan.from_json(scan.to_json())
+    assert {m.name: m.status for m in back.models if m.status is ModelStatus.MISSING} == {
+        "absent": ModelStatus.MISSING}
+    assert sql_status(None) is ModelStatus.MISSING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,11 +11,19 @@ import anyio
 
 from spider2local.agents.noop import NoopAgent
 from spider2local.dataset.load import load_dataset
-from spider2local.report.summary import load_report, render_report, report_json
+from spider2local.report.summary import NotAttempted, load_report, render_report, report_json
 from spider2local.run.folder import RunFolder, SelectedTask, build_manifest
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import Stage, Status, TaskError, TaskResult, Usage, save_result
+from spider2local.run.results import (
+    ErrorKind,
+    Stage,
+    Status,
+    TaskError,
+    TaskResult,
+    Usage,
+    save_result,
+)
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.load import Suite, TaskSettings
@@ -39,7 +48,7 @@ def write_run(root: Path) -> RunFolder:
     save("a", Status.PASSED, True, 2, 2, usage=Usage(turns=3, cost_usd_computed=0.5))
     save("b", Status.FAILED, False, 1, 3, usage=Usage(cost_usd_reported=0.25))
     save("c", Status.ERROR, None, 0, 0,
-         error=TaskError(Stage.SCORE, "ScoringError", "gold unreadable"))
+         error=TaskError(Stage.SCORE, ErrorKind.EXCEPTION, "gold unreadable", "ScoringError"))
     # d has no result (interrupted); e cannot run.
     return folder
 
@@ -52,8 +61,10 @@ def test_rates_over_attempted_and_over_all(tmp_path: Path) -> None:
     assert (k.tables_passed, k.tables_attempted, k.tables_total) == (3, 6, 12)
     assert report.cost_usd == 0.75
     statuses = {r.task_id: r.status for r in report.rows}
-    assert statuses == {"a": "passed", "b": "failed", "c": "error", "d": "not run",
-                        "e": "skipped"}
+    assert statuses == {"a": Status.PASSED, "b": Status.FAILED, "c": Status.ERROR,
+                        "d": NotAttempted.NOT_RUN, "e": NotAttempted.SKIPPED}
+    assert statuses["a"] is Status.PASSED and statuses["d"] is NotAttempted.NOT_RUN
+    assert statuses["e"] is NotAttempted.SKIPPED
 
 
 def test_rendered_table_and_json(tmp_path: Path) -> None:
@@ -63,8 +74,12 @@ def test_rendered_table_and_json(tmp_path: Path) -> None:
     assert "tables passed 3/6 (50.0%) of attempted, 3/12 (25.0%) of all selected" in text
     assert "score: gold unreadable" in text and "excluded: broken gold" in text
     assert "$0.50" in text and "12.5s" in text
-    data = report_json(report)
+    data = json.loads(json.dumps(report_json(report)))  # as `report --json` prints it
     assert data["rates"]["tasks_total"] == 5 and len(data["tasks"]) == 5
+    assert [t["status"] for t in data["tasks"]] == ["passed", "failed", "error", "not run",
+                                                    "skipped"]
+    rows = {line.split()[0]: line.split()[1:3] for line in text.splitlines()[2:7]}
+    assert rows["d"] == ["not", "run"] and rows["e"] == ["skipped", "-"]
 
 
 def test_report_without_manifest_uses_results(tmp_path: Path) -> None:

@@ -1,14 +1,11 @@
-"""Retry policy: what is retried, backoff, and usage added up over attempts."""
+"""Retry policy: what is retried, and the backoff between attempts."""
 
 from __future__ import annotations
-
-import pytest
 
 from spider2local.run.contract import AgentOutcome
 from spider2local.run.results import Usage
 from spider2local.run.retry import (
     MAX_BACKOFF,
-    add_usage,
     backoff,
     nothing_done,
     should_retry,
@@ -40,20 +37,3 @@ def test_turns_without_tokens_are_not_completed_turns() -> None:
 def test_backoff_doubles_and_is_capped() -> None:
     assert [backoff(5.0, n) for n in (1, 2, 3)] == [5.0, 10.0, 20.0]
     assert backoff(5.0, 20) == MAX_BACKOFF
-
-
-def test_add_usage_sums_every_field() -> None:
-    a = Usage(turns=1, input_tokens=2, output_tokens=3, cache_read_tokens=4,
-              cache_creation_tokens=5, cost_usd_reported=None, cost_usd_computed=0.25,
-              by_model={"x": {"input_tokens": 2}})
-    b = Usage(turns=10, input_tokens=20, output_tokens=30, cache_read_tokens=40,
-              cache_creation_tokens=50, cost_usd_reported=1.0, cost_usd_computed=0.5,
-              by_model={"x": {"input_tokens": 20, "output_tokens": 30}, "y": {"input_tokens": 1}})
-    total = add_usage(a, b)
-    assert (total.turns, total.input_tokens, total.output_tokens, total.cache_read_tokens,
-            total.cache_creation_tokens) == (11, 22, 33, 44, 55)
-    assert total.cost_usd_reported == 1.0 and total.cost_usd_computed == pytest.approx(0.75)
-    assert total.by_model == {"x": {"input_tokens": 22, "output_tokens": 30},
-                              "y": {"input_tokens": 1}}
-    assert add_usage(Usage(), Usage()).cost_usd is None
-    assert a.by_model == {"x": {"input_tokens": 2}}  # inputs untouched

@@ -26,7 +26,7 @@ from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import Stage, Status, TaskResult, Usage
+from spider2local.run.results import ErrorKind, Stage, Status, TaskResult, Usage
 from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
@@ -140,7 +140,7 @@ def test_hanging_agent_is_stopped_at_its_deadline(tasks: list[TaskSpec], tmp_pat
     assert result.durations["agent"] < 1.0 + 5.0, result.durations
     assert elapsed < 1.0 + 5.0 + 3.0, elapsed
     assert result.status is Status.TIMEOUT
-    assert result.error is not None and result.error.kind == "timeout"
+    assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
     assert result.error.stage is Stage.AGENT
     assert result.passed is False and result.tables_total == 1  # scored what was left
     assert result.usage.turns == 5  # usage so far survives the cut
@@ -208,7 +208,7 @@ def test_infrastructure_errors_are_retried(tasks: list[TaskSpec], tmp_path: Path
     FlakyAgent.calls = 0
     result = run(tasks[:1], RunFolder.at(tmp_path, "s"), lambda: FlakyAgent(99), retries=2)["t1"]
     assert result.status is Status.ERROR and result.attempts == 3 and result.passed is None
-    assert result.error is not None and result.error.kind == "infrastructure"
+    assert result.error is not None and result.error.kind is ErrorKind.INFRASTRUCTURE
 
 
 class CostlyFlakyAgent:
@@ -263,7 +263,7 @@ def test_infrastructure_error_after_a_turn_is_scored_not_retried(tasks: list[Tas
     assert MidSessionFailureAgent.calls == 1 and result.attempts == 1
     assert result.status is Status.PASSED and result.passed and result.tables_passed == 1
     assert result.error is not None and result.error.stage is Stage.AGENT
-    assert result.error.kind == "infrastructure" and "529" in result.error.message
+    assert result.error.kind is ErrorKind.INFRASTRUCTURE and "529" in result.error.message
     assert result.usage.turns == 3 and result.usage.input_tokens == 30
     assert (folder.task_dir("t1") / "project" / "models" / "schema.yml").is_file()
 
@@ -273,13 +273,14 @@ def test_prepare_and_score_failures_are_recorded_per_stage(tasks: list[TaskSpec]
     garbage = tmp_path / "garbage.duckdb"
     garbage.write_bytes(b"not a database at all" * 100)
     broken = [dataclasses.replace(tasks[0], start_db=None),
-              dataclasses.replace(tasks[1], gold_db=garbage)]
+              dataclasses.replace(tasks[1], gold=dataclasses.replace(tasks[1].gold, db=garbage))]
     results = run(broken, RunFolder.at(tmp_path, "r"), WriterAgent)
     assert results["t1"].status is Status.ERROR
     assert results["t1"].error is not None and results["t1"].error.stage is Stage.PREPARE
     assert results["t2"].status is Status.ERROR and results["t2"].passed is None
     assert results["t2"].error is not None and results["t2"].error.stage is Stage.SCORE
-    assert results["t2"].error.kind == "ScoringError"
+    assert results["t2"].error.kind is ErrorKind.EXCEPTION
+    assert results["t2"].error.exception == "ScoringError"
     assert results["t2"].attempts == 1  # a failed score is never retried
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from spider2local.suite.edit import (
     unified_diff,
     write_suite,
 )
-from spider2local.suite.load import load_suite
+from spider2local.suite.load import Confidence, DateMethod, load_suite
 
 SUITE = """# curated by hand
 schema = 1
@@ -48,8 +49,9 @@ def _path(tmp_path: Path) -> Path:
 def test_dates_are_replaced_others_kept_and_new_tasks_added(tmp_path: Path) -> None:
     path = _path(tmp_path)
     new = set_task_dates(SUITE, [
-        DateRecord("a001", dt.date(2024, 8, 27), "verified", "rebuilt", "high"),
-        DateRecord("n001", None, "clock-independent", "no clock reads", "high"),
+        DateRecord("a001", dt.date(2024, 8, 27), DateMethod.VERIFIED, "rebuilt", Confidence.HIGH),
+        DateRecord("n001", None, DateMethod.CLOCK_INDEPENDENT, "no clock reads",
+                   Confidence.HIGH),
     ], path)
     assert "# excluded for a reason that must survive" in new
     assert "# curated by hand" in new
@@ -73,11 +75,13 @@ def test_none_fields_are_removed(tmp_path: Path) -> None:
 
 def test_manual_dates_survive_unless_verified(tmp_path: Path) -> None:
     path = _path(tmp_path)
-    guess = set_task_dates(SUITE, [DateRecord("m001", dt.date(2024, 3, 3), "date-spine", "x",
-                                              "medium")], path)
+    guess = set_task_dates(SUITE, [DateRecord("m001", dt.date(2024, 3, 3),
+                                              DateMethod.DATE_SPINE, "x", Confidence.MEDIUM)],
+                           path)
     assert guess == SUITE
-    verified = set_task_dates(SUITE, [DateRecord("m001", dt.date(2024, 3, 3), "verified", "x",
-                                                 "high")], path)
+    verified = set_task_dates(SUITE, [DateRecord("m001", dt.date(2024, 3, 3),
+                                                 DateMethod.VERIFIED, "x", Confidence.HIGH)],
+                              path)
     assert "date = 2024-03-03" in verified
 
 
@@ -92,7 +96,8 @@ def test_subsets_written_and_builtins_refused(tmp_path: Path) -> None:
 
 def test_invalid_result_never_reaches_the_file(tmp_path: Path) -> None:
     path = _path(tmp_path)
-    bad = set_task_dates(SUITE, [DateRecord("a001", None, "guessed", None, None)], path)
+    guessed: Any = "guessed"  # deliberately not a DateMethod: the strict parser must catch it
+    bad = set_task_dates(SUITE, [DateRecord("a001", None, guessed, None, None)], path)
     with pytest.raises(SuiteError, match="date_method"):
         write_suite(path, bad)
     assert path.read_text() == SUITE
@@ -101,8 +106,8 @@ def test_invalid_result_never_reaches_the_file(tmp_path: Path) -> None:
 
 def test_unified_diff_names_the_file(tmp_path: Path) -> None:
     path = _path(tmp_path)
-    new = set_task_dates(SUITE, [DateRecord("a001", dt.date(2024, 1, 2), "date-spine", "e",
-                                            "medium")], path)
+    new = set_task_dates(SUITE, [DateRecord("a001", dt.date(2024, 1, 2), DateMethod.DATE_SPINE,
+                                            "e", Confidence.MEDIUM)], path)
     diff = unified_diff(SUITE, new, path)
     assert diff.startswith(f"--- {path} (current)")
     assert "-date = 2024-01-01\n+date = 2024-01-02" in diff
@@ -112,8 +117,8 @@ def test_unified_diff_names_the_file(tmp_path: Path) -> None:
 def test_new_keys_go_before_the_comments_that_introduce_the_next_table(tmp_path: Path) -> None:
     text = ('schema = 1\n\n[tasks.a001]\ndate_method = "date-spine"\n\n'
             "# ---- next section ----\n\n[tasks.b001]\nexclude = \"x\"\n")
-    new = set_task_dates(text, [DateRecord("a001", None, "clock-independent", "none", "high")],
-                         _path(tmp_path))
+    new = set_task_dates(text, [DateRecord("a001", None, DateMethod.CLOCK_INDEPENDENT, "none",
+                                           Confidence.HIGH)], _path(tmp_path))
     head, tail = new.split("# ---- next section ----")
     assert 'date_evidence = "none"' in head and "date_evidence" not in tail
 

@@ -10,6 +10,8 @@ import pytest
 from spider2local.exceptions import SuiteError
 from spider2local.suite.load import (
     SAMPLE,
+    Confidence,
+    DateMethod,
     bundled_suite_path,
     default_suite_path,
     load_suite,
@@ -51,7 +53,8 @@ smoke = ["a001"]
     assert suite.defaults.date == dt.date(2024, 9, 1)
     assert suite.defaults.skills == ("dbt-workflow",)
     assert suite.settings("a001").date == dt.date(2024, 8, 27)
-    assert suite.settings("a001").date_method == "verified"
+    assert suite.settings("a001").date_method is DateMethod.VERIFIED
+    assert suite.settings("a001").date_confidence is Confidence.HIGH
     assert suite.settings("b001").exclude == "no gold upstream"
     assert suite.settings("zzz").date is None
     assert suite.subsets == {"smoke": ("a001",)}
@@ -81,7 +84,11 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ('[run]\nmodel = "a\n', "not valid TOML at run.model: Illegal character"),
     ("[tasks.x]\ndate = '2024-13-01'\n", "tasks.x.date: bad date '2024-13-01'"),
     ("[tasks.x]\ndate = 2024-01-01T10:00:00\n", "tasks.x.date: must be a date, not a date-time"),
-    ("[tasks.x]\ndate_method = 'guess'\n", "tasks.x.date_method: 'guess' is not one of"),
+    ("[tasks.x]\ndate_method = 'guess'\n", "tasks.x.date_method: 'guess' is not one of verified, "
+     "date-spine, month-spine, age-column, manual, clock-independent"),
+    ("[tasks.x]\ndate_confidence = 'sure'\n",
+     "tasks.x.date_confidence: 'sure' is not one of high, medium, low"),
+    ("[tasks.x]\ndate_method = 'VERIFIED'\n", "tasks.x.date_method: 'VERIFIED' is not one of"),
     ("[tasks.x]\nexclud = 'typo'\n", "tasks.x.exclud: unknown key"),
     ("tasks = 3\n", "tasks: must be a table"),
     ("[subsets]\nall = ['a']\n", "subsets.all: shadows a built-in subset"),

@@ -53,10 +53,10 @@ def file_hashes(root: Path) -> set[str]:
 
 def assert_isolated(task: TaskSpec, ws: wsmod.Workspace) -> None:
     """Gold neither copied (by content) nor named anywhere in the workspace or its env."""
-    assert task.gold_db is not None
-    gold_hash = hashlib.sha256(task.gold_db.read_bytes()).hexdigest()
+    assert task.gold is not None
+    gold_hash = hashlib.sha256(task.gold.db.read_bytes()).hexdigest()
     assert gold_hash not in file_hashes(ws.root)
-    secrets = [str(task.gold_db), "evaluation_suite", "spider2_eval"]
+    secrets = [str(task.gold.db), "evaluation_suite", "spider2_eval"]
     for path in ws.root.rglob("*"):
         if path.is_file() and path.suffix != ".duckdb":
             text = path.read_text(errors="replace")
@@ -147,9 +147,9 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
 
 def test_env_drops_inherited_dbt_paths_and_gold_mentions(sample: Dataset) -> None:
     task = sample.tasks[0]
-    assert task.gold_db is not None
+    assert task.gold is not None
     base = {"PATH": os.environ["PATH"], "DBT_PROFILES_DIR": "/elsewhere", "KEEP": "1",
-            "LEAK": f"x:{task.gold_db}", "LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME": "-1d"}
+            "LEAK": f"x:{task.gold.db}", "LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME": "-1d"}
     env = workspace_env(task, base, wsmod._forbidden_paths(task))
     assert env["KEEP"] == "1"
     assert not {"DBT_PROFILES_DIR", "LEAK", "LD_PRELOAD", "FAKETIME"} & set(env)

@@ -1,9 +1,9 @@
 """The Claude agent's texts: templates from ``prompts/`` filled with what the agent may know.
 
 What goes in: the task's instruction, its fixed date, the project scan and the start database's
-snapshot (both written by the workspace). What never goes in: anything from ``TaskSpec.eval`` or
-``TaskSpec.gold_db``; this module does not read them at all, so a prompt cannot leak the graded
-table names or the gold (tests/agents/claude/test_prompts.py checks it).
+snapshot (both written by the workspace). What never goes in: anything from ``TaskSpec.gold``
+or ``TaskSpec.graded_tables``; this module does not read them at all, so a prompt cannot leak
+the graded table names or the gold (tests/agents/claude/test_prompts.py checks it).
 
 Templates use :class:`string.Template` (``$name``) so SQL and Jinja braces need no escaping.
 """
@@ -18,7 +18,7 @@ from string import Template
 
 from spider2local.dataset.load import TaskSpec
 from spider2local.db.snapshot import DbSnapshot
-from spider2local.dbtproject.inventory import ProjectScan
+from spider2local.dbtproject.inventory import ModelStatus, ProjectScan
 from spider2local.resources import prompts_dir
 from spider2local.workspace.prepare import Workspace
 
@@ -48,7 +48,7 @@ def render_scan(scan: ProjectScan) -> str:
             lines.append(f"- {m.name} [{m.status}] {where}\n  columns: {cols}")
     else:
         lines.append("Every model declared in YML has SQL; the task may need changes to them.")
-    done = scan.by_status("complete")
+    done = scan.by_status(ModelStatus.COMPLETE)
     if done:
         lines.append("Complete models: " + ", ".join(m.name for m in done))
     if scan.undeclared:

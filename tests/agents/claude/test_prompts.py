@@ -26,7 +26,7 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
                             "gold": "shop.duckdb", "condition_tabs": [SECRET_TABLE],
                             "condition_cols": [[0]], "ignore_orders": [True]}})
     task = load_dataset(Suite(path=Path("tasks.toml"), dataset=root)).tasks[0]
-    assert task.gold_db is not None and task.eval is not None
+    assert task.gold is not None
     ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
     try:
         text = prompts.system_prompt(task, ws)
@@ -41,7 +41,7 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
         assert "Build the orders model from raw orders." in prompt
         assert task.date.isoformat() in prompt
         assert "main.raw_orders (table, 1 rows): id INTEGER" in prompt  # the database facts
-        for secret in (SECRET_TABLE, str(task.gold_db), "evaluation_suite", "spider2_eval",
+        for secret in (SECRET_TABLE, str(task.gold.db), "evaluation_suite", "spider2_eval",
                        "condition_tabs"):
             assert secret not in prompt
         assert not re.search(r"\$[a-z_]+\b", prompt), "an unfilled placeholder"

@@ -194,7 +194,7 @@ def test_writes_builds_queries_verifies_and_passes(
         sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
     """gym001 reads the clock: the table equals gold only if the agent's `dbt run` was faked."""
     task = sample_task("gym001")
-    assert task.solution_dir is not None and task.gold_db is not None and task.eval is not None
+    assert task.solution_dir is not None and task.gold is not None
     model_sql = (task.solution_dir / "models" / "membership_status.sql").read_text()
     with FakeAnthropic({"main": [], "verifier": []}, route=ROUTE) as fake:
         ctx = workspace(task, fake.env())
@@ -228,7 +228,7 @@ def test_writes_builds_queries_verifies_and_passes(
     assert outcome.verified is True
     # Scored like the runner does: the official semantics on the built database.
     checkpoint_database(ctx.workspace.database)
-    score = score_database(ctx.workspace.database, task.gold_db, task.eval)
+    score = score_database(ctx.workspace.database, task.gold.db, task.gold.params)
     assert score.passed, score
     # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt.
     collect_artifacts(ctx.workspace, keep_db=False)
