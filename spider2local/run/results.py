@@ -98,7 +98,8 @@ class ErrorKind(StrEnum):
     INFRASTRUCTURE = "infrastructure"
     """API overloaded or rate-limited, CLI crash: the machine's fault, not the agent's."""
     EXCEPTION = "exception"
-    """An unexpected exception in one of our stages; its class is in ``TaskError.exception``."""
+    """An unexpected exception in one of our stages; its class is in ``TaskError.exception``
+    and its whole traceback in the task folder's ``error.txt``."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,9 @@ class TaskResult:
     started_at: str
     finished_at: str
     durations: Mapping[str, float] = field(default_factory=dict)
-    """Seconds per stage (prepare, agent, dbt, checkpoint, score) and ``total``."""
+    """Seconds per step, as the runner times them: ``prepare``, ``agent`` (its dbt runs
+    included), ``checkpoint`` and ``score`` (the :class:`Stage` values), ``collect`` (artifacts),
+    ``cleanup`` (workspace removal) and ``total``; a step that never ran is absent."""
     usage: Usage = field(default_factory=Usage)
     passed: bool | None = None
     tables_passed: int = 0
