@@ -35,7 +35,8 @@ and ``current_timestamp_backcompat`` match ``current_timestamp\\w*``)."""
 _COMMENT = re.compile(r"\{#.*?#\}|/\*.*?\*/|--[^\n]*", re.DOTALL)
 _MACRO = re.compile(r"\{%-?\s*macro\s+(\w+)\s*\((.*?)\{%-?\s*endmacro", re.DOTALL)
 _CALL = re.compile(r"\b(\w+)\s*\(")
-_SKIPPED_DIRS = {"integration_tests", "tests", "docs", "target", "logs", "dbt_packages", ".git"}
+_SKIPPED_DIRS = frozenset({"integration_tests", "tests", "docs", "target", "logs", "dbt_packages",
+                           ".git"})
 
 
 @dataclass(frozen=True)
@@ -209,21 +210,10 @@ def _folder_sources(project: Path, paths: ProjectPaths) -> Iterator[_Source]:
     kinds = [(paths.models, True), (paths.snapshots, True), (paths.macros, False)]
     for folders, is_model in kinds:
         for folder in folders:
-            for path in _sql_files(folder, paths.packages_dir):
+            for path in paths.files((folder,), (".sql",), skip_dirs=_SKIPPED_DIRS):
                 try:
                     text = path.read_text(encoding="utf-8", errors="replace")
                 except OSError:
                     continue
                 yield _Source(path.relative_to(project), strip_comments(text), is_model)
 
-
-def _sql_files(folder: Path, packages_dir: Path) -> Iterator[Path]:
-    """SQL files under ``folder``, but not in a package's own tests or docs, and not in the
-    package folder (a ``model-paths: ["."]`` would otherwise read the packages as the project's
-    own models; they are scanned as packages)."""
-    if not folder.is_dir():
-        return
-    for path in sorted(folder.rglob("*.sql")):
-        parts = set(path.relative_to(folder).parts[:-1])
-        if not parts & _SKIPPED_DIRS and not path.is_relative_to(packages_dir):
-            yield path

@@ -111,10 +111,10 @@ def scan_project(project_dir: Path) -> ProjectScan:
     """Scan ``project_dir`` (see module docstring)."""
     paths = project_paths(project_dir)
     problems = list(paths.problems)
-    files = {p.stem: p for d in paths.models for p in _walk(d, MODEL_SUFFIXES)}
+    files = {p.stem: p for p in paths.files(paths.models, MODEL_SUFFIXES)}
     models: dict[str, ModelDecl] = {}
     sources: list[SourceDecl] = []
-    for yml in (p for d in paths.models for p in _walk(d, YML_SUFFIXES)):
+    for yml in paths.files(paths.models, YML_SUFFIXES):
         data, error = load_yaml(yml)
         rel = _rel(yml, project_dir)
         if error is not None:
@@ -163,25 +163,20 @@ def _source(entry: dict[str, Any], yml: str) -> SourceDecl:
 
 def _macros(paths: ProjectPaths) -> Iterator[MacroDecl]:
     """The project's macros, then every vendored package's (what ``{{ pkg.macro() }}`` can call)."""
-    yield from _macro_files(paths.root, paths.macros, None)
+    yield from _macro_files(paths.root, paths, None)
     for package in paths.packages():
-        yield from _macro_files(paths.root, package.macros, package.package_name)
+        yield from _macro_files(paths.root, package, package.package_name)
 
 
 _MACRO_DEF = re.compile(r"\{%-?\s*macro\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
-def _macro_files(project: Path, dirs: tuple[Path, ...],
+def _macro_files(project: Path, paths: ProjectPaths,
                  package: str | None) -> Iterator[MacroDecl]:
-    for path in (p for d in dirs for p in _walk(d, (".sql",))):
+    for path in paths.files(paths.macros, (".sql",)):
         text = path.read_text(encoding="utf-8", errors="replace")
         for name in _MACRO_DEF.findall(text):
             yield MacroDecl(name=name, path=_rel(path, project), package=package)
-
-
-def _walk(folder: Path, suffixes: tuple[str, ...]) -> Iterator[Path]:
-    if folder.is_dir():
-        yield from sorted(p for p in folder.rglob("*") if p.suffix in suffixes and p.is_file())
 
 
 def _entries(data: Any, key: str) -> Iterator[dict[str, Any]]:

@@ -154,3 +154,23 @@ def test_status_is_an_enum_through_json(tmp_path: Path) -> None:
     assert {m.name: m.status for m in back.models if m.status is ModelStatus.MISSING} == {
         "absent": ModelStatus.MISSING}
     assert sql_status(None) is ModelStatus.MISSING
+
+
+def test_vendored_packages_inside_a_model_folder_are_not_the_projects_models(
+        tmp_path: Path) -> None:
+    """Review finding: with ``model-paths: ["."]`` the clock-read scan skips the package folder
+    (clock/reads.py ``_sql_files``), but the inventory does not, so a vendored package's YML
+    declarations become models the agent is told to write. Both should ask one owner."""
+    files = {
+        "dbt_project.yml": 'name: p\nmodel-paths: ["."]\npackages-install-path: deps\n',
+        "a.sql": "select 1 as x\n",
+        "schema.yml": "version: 2\nmodels:\n  - name: a\n",
+        "deps/util/dbt_project.yml": "name: util\n",
+        "deps/util/models/util.yml": "version: 2\nmodels:\n  - name: util_only\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    scan = scan_project(tmp_path)
+    assert [m.name for m in scan.models] == ["a"]
+    assert scan.todo == ()
