@@ -11,7 +11,9 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from spider2local.agents.registry import agent_names, capabilities, tool_version
 from spider2local.exceptions import Spider2LocalError
@@ -44,20 +46,32 @@ def _python() -> Check:
     return Check("python", ok, sys.version.split()[0] + ("" if ok else " (install Python >= 3.11)"))
 
 
-REQUIRED_VERSIONS = {"dbt-core": ">=1.11,<1.12", "dbt-duckdb": ">=1.11,<1.12",
-                     "duckdb": ">=1.1,<2", "pandas": ">=2.2,<3", "claude-agent-sdk": ""}
-"""The pinned stack (README, "Pinned stack"); an empty specifier only asks for the version."""
+CHECKED = ("dbt-core", "dbt-duckdb", "duckdb", "pandas", "claude-agent-sdk")
+"""The stack whose versions decide verdicts and clocks (README, "Pinned stack")."""
+
+
+def _pins() -> dict[str, SpecifierSet]:
+    """The ranges spider2local was installed with, read from its own metadata: pyproject.toml
+    stays the one place the pins are written."""
+    try:
+        requires = metadata.requires("spider2local") or []
+    except metadata.PackageNotFoundError:
+        return {}
+    pins = (Requirement(line) for line in requires)
+    return {canonicalize_name(r.name): r.specifier for r in pins if r.marker is None}
 
 
 def _versions() -> list[Check]:
+    pins = _pins()
     checks = []
-    for dist, wanted in REQUIRED_VERSIONS.items():
+    for dist in CHECKED:
         try:
             version = metadata.version(dist)
         except metadata.PackageNotFoundError:
             checks.append(Check(dist, False, "not installed (pip install -e '.[dev]')"))
             continue
-        ok = SpecifierSet(wanted).contains(version, prereleases=True)
+        wanted = pins.get(canonicalize_name(dist), SpecifierSet())
+        ok = wanted.contains(version, prereleases=True)
         hint = "" if ok else f" (need {wanted}: reinstall spider2local)"
         checks.append(Check(dist, ok, version + hint))
     return checks
