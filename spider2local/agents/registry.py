@@ -57,7 +57,7 @@ class Capabilities:
     def check_credentials(self, agent: str, env: Mapping[str, str]) -> None:
         """Raise :class:`CredentialsError` (one line, exit 2) unless :meth:`has_credentials`."""
         if not self.has_credentials(env):
-            raise CredentialsError(f"the {agent} agent needs credentials",
+            raise CredentialsError(f"--agent {agent} needs credentials",
                                    fix="set " + " or ".join(self.credentials))
 
 

@@ -72,24 +72,32 @@ async def check_fake_date(env: dict[str, str], limit: float) -> SelfCheck:
     return SelfCheck(name, ok, f"expected {SELFTEST_DATE}, DuckDB said {seen}")
 
 
-async def _thread_timings(env: dict[str, str], limit: float) -> tuple[float, float] | str:
-    """(slowest wait, CPU phase seconds) of the thread script, or why it failed."""
+class _ChildFailed(Exception):
+    """The thread script hung or crashed; the message says which."""
+
+
+async def _thread_timings(env: dict[str, str], limit: float) -> tuple[float, float]:
+    """(slowest wait, CPU phase seconds) of the thread script; :class:`_ChildFailed` if it
+    hung or crashed."""
     result = await run_process([sys.executable, "-c", _THREAD_SCRIPT], env=env, timeout=limit)
     if result.timed_out:
-        return f"hung: killed after {limit:.0f}s"
+        raise _ChildFailed(f"hung: killed after {limit:.0f}s")
     if result.returncode != 0:
-        return f"child failed: {result.stderr.strip()[-300:]}"
+        raise _ChildFailed(f"child failed: {result.stderr.strip()[-300:]}")
     slowest, cpu = (float(x) for x in result.stdout.split())
     return slowest, cpu
 
 
 async def check_threads(env: dict[str, str], limit: float) -> SelfCheck:
     name = "threads, sleep and queue timeouts under the preload"
-    faked = await _thread_timings(env, limit)
-    real = await _thread_timings(strip_fake_clock(env), limit)
-    if isinstance(faked, str) or isinstance(real, str):
-        return SelfCheck(name, False, faked if isinstance(faked, str) else f"unfaked {real}")
-    (slowest, cpu), real_cpu = faked, real[1]
+    try:
+        slowest, cpu = await _thread_timings(env, limit)
+    except _ChildFailed as exc:
+        return SelfCheck(name, False, str(exc))
+    try:
+        real_cpu = (await _thread_timings(strip_fake_clock(env), limit))[1]
+    except _ChildFailed as exc:
+        return SelfCheck(name, False, f"unfaked {exc}")
     # Each task must really wait its 0.3 s: a much shorter wait means timeouts fire at once.
     ok = slowest >= 0.29 and cpu <= CPU_SLOWDOWN_LIMIT * real_cpu + 0.5
     return SelfCheck(name, ok, f"slowest wait {slowest:.2f}s (expect 0.3), 4-thread CPU "

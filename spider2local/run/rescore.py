@@ -15,7 +15,7 @@ from typing import Any
 from spider2local.dataset.load import Dataset
 from spider2local.run.folder import RunFolder
 from spider2local.run.lock import run_lock
-from spider2local.run.results import Stage, Status, TaskResult, save_result
+from spider2local.run.results import Stage, Status, TaskResult, keep_traceback, save_result
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     try:
         score = score_database(db, task.gold.db, task.gold.params)
     except Exception as exc:
+        keep_traceback(folder.task_dir(old.task_id), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):

@@ -8,19 +8,25 @@ Old runs stay readable: a file of an earlier schema is upgraded as it is read (s
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import logging
 import os
 import tempfile
+import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.run.layout import ERROR_TRACEBACK
+
 SCHEMA_VERSION = 2
 """2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own field.
 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/``agent``."""
 READABLE_VERSIONS = (1, SCHEMA_VERSION)
+log = logging.getLogger(__name__)
 
 
 class Status(StrEnum):
@@ -196,3 +202,16 @@ def load_result(path: Path) -> TaskResult | None:
         return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:
+    """Append the whole traceback of an unexpected exception to the task's ``error.txt``:
+    result.json keeps the one-line message, the file keeps what a bug report needs."""
+    text = "".join(traceback.format_exception(exc))
+    when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    log.debug("%s: %s failed", artifacts.name, stage.value, exc_info=exc)
+    try:
+        with (artifacts / ERROR_TRACEBACK).open("a", encoding="utf-8") as fh:
+            fh.write(f"--- {when} stage {stage.value}\n{text}")
+    except OSError as err:  # the message in result.json must still be written
+        log.warning("%s: traceback not kept: %s", artifacts / ERROR_TRACEBACK, err)

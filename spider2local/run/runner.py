@@ -14,9 +14,7 @@ ends without a score, because no work was done.
 from __future__ import annotations
 
 import functools
-import logging
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +26,7 @@ from spider2local.dataset.load import TaskSpec
 from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder, now_iso
-from spider2local.run.layout import ERROR_TRACEBACK, TRANSCRIPT
+from spider2local.run.layout import TRANSCRIPT
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
     ErrorKind,
@@ -37,6 +35,7 @@ from spider2local.run.results import (
     TaskError,
     TaskResult,
     Usage,
+    keep_traceback,
     save_result,
 )
 from spider2local.run.retry import backoff, nothing_done, should_retry
@@ -46,7 +45,6 @@ from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.prepare import Workspace as Ws
 
 AgentFactory = Callable[[], Agent]
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -176,18 +174,6 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
             "tables_passed": score.tables_passed, "tables_total": score.tables_total,
             "score": to_json(score)}
-
-
-def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:
-    """Append the whole traceback of an unexpected exception to the task's ``error.txt``:
-    result.json keeps the one-line message, the file keeps what a bug report needs."""
-    text = "".join(traceback.format_exception(exc))
-    log.debug("%s: %s failed", artifacts.name, stage.value, exc_info=exc)
-    try:
-        with (artifacts / ERROR_TRACEBACK).open("a", encoding="utf-8") as fh:
-            fh.write(f"--- {now_iso()} stage {stage.value}\n{text}")
-    except OSError as err:  # the message in result.json must still be written
-        log.warning("%s: traceback not kept: %s", artifacts / ERROR_TRACEBACK, err)
 
 
 def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
