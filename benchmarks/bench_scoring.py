@@ -22,8 +22,8 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import score_database
+from spider2local.evaluation.params import EvalParams
 from tests.evaluation import reference_scorer
 
 # Ten column shapes, repeated for wider tables; `i` is the row number, `h` a row hash.

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spider2local.dataset.load import EvalConfigError, EvalParams, parse_eval
+from spider2local.evaluation.params import EvalConfigError, EvalParams, parse_eval
 from spider2local.exceptions import UserError
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import diagnostics
 from spider2local.evaluation.column_types import Column
 from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.compare import columns_match
+from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import Database, TableRead
 from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
 from spider2local.exceptions import ScoringError

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from spider2local.dataset.load import EvalConfigError, load_dataset, parse_eval
+from spider2local.dataset.load import load_dataset
 from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.db.header import max_storage_version
+from spider2local.evaluation.params import EvalConfigError, parse_eval
 from spider2local.exceptions import DatasetError
 from spider2local.suite.load import Suite, load_suite
 

@@ -34,9 +34,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import score_database
 from spider2local.evaluation.columns import frame_columns
+from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import TableRead
 from spider2local.evaluation.score import match_columns, score_table
 from tests.evaluation import reference_scorer as ref

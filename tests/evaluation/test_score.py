@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import TaskScore, score_database
+from spider2local.evaluation.params import EvalParams
 from spider2local.exceptions import ScoringError
 from tests.evaluation import reference_scorer as ref
 from tests.helpers import make_duckdb

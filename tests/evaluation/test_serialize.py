@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spider2local.dataset.load import EvalParams
 from spider2local.evaluation import (
     ColumnDiagnostic,
     TableScore,
@@ -15,6 +14,7 @@ from spider2local.evaluation import (
     score_database,
     to_json,
 )
+from spider2local.evaluation.params import EvalParams
 from tests.helpers import make_duckdb
 
 
