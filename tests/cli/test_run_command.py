@@ -358,7 +358,9 @@ def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
     runner = spawn(*args, cwd=tmp_path)
     try:
         wait_for(lambda: (run_dir / "bakery001" / "result.json").is_file(), 180, "bakery001")
-        wait_for(lambda: (run_dir / "fleet001" / "transcript.jsonl").is_file(), 60, "fleet001")
+        # Killed with fleet001's dbt running: the resume must find it and reap it.
+        wait_for(lambda: any("fleet001" in w for w in dbt_workspaces(runner.pid)), 60,
+                 "fleet001's dbt")
         kill_leftovers |= descendants(runner.pid)
         runner.send_signal(signal.SIGKILL)
         runner.wait(10)
