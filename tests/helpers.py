@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 
 from spider2local.dataset.load import Dataset, load_dataset
-from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.suite.load import load_suite
 
 HYPOTHESIS_PROFILE = (os.environ.get("HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
@@ -159,14 +159,11 @@ class ReferenceRun:
         return data
 
     def dataset(self) -> Dataset:
-        """The sample as the run loaded it: the dataset root its manifest names, task dates
-        from the bundled suite file."""
-        root = Path(self.manifest()["dataset"])
-        return load_dataset(load_suite(bundled_suite_path()).with_dataset(root))
-
-    def result(self, task_id: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.run_dir / task_id / "result.json").read_text())
-        return data
+        """The sample as the run loaded it: the suite file and dataset root its manifest names
+        (task dates, solutions and gold all come from there)."""
+        manifest = self.manifest()
+        suite = load_suite(Path(manifest["suite"]["path"]))
+        return load_dataset(suite.with_dataset(Path(manifest["dataset"])))
 
 
 def build_reference_run(folder: Path) -> ReferenceRun:
