@@ -1,4 +1,5 @@
-"""Shared fixtures: the real Spider2-DBT tasks in ../shared, and tiny upstream-shaped datasets."""
+"""Shared fixtures: the real Spider2-DBT tasks in ../shared, tiny upstream-shaped datasets, and
+the sample suite's reference run, done once per test session."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests.helpers import HYPOTHESIS_PROFILE, write_task
+from tests.helpers import (
+    HYPOTHESIS_PROFILE,
+    ReferenceRun,
+    build_reference_run,
+    session_folder,
+    write_task,
+)
 
 settings.register_profile("dev", print_blob=True)
 settings.register_profile("ci", print_blob=True, derandomize=False)
@@ -38,3 +45,15 @@ def tiny_dataset(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return build
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
+    """The sample suite's reference run (real dbt, ~25 s), once per session, xdist included.
+
+    Each layer that needs the reference solutions built asserts what it is there to prove on
+    this one run folder instead of building them again: the sample's solutions pass official
+    scoring at each task's date (tests/dataset), the reference agent builds models equal to
+    gold (tests/agents), ``run`` reports and ``score`` re-scores them (tests/cli).
+    """
+    return build_reference_run(session_folder(tmp_path_factory.getbasetemp()) / "reference-run")

@@ -1,17 +1,25 @@
-"""Helpers shared by tests: tiny DuckDB files and upstream-shaped tasks, built by code."""
+"""Helpers shared by tests: tiny DuckDB files and upstream-shaped tasks, built by code, and
+the work one test session does once and shares between its processes (see tests/conftest.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
+
+from spider2local.dataset.load import Dataset, load_dataset
+from spider2local.suite.load import load_suite
 
 HYPOTHESIS_PROFILE = (os.environ.get("HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
@@ -85,3 +93,104 @@ def hold_lock(db: Path) -> Iterator[Callable[[], None]]:
         yield release
     finally:
         release()
+
+
+# --- work done once per test session -------------------------------------------------------
+
+
+def session_folder(basetemp: Path) -> Path:
+    """The folder every process of this test session shares, given this process's base temp.
+
+    Under pytest-xdist each worker's base temp is ``<session>/popen-gwN``, so the session's is
+    its parent; without xdist the base temp is the session's own (its parent is shared by every
+    past session of this user, so it must not be used).
+    """
+    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a command run by :func:`run_once` ended, as every process that asked reads it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    """Wall time of the command: an upper bound for any duration it recorded itself."""
+
+
+OUTCOME_FILE = "outcome.json"
+
+
+def run_once(folder: Path, command: Sequence[str], *, timeout: float,
+             env: Mapping[str, str] | None = None) -> Outcome:
+    """Run ``command`` in ``folder`` (its cwd) unless a process of this session already did.
+
+    The first caller runs it holding an exclusive lock on ``<folder>.lock``; the others block
+    on that lock, then read the recorded outcome: one build, whatever the number of xdist
+    workers. The outcome is recorded only once the command ended, so a folder left by a
+    process killed half-way holds none and is built again from scratch. ``fcntl.flock`` rather
+    than the filelock package: that is not a dependency, and the kernel drops a flock when its
+    holder dies, so a killed worker never wedges the others. A timeout is an outcome (exit code
+    -1), recorded like any other, so the tests that share it all fail with it instead of each
+    waiting ``timeout`` again.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    recorded = folder / OUTCOME_FILE
+    with folder.with_name(folder.name + ".lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+        if not recorded.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            started = time.monotonic()
+            try:
+                done = subprocess.run(list(command), cwd=folder, env=env, capture_output=True,
+                                      text=True, timeout=timeout, check=False)
+                code, out, err = done.returncode, done.stdout, done.stderr
+            except subprocess.TimeoutExpired as exc:
+                code, out = -1, _text(exc.stdout)
+                err = f"{command[0]}: timed out after {timeout:g}s\n{_text(exc.stderr)}"
+            outcome = Outcome(code, out, err, round(time.monotonic() - started, 3))
+            partial = folder / f".{OUTCOME_FILE}.tmp"
+            partial.write_text(json.dumps(asdict(outcome)), encoding="utf-8")
+            partial.replace(recorded)
+    return Outcome(**json.loads(recorded.read_text(encoding="utf-8")))
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+REFERENCE_RUN_ARGS = ("run", "--agent", "reference", "--keep-db", "--jobs", "2",
+                      "--runs-dir", "runs", "--run-id", "reference")
+"""The sample suite's reference run, exactly as a user types it (the bundled suite: no
+tasks.toml in its folder)."""
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """``spider2local run --agent reference --keep-db --jobs 2`` over the bundled sample suite,
+    done once per test session (the ``reference_run`` fixture) for every test that needs the
+    reference solutions built by real dbt. The run folder is shared by every test of the
+    session and must be left as it is: copy it first to change anything."""
+
+    run_dir: Path
+    outcome: Outcome
+
+    def manifest(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.run_dir / "run.json").read_text())
+        return data
+
+    def dataset(self) -> Dataset:
+        """The sample as the run loaded it: the suite file and dataset root its manifest names
+        (task dates, solutions and gold all come from there)."""
+        manifest = self.manifest()
+        suite = load_suite(Path(manifest["suite"]["path"]))
+        return load_dataset(suite.with_dataset(Path(manifest["dataset"])))
+
+
+def build_reference_run(folder: Path) -> ReferenceRun:
+    """The sample's reference run in ``folder``, run by the first process that asks."""
+    outcome = run_once(folder, [sys.executable, "-m", "spider2local", *REFERENCE_RUN_ARGS],
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900)
+    return ReferenceRun(folder / "runs" / "reference", outcome)

@@ -16,12 +16,14 @@ import pytest
 from spider2local.agents.noop import NoopAgent
 from spider2local.agents.registry import agent_names, make_agent, register
 from spider2local.dataset.load import Dataset, TaskSpec, load_dataset
+from spider2local.dataset.sample import SAMPLE_TASK_IDS
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.exceptions import UserError
 from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.run.transcript import Transcript
-from spider2local.suite.load import DEFAULT_DATE, SAMPLE, Suite, bundled_suite_path, load_suite
+from spider2local.suite.load import DEFAULT_DATE, Suite
 from spider2local.workspace.prepare import checkpoint_database, cleanup_workspace, prepare_workspace
+from tests.helpers import ReferenceRun
 
 
 def load(root: Path | str) -> Dataset:
@@ -146,20 +148,31 @@ def test_replay_builds_with_dbt_and_reports_failures(
 
 
 @pytest.mark.slow
-def test_reference_builds_the_sample_models_equal_to_gold(
-        context: Callable[[TaskSpec], AgentContext]) -> None:
-    """gym001 reads the clock: equal to gold only if dbt ran under the task's fake date."""
-    sample = load_dataset(load_suite(bundled_suite_path()).with_dataset(SAMPLE))
-    task = next(t for t in sample.tasks if t.id == "gym001")
-    assert task.date != DEFAULT_DATE
-    assert task.gold is not None
-    ctx = context(task)
-    assert {m.status for m in scan_project(ctx.workspace.project_dir).models} != {"complete"}
-    outcome = run("reference", ctx)
-    assert outcome.error is None
-    assert {m.status for m in scan_project(ctx.workspace.project_dir).models} == {"complete"}
-    checkpoint_database(ctx.workspace.database)
-    con = duckdb.connect(str(ctx.workspace.database), read_only=True)
+@pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
+def test_reference_builds_the_sample_models_equal_to_gold(reference_run: ReferenceRun,
+                                                          task_id: str) -> None:
+    """In the session's reference run (tests/conftest.py) the reference agent applied the
+    solution, ran dbt once, completed every model and built each graded table equal to gold.
+    gym001 reads the clock: equal to gold only if dbt ran under the task's fake date."""
+    assert reference_run.outcome.returncode == 0, reference_run.outcome.stderr[-3000:]
+    task = reference_run.dataset().get(task_id)
+    assert task is not None and task.gold is not None
+    assert task.solution_dir is not None
+    if task_id == "gym001":
+        assert task.date != DEFAULT_DATE
+    task_dir = reference_run.run_dir / task_id
+    assert {m.status for m in scan_project(task.project_dir).models} != {"complete"}
+    assert {m.status for m in scan_project(task_dir / "project").models} == {"complete"}
+    events = [json.loads(line) for line in (task_dir / "transcript.jsonl").read_text()
+              .splitlines()]
+    assert [e["kind"] for e in events] == ["attempt", "apply", "dbt", "dbt_result", "outcome"]
+    applied = sorted(str(p.relative_to(task.solution_dir))
+                     for p in task.solution_dir.rglob("*") if p.is_file())
+    assert events[1]["data"]["files"] == applied
+    assert events[2]["data"]["args"] == ["run"] and events[4]["data"]["error"] is None
+    run_results = json.loads((task_dir / "dbt" / "dbt-001-run.run_results.json").read_text())
+    assert {r["status"] for r in run_results["results"]} == {"success"}
+    con = duckdb.connect(str(task_dir / "result.duckdb"), read_only=True)
     con.execute(f"ATTACH '{task.gold.db}' AS gold (READ_ONLY)")
     for table in task.gold.params.condition_tabs:
         diff = con.execute(f"SELECT count(*) FROM (SELECT * FROM gold.{table} "
@@ -168,4 +181,3 @@ def test_reference_builds_the_sample_models_equal_to_gold(
         gold_total = con.execute(f"SELECT count(*) FROM gold.{table}").fetchone()
         assert diff == (0,) and total == gold_total, table
     con.close()
-    assert (ctx.workspace.artifacts / "dbt" / "dbt-001-run.run_results.json").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.dataset.sample import build as sample_build
 from spider2local.run.results import load_result, save_result
+from tests.helpers import ReferenceRun
 
-REPO = Path(__file__).resolve().parents[2]
+SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
 SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
 
 
@@ -69,6 +72,18 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def dbt_workspaces(root: int) -> set[str]:
+    """The working folders of the dbt processes below ``root``: one per task running dbt."""
+    found = set()
+    for pid in descendants(root):
+        if "dbt" in cmdline(pid):
+            try:
+                found.add(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                continue
+    return found
 
 
 def wait_for(predicate: object, limit: float, what: str) -> None:
@@ -252,18 +267,36 @@ def test_shell_gets_the_tasks_own_skills(tmp_path: Path) -> None:
 
 # -- slow: real dbt -------------------------------------------------------------------------
 @pytest.mark.slow
-def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(tmp_path: Path) -> None:
-    proc = cli("run", "--agent", "reference", "--jobs", "2", "--keep-db", "--runs-dir", "runs",
-               "--run-id", "ref", cwd=tmp_path)
+def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(
+        reference_run: ReferenceRun, tmp_path: Path) -> None:
+    """The session's `run --agent reference --jobs 2 --keep-db` (tests/conftest.py) as a user
+    sees it, then `score` on a copy of its folder (the run itself is shared: never changed)."""
+    proc = reference_run.outcome
     assert proc.returncode == 0, proc.stderr
-    run_dir = tmp_path / "runs" / "ref"
-    found = results(run_dir)
+    assert "tasks passed 4/4 (100.0%) of attempted, 4/4 (100.0%) of all selected" in proc.stdout
+    rows = {cells[0]: tuple(cells[1:4]) for cells in map(str.split, proc.stdout.splitlines())
+            if cells[:1] and cells[0] in SAMPLE_IDS}  # task, status, verdict, tables
+    assert {tid: row[:2] for tid, row in rows.items()} == dict.fromkeys(SAMPLE_IDS,
+                                                                        ("passed", "pass"))
+    found = results(reference_run.run_dir)
     assert {tid: r["status"] for tid, r in found.items()} == dict.fromkeys(SAMPLE_IDS, "passed")
     for tid in SAMPLE_IDS:
-        assert list((run_dir / tid / "dbt").glob("*run_results.json")), tid
-        assert (run_dir / tid / "result.duckdb").is_file()
-        assert list((run_dir / tid / "project" / "models").glob("*.sql"))
+        task_dir = reference_run.run_dir / tid
+        assert list((task_dir / "dbt").glob("*run_results.json")), tid
+        assert (task_dir / "result.duckdb").is_file()
+        assert list((task_dir / "project" / "models").glob("*.sql"))
+        # Stage durations: dbt ran inside the agent stage, which lies within the task's total,
+        # which lies within the command's own wall time (the transcript rounds to 10 ms).
+        durations = found[tid]["durations"]
+        assert isinstance(durations, dict)
+        events = [json.loads(x) for x in (task_dir / "transcript.jsonl").read_text().splitlines()]
+        dbt = next(e["data"]["duration"] for e in events if e["kind"] == "dbt_result")
+        assert 0 < dbt <= durations["agent"] + 0.01, (dbt, durations)
+        assert durations["agent"] <= durations["total"] <= proc.seconds, durations
+        assert rows[tid][2] == f"{found[tid]['tables_passed']}/{found[tid]['tables_total']}"
     # Tamper with one verdict and drop a kept database: score rebuilds from the databases.
+    run_dir = tmp_path / "runs" / "ref"
+    shutil.copytree(reference_run.run_dir, run_dir)
     path = run_dir / "gym001" / "result.json"
     old = load_result(path)
     assert old is not None
@@ -282,7 +315,7 @@ def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(tmp_path
 
 @pytest.mark.slow
 def test_sabotage_replay_fails_with_the_column_diagnostic(tmp_path: Path) -> None:
-    solution = REPO / "spider2local" / "dataset" / "sample" / "solutions" / "fleet001" / "models"
+    solution = SAMPLE_SOURCES / "solutions" / "fleet001" / "models"
     wrong = tmp_path / "replay" / "fleet001" / "models"
     wrong.mkdir(parents=True)
     sql = (solution / "vehicle_performance.sql").read_text()
@@ -325,7 +358,9 @@ def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
     runner = spawn(*args, cwd=tmp_path)
     try:
         wait_for(lambda: (run_dir / "bakery001" / "result.json").is_file(), 180, "bakery001")
-        wait_for(lambda: (run_dir / "fleet001" / "transcript.jsonl").is_file(), 60, "fleet001")
+        # Killed with fleet001's dbt running: the resume must find it and reap it.
+        wait_for(lambda: any("fleet001" in w for w in dbt_workspaces(runner.pid)), 60,
+                 "fleet001's dbt")
         kill_leftovers |= descendants(runner.pid)
         runner.send_signal(signal.SIGKILL)
         runner.wait(10)
@@ -359,9 +394,8 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
                    "--runs-dir", "runs", "--run-id", "i", cwd=tmp_path)
     try:
-        wait_for(lambda: any("dbt" in cmdline(p) for p in descendants(runner.pid)), 120,
-                 "a dbt child")
-        time.sleep(1.0)
+        # Both tasks' dbt running (told apart by their workspace): a fixed sleep was a guess.
+        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
         children = descendants(runner.pid)
         runner.send_signal(signal.SIGINT)
         code = runner.wait(30)

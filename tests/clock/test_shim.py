@@ -143,11 +143,12 @@ def _log_dates(stdout: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_real_dbt_through_path_fakes_run_and_compile_but_not_parse_or_deps(
-        tmp_path: Path) -> None:
+def test_real_dbt_through_path_fakes_run_but_not_parse(tmp_path: Path) -> None:
     # A parse-time macro call records the date dbt's Jinja saw into the manifest: `parse`
-    # must see today, `compile` (a faked command) the task's date. The JSON log timestamps
-    # of each process say the same from dbt's own logger.
+    # must see today, `run` (a faked command) the task's date, in its Jinja, in the table it
+    # builds and in its own JSON log timestamps. One real dbt per branch of the shim: which
+    # subcommand takes which branch (compile and the rest faked, deps unfaked) is proven above
+    # for every subcommand, with a stand-in that reports the date it sees.
     project = make_project(tmp_path / "p", {
         "today": "select current_date as d",
         "stamp": "{{ config(meta={'seen': modules.datetime.date.today().isoformat()}) }}\n"
@@ -167,14 +168,7 @@ def test_real_dbt_through_path_fakes_run_and_compile_but_not_parse_or_deps(
 
     parsed, parse_log = dbt("parse", "--no-partial-parse")
     assert parsed in real_today() and parse_log in real_today()
-    compiled, compile_log = dbt("compile", "--no-partial-parse")
-    assert compiled == compile_log == FAKE_DATE.isoformat()
-    _, run_log = dbt("run")
-    assert run_log == FAKE_DATE.isoformat()
+    ran, run_log = dbt("run", "--no-partial-parse")
+    assert ran == run_log == FAKE_DATE.isoformat()
     with duckdb.connect(str(project / "tiny.duckdb"), read_only=True) as con:
         assert con.execute("select d from today").fetchall() == [(FAKE_DATE,)]
-
-    deps = subprocess.run(["dbt", "deps", "--log-format", "json"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=LIMIT, check=False)
-    assert deps.returncode == 0, deps.stdout[-2000:]
-    assert _log_dates(deps.stdout) <= real_today()

@@ -23,11 +23,12 @@ import pytest
 import yaml
 
 from spider2local.clock.dbt import run_dbt
-from spider2local.clock.faketime import TELEMETRY_ENV, Clock, find_library, strip_fake_clock
+from spider2local.clock.faketime import TELEMETRY_ENV, strip_fake_clock
 from spider2local.dataset.load import Dataset, TaskSpec, load_dataset
 from spider2local.dataset.sample import SAMPLE_TASK_IDS, build, default_cache_dir, ensure_built
 from spider2local.evaluation import TaskScore, render_text, score_database
 from spider2local.suite.load import SAMPLE, bundled_suite_path, load_suite
+from tests.helpers import ReferenceRun
 
 PACKAGE = Path(build.__file__).resolve().parent
 CLOCK_TASK = "gym001"
@@ -250,7 +251,8 @@ def dataset(root: Path) -> Dataset:
 
 def build_solution(task: TaskSpec, dest: Path, env: Mapping[str, str]) -> Path:
     """Copy the task, lay the reference solution over it, run real ``dbt run`` through
-    :func:`spider2local.clock.dbt.run_dbt`; returns the result database."""
+    :func:`spider2local.clock.dbt.run_dbt`; returns the result database. Only for a build the
+    session's reference run does not make (the clock task at the real date)."""
     assert task.solution_dir is not None and task.gold is not None
     project = dest / task.id
     shutil.copytree(task.project_dir, project)
@@ -265,17 +267,35 @@ def official_score(task: TaskSpec, result_db: Path) -> TaskScore:
     return score_database(result_db, task.gold.db, task.gold.params)
 
 
+def dbt_dates(logs: Path) -> set[dt.date]:
+    """The dates the task's dbt processes lived in, from what they wrote themselves: every
+    JSON log line's timestamp and every run_results.json's start and end stamps."""
+    dates = {dt.date.fromisoformat(json.loads(line)["info"]["ts"][:10])
+             for log in logs.glob("dbt-*.jsonl") for line in log.read_text().splitlines()
+             if line.startswith("{")}
+    for results in logs.glob("dbt-*.run_results.json"):
+        meta = json.loads(results.read_text())["metadata"]
+        dates |= {dt.date.fromisoformat(meta[key][:10])
+                  for key in ("invocation_started_at", "generated_at")}
+    return dates
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task_id", SAMPLE_TASK_IDS)
-def test_reference_solution_passes_at_the_tasks_date(dataset: Dataset, tmp_path: Path,
+def test_reference_solution_passes_at_the_tasks_date(reference_run: ReferenceRun,
                                                      task_id: str) -> None:
-    """Every dbt process runs under the task's own date, as the runner runs it."""
+    """The session's reference run built each solution with real dbt through spider2local's
+    clock and run_dbt, as the runner runs it: every dbt process of the task lived at the
+    task's own date, and the kept database, scored officially again here, passes."""
+    assert reference_run.outcome.returncode == 0, reference_run.outcome.stderr[-3000:]
+    dataset = reference_run.dataset()
     task = dataset.get(task_id)
-    assert task is not None and task.runnable, task
+    assert task is not None and task.runnable and task.gold is not None, task
     if task_id == CLOCK_TASK:
         assert task.date == CLOCK_DATE
-    result_db = build_solution(task, tmp_path, Clock(task.date, find_library()).faked_env(
-        os.environ))
+    task_dir = reference_run.run_dir / task_id
+    assert dbt_dates(task_dir / "dbt") == {task.date}
+    result_db = task_dir / "result.duckdb"
     score = official_score(task, result_db)
     assert score.passed, render_text(score)
     assert score.tables_passed == len(evaluations(dataset.root)[task_id]["condition_tabs"])

@@ -1,0 +1,75 @@
+"""The test helpers that share one session's expensive work between its processes: they decide
+what every slow test sees, so they are tested like product code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import OUTCOME_FILE, run_once, session_folder
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def counting_command(counter: Path, pause: float = 0.0) -> list[str]:
+    """A real process that leaves one line in ``counter`` per run, then prints its cwd."""
+    return [sys.executable, "-c",
+            "import os, pathlib, sys, time\n"
+            f"with open({str(counter)!r}, 'a') as fh: fh.write(str(os.getpid()) + '\\n')\n"
+            f"time.sleep({pause})\n"
+            "print(pathlib.Path.cwd().name); print('to stderr', file=sys.stderr); sys.exit(3)"]
+
+
+def test_session_folder_is_shared_by_xdist_workers_only(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = tmp_path / "pytest-7" / "popen-gw1"
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert session_folder(worker) == tmp_path / "pytest-7"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    # Alone, the parent would be every past session's folder: the base temp is the session's.
+    assert session_folder(tmp_path / "pytest-7") == tmp_path / "pytest-7"
+
+
+def test_concurrent_processes_run_the_command_once_and_read_one_outcome(tmp_path: Path) -> None:
+    counter = tmp_path / "ran.txt"
+    folder = tmp_path / "shared" / "work"
+    asker = ("import json, sys; from dataclasses import asdict; from pathlib import Path; "
+             "from tests.helpers import run_once; "
+             f"print(json.dumps(asdict(run_once(Path({str(folder)!r}), "
+             f"{counting_command(counter, pause=1.0)!r}, timeout=60))))")
+    askers = [subprocess.Popen([sys.executable, "-c", asker], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in askers]
+    assert all(p.returncode == 0 for p in askers), [err for _, err in outputs]
+    seen = [json.loads(out) for out, _ in outputs]
+    assert len(counter.read_text().splitlines()) == 1  # one run for three processes
+    assert seen[0] == seen[1] == seen[2]
+    assert (seen[0]["returncode"], seen[0]["stdout"], seen[0]["stderr"]) == (
+        3, "work\n", "to stderr\n")  # its cwd was the folder; its failure is the outcome
+    assert seen[0]["seconds"] >= 1.0
+
+
+def test_a_recorded_outcome_is_reused_and_a_half_built_folder_is_rebuilt(tmp_path: Path) -> None:
+    counter = tmp_path / "ran.txt"
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "left-by-a-killed-worker").write_text("half")
+    first = run_once(folder, counting_command(counter), timeout=60)
+    assert not (folder / "left-by-a-killed-worker").exists()  # no outcome: built from scratch
+    assert run_once(folder, counting_command(counter), timeout=60) == first
+    assert len(counter.read_text().splitlines()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == [OUTCOME_FILE]  # no temp file left
+
+
+def test_a_timeout_is_recorded_once_not_waited_for_by_every_test(tmp_path: Path) -> None:
+    counter = tmp_path / "ran.txt"
+    folder = tmp_path / "work"
+    hung = run_once(folder, counting_command(counter, pause=30), timeout=0.5)
+    assert hung.returncode == -1 and "timed out after 0.5s" in hung.stderr
+    assert hung.seconds < 10
+    assert run_once(folder, counting_command(counter), timeout=60) == hung
+    assert len(counter.read_text().splitlines()) == 1
