@@ -2,22 +2,38 @@
 
 Verdicts equal upstream's on frames read with ``fetchdf`` (see docs/scoring.md for the rules
 and their quirks); diagnostics and notes explain failures without ever changing a verdict.
+
+The public names below load on first use (PEP 562): scoring needs pandas (about 0.3 s to
+import), and every command that only reads a dataset imports :mod:`.params` through here.
 """
 
-from spider2local.evaluation.score import score_database
-from spider2local.evaluation.serialize import from_json, render_text, to_json
-from spider2local.evaluation.verdicts import (
-    ColumnDiagnostic,
-    TableScore,
-    TaskScore,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ColumnDiagnostic",
-    "TableScore",
-    "TaskScore",
-    "from_json",
-    "render_text",
-    "score_database",
-    "to_json",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spider2local.evaluation.score import score_database
+    from spider2local.evaluation.serialize import from_json, render_text, to_json
+    from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
+
+_HOMES = {
+    "score_database": "spider2local.evaluation.score",
+    "from_json": "spider2local.evaluation.serialize",
+    "render_text": "spider2local.evaluation.serialize",
+    "to_json": "spider2local.evaluation.serialize",
+    "ColumnDiagnostic": "spider2local.evaluation.verdicts",
+    "TableScore": "spider2local.evaluation.verdicts",
+    "TaskScore": "spider2local.evaluation.verdicts",
+}
+
+__all__ = ["ColumnDiagnostic", "TableScore", "TaskScore", "from_json", "render_text",
+           "score_database", "to_json"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
