@@ -30,7 +30,6 @@ _BUILT_IN: dict[str, str] = {
     "claude": "spider2local.agents.claude.session:ClaudeAgent",
 }
 """``module:class`` of every built-in agent, imported on first use."""
-_REGISTERED: dict[str, AgentFactory] = {}
 
 
 @dataclass(frozen=True)
@@ -61,19 +60,12 @@ class Capabilities:
                                    fix="set " + " or ".join(self.credentials))
 
 
-def register(name: str, factory: AgentFactory) -> None:
-    """Make ``make_agent(name, **options)`` call ``factory(**options)``."""
-    _REGISTERED[name] = factory
-
-
 def agent_names() -> tuple[str, ...]:
-    return tuple(sorted({*_BUILT_IN, *_REGISTERED}))
+    return tuple(sorted(_BUILT_IN))
 
 
 def agent_class(name: str) -> AgentFactory:
     """The class (or factory) behind ``name``, importing its module on first use."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
     if name not in _BUILT_IN:
         raise UserError(f"unknown agent {name!r}", fix=f"choose from: {', '.join(agent_names())}")
     module, _, attr = _BUILT_IN[name].partition(":")

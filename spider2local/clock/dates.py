@@ -30,7 +30,7 @@ import duckdb
 
 from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
-from spider2local.clock.reads import ClockScan, scan_project, unshipped_models
+from spider2local.clock.reads import ClockScan, scan_clock_reads, unshipped_models
 from spider2local.dataset.load import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import profile_db_path
@@ -70,7 +70,7 @@ class Derivation:
 
 async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
     """Derive one task's date (see the module docstring). ``task`` must have gold."""
-    scan = scan_project(task.project_dir)
+    scan = scan_clock_reads(task.project_dir)
     assert task.gold is not None
     if not scan.reads_clock:
         return _clock_free(task, task.gold.db, task.gold.params.condition_tabs)

@@ -96,7 +96,7 @@ def strip_comments(text: str) -> str:
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-def scan_project(project: Path) -> ClockScan:
+def scan_clock_reads(project: Path) -> ClockScan:
     """Scan the project's models, macros and snapshots, and its vendored packages."""
     sources = list(_sources(project))
     bodies = _macro_bodies(sources)

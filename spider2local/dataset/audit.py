@@ -19,7 +19,7 @@ import anyio
 import duckdb
 
 from spider2local.clock.dates import derive_task
-from spider2local.clock.reads import scan_project
+from spider2local.clock.reads import scan_clock_reads
 from spider2local.dataset.load import Dataset, TaskSpec
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dbtproject import packages
@@ -66,7 +66,7 @@ async def audit_dataset(data: Dataset, *, baseline: bool = False) -> list[TaskAu
 
 
 async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
-    scan = await anyio.to_thread.run_sync(scan_project, task.project_dir)
+    scan = await anyio.to_thread.run_sync(scan_clock_reads, task.project_dir)
     date, method, evidence, confidence, source = await _date_info(task)
     supplied = tuple(f"{name}: {text}"
                      for name, text in packages.supplied_packages(task.project_dir).items())

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from spider2local.cli.app import cli
 from spider2local.clock.dates import derive_task, gold_candidates
-from spider2local.clock.reads import scan_project
+from spider2local.clock.reads import scan_clock_reads
 from spider2local.dataset.load import TaskSpec, load_dataset
 from spider2local.suite.load import (
     Confidence,
@@ -81,7 +81,7 @@ def _scan_for(tmp: Path, *models: str):  # type: ignore[no-untyped-def]
     (project / "dbt_project.yml").write_text("name: p\n")
     for m in models:
         (project / "models" / f"{m}.sql").write_text("select current_date")
-    return scan_project(project).models
+    return scan_clock_reads(project).models
 
 
 def test_no_evidence_means_no_date(tiny_dataset: Callable[..., Path]) -> None:

@@ -45,7 +45,7 @@ directly, through a project macro, through a package macro."""
 def test_inventory_clock_scan_and_packages_see_the_same_project(tmp_path: Path) -> None:
     project = _write(tmp_path / "legacy", LEGACY)
     found = inventory.scan_project(project)
-    clock = reads.scan_project(project)
+    clock = reads.scan_clock_reads(project)
 
     declared = {m.name for m in found.models}
     assert declared == {"orders", "ages", "stamped"}
