@@ -18,7 +18,8 @@ from typing import Any
 
 import duckdb
 
-from spider2local.dataset.load import Dataset, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import Dataset
 from spider2local.suite.load import load_suite
 
 HYPOTHESIS_PROFILE = (os.environ.get("HYPOTHESIS_PROFILE")

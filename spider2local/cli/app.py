@@ -21,7 +21,8 @@ from spider2local import __version__
 from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
-from spider2local.suite.load import Suite, default_suite_path, load_suite
+from spider2local.suite.load import default_suite_path, load_suite
+from spider2local.suite.model import Suite
 
 F = TypeVar("F", bound=Callable[..., Any])
 

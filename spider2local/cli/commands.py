@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from spider2local.cli.exits import FAILED, INTERRUPTED, OK
-from spider2local.dataset.load import Dataset, Gold
+from spider2local.dataset.task import Dataset, Gold
 from spider2local.evaluation.params import EvalParams
 from spider2local.exceptions import ScoringError, UserError
 from spider2local.report.summary import load_report, render_report, report_json

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 from spider2local.agents.registry import agent_names, capabilities, tool_version
 from spider2local.exceptions import Spider2LocalError
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 
 @dataclass(frozen=True)

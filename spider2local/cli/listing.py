@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spider2local.dataset.load import Dataset, TaskSpec
+from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.report.table import render_table
-from spider2local.suite.load import DateMethod
+from spider2local.suite.model import DateMethod
 
 
 def _date_text(task: TaskSpec) -> str:

@@ -31,11 +31,11 @@ import duckdb
 from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
 from spider2local.clock.reads import ClockScan, scan_clock_reads, unshipped_models
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import profile_db_path
 from spider2local.suite.edit import DateRecord
-from spider2local.suite.load import Confidence, DateMethod
+from spider2local.suite.model import Confidence, DateMethod
 
 BUILD_TIMEOUT = 300.0
 _PRIORITY = {DateMethod.DATE_SPINE: 3, DateMethod.AGE_COLUMN: 2, DateMethod.MONTH_SPINE: 1}

@@ -20,11 +20,11 @@ import duckdb
 
 from spider2local.clock.dates import derive_task
 from spider2local.clock.reads import scan_clock_reads
-from spider2local.dataset.load import Dataset, TaskSpec
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
+from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
-from spider2local.suite.load import Confidence, DateMethod
+from spider2local.suite.model import Confidence, DateMethod
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import duckdb
 
-from spider2local.dataset.load import EVAL_FILE, TASKS_FILE
+from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.run.results import Usage
 from spider2local.run.transcript import Transcript
 from spider2local.workspace.prepare import Workspace

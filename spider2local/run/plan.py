@@ -19,7 +19,7 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent
 from spider2local.clock.faketime import find_library
-from spider2local.dataset.load import Dataset
+from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.run.folder import (
     RunFolder,
@@ -35,7 +35,7 @@ from spider2local.run.resume import check_resumable, merged_tasks
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, suite_skills
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 T = TypeVar("T")
 

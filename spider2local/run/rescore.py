@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from spider2local.dataset.load import Dataset
+from spider2local.dataset.task import Dataset
 from spider2local.run.folder import RunFolder
 from spider2local.run.lock import run_lock
 from spider2local.run.results import Stage, Status, TaskResult, keep_traceback, save_result

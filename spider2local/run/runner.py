@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder, now_iso

@@ -17,9 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spider2local.dataset.load import Dataset, TaskSpec
+from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.exceptions import UserError
-from spider2local.suite.load import BUILTIN_SUBSETS
+from spider2local.suite.model import BUILTIN_SUBSETS
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.agents.registry import Capabilities, agent_names, capabilities
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.resources import skills_dir
 from spider2local.run.contract import AgentLimits
-from spider2local.suite.load import RunDefaults
+from spider2local.suite.model import RunDefaults
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import reap
 from spider2local.run.settings import RunSettings, suite_skills, task_skills
-from spider2local.suite.load import RunDefaults
+from spider2local.suite.model import RunDefaults
 from spider2local.workspace import prepare as ws_mod
 
 

@@ -18,14 +18,8 @@ import tomlkit
 from tomlkit.items import Table
 
 from spider2local.exceptions import SuiteError
-from spider2local.suite.load import (
-    BUILTIN_SUBSETS,
-    Confidence,
-    DateMethod,
-    Suite,
-    bundled_suite_path,
-    load_suite,
-)
+from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.suite.model import BUILTIN_SUBSETS, Confidence, DateMethod, Suite
 
 DATE_KEYS = ("date", "date_method", "date_evidence", "date_confidence")
 

@@ -1,4 +1,4 @@
-"""The suite file (``tasks.toml``): where the dataset lives, per-task settings, subsets, defaults.
+"""Read a suite file (``tasks.toml``) into :mod:`.model`'s frozen data, and find the suite file.
 
 Parsing is strict on purpose. A typo such as ``max_turn`` would otherwise silently fall back to a
 default and change a benchmark's result, so every unknown key, wrong type or bad date is a
@@ -10,8 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,94 +17,15 @@ from typing import Any, TypeVar
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
 from spider2local.suite import tomlerror
-
-SAMPLE = "sample"
-"""The dataset root value that means "the bundled sample suite"."""
-
-DEFAULT_DATE = dt.date(2024, 9, 15)
-"""Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
-exists); any fixed date beats today's, which makes results drift with the calendar."""
-
-
-
-class DateMethod(StrEnum):
-    """How a task's fake date was found (``spider2local.clock.dates`` explains each)."""
-
-    VERIFIED = "verified"
-    DATE_SPINE = "date-spine"
-    MONTH_SPINE = "month-spine"
-    AGE_COLUMN = "age-column"
-    MANUAL = "manual"
-    """Set by a person; derive-dates keeps it unless it verifies another date."""
-    CLOCK_INDEPENDENT = "clock-independent"
-    """The project never reads the clock: any date gives the same result."""
-
-
-class Confidence(StrEnum):
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
-
-
-BUILTIN_SUBSETS = ("all", "runnable", "has-gold")
-
-
-@dataclass(frozen=True)
-class RunDefaults:
-    """Run settings a suite can set; command-line options override them."""
-
-    jobs: int = 3
-    timeout: float = 1800.0
-    max_turns: int = 100
-    model: str = "claude-sonnet-4-5"
-    agent: str = "claude"
-    retries: int = 2
-    date: dt.date = DEFAULT_DATE
-    max_budget_usd: float | None = None
-    verify_rounds: int = 2
-    skills: tuple[str, ...] | None = None
-    """Skills installed for every task; ``None`` means every skill in ``skills/``."""
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """What the suite file says about one task. Every field is optional."""
-
-    date: dt.date | None = None
-    date_method: DateMethod | None = None
-    date_evidence: str | None = None
-    date_confidence: Confidence | None = None
-    exclude: str | None = None
-    note: str | None = None
-    """Free text shown by ``list --json`` and ``audit`` (e.g. a known upstream defect)."""
-    skills: tuple[str, ...] = ()
-    skip_skills: tuple[str, ...] = ()
-    solution: Path | None = None
-    timeout: float | None = None
-    max_turns: int | None = None
-
-
-@dataclass(frozen=True)
-class Suite:
-    """A parsed suite file."""
-
-    path: Path
-    dataset: str | Path
-    """``SAMPLE`` or the absolute path of an upstream ``spider2-dbt`` folder."""
-    defaults: RunDefaults = field(default_factory=RunDefaults)
-    tasks: Mapping[str, TaskSettings] = field(default_factory=dict)
-    subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    sha256: str = ""
-
-    def settings(self, task_id: str) -> TaskSettings:
-        return self.tasks.get(task_id, TaskSettings())
-
-    def with_dataset(self, dataset: str | Path | None) -> Suite:
-        """Return a copy whose dataset root is overridden (the ``--dataset`` option)."""
-        if dataset is None:
-            return self
-        root: str | Path = SAMPLE if str(dataset) == SAMPLE else Path(dataset).expanduser()
-        return Suite(self.path, root, self.defaults, self.tasks, self.subsets, self.sha256)
+from spider2local.suite.model import (
+    BUILTIN_SUBSETS,
+    SAMPLE,
+    Confidence,
+    DateMethod,
+    RunDefaults,
+    Suite,
+    TaskSettings,
+)
 
 
 def bundled_suite_path() -> Path:

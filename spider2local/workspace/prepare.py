@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 
 from spider2local.clock.faketime import Clock, find_library
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from spider2local.cli.listing import listing_json, listing_text
 from spider2local.dataset.load import load_dataset
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 
 def test_listing_shows_problem_messages_and_graded_tables(

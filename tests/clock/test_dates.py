@@ -15,14 +15,10 @@ from click.testing import CliRunner
 from spider2local.cli.app import cli
 from spider2local.clock.dates import derive_task, gold_candidates
 from spider2local.clock.reads import scan_clock_reads
-from spider2local.dataset.load import TaskSpec, load_dataset
-from spider2local.suite.load import (
-    Confidence,
-    DateMethod,
-    Suite,
-    bundled_suite_path,
-    load_suite,
-)
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import TaskSpec
+from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.suite.model import Confidence, DateMethod, Suite
 from tests.helpers import make_duckdb, write_task
 
 SPINE = "select cast(range as date) as d from range(date '2024-01-01', {end}, interval 1 day)"

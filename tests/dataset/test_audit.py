@@ -14,7 +14,8 @@ from spider2local.cli.app import cli
 from spider2local.dataset.audit import TaskAudit, audit_dataset, suggested_subsets
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.problems import Problem, ProblemKind
-from spider2local.suite.load import Suite, load_suite
+from spider2local.suite.load import load_suite
+from spider2local.suite.model import Suite
 from tests.helpers import make_duckdb
 
 

@@ -15,7 +15,7 @@ from spider2local.dataset.install import Action, FileKind, resolve_spider2_dbt, 
 from spider2local.dataset.load import load_dataset
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 from tests.helpers import make_duckdb
 
 TASKS = ("shop001", "bank001", "misnamed001", "nogold001")

@@ -17,7 +17,8 @@ from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.db.header import max_storage_version
 from spider2local.evaluation.params import EvalConfigError, parse_eval
 from spider2local.exceptions import DatasetError
-from spider2local.suite.load import Suite, load_suite
+from spider2local.suite.load import load_suite
+from spider2local.suite.model import Suite
 
 
 def suite_for(root: Path, tmp_path: Path, extra: str = "") -> Suite:

@@ -24,10 +24,12 @@ import yaml
 
 from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import TELEMETRY_ENV, strip_fake_clock
-from spider2local.dataset.load import Dataset, TaskSpec, load_dataset
+from spider2local.dataset.load import load_dataset
 from spider2local.dataset.sample import SAMPLE_TASK_IDS, build, default_cache_dir, ensure_built
+from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.evaluation import TaskScore, render_text, score_database
-from spider2local.suite.load import SAMPLE, bundled_suite_path, load_suite
+from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.suite.model import SAMPLE
 from tests.helpers import ReferenceRun
 
 PACKAGE = Path(build.__file__).resolve().parent

@@ -26,7 +26,7 @@ from spider2local.run.results import (
 )
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
-from spider2local.suite.load import Suite, TaskSettings
+from spider2local.suite.model import Suite, TaskSettings
 
 
 def write_run(root: Path) -> RunFolder:

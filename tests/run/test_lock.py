@@ -21,7 +21,7 @@ from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 HOLDER = """
 import sys

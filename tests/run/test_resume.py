@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 from spider2local.agents.noop import NoopAgent
-from spider2local.dataset.load import Dataset, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
@@ -20,7 +21,7 @@ from spider2local.run.progress import Progress
 from spider2local.run.resume import MUST_MATCH, check_resumable, differences, merged_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s"},
                         "prompts_sha256": "p", "skills_sha256": "k",

@@ -20,7 +20,8 @@ import duckdb
 import pytest
 
 from spider2local.agents.noop import NoopAgent
-from spider2local.dataset.load import TaskSpec, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import TaskSpec
 from spider2local.proc.run import run_process
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder
@@ -30,7 +31,7 @@ from spider2local.run.results import ErrorKind, Stage, Status, TaskResult, Usage
 from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 
 
 def quiet() -> Progress:
@@ -382,7 +383,8 @@ def test_claude_agent_overloaded_api_is_retried_with_usage_summed(
     """The real SDK + bundled CLI: the first session meets HTTP 529 before any turn (the CLI's
     own retries off), the runner starts a fresh one, which answers; both are accounted for."""
     from spider2local.agents.registry import make_agent
-    from spider2local.suite.load import SAMPLE, bundled_suite_path, load_suite
+    from spider2local.suite.load import bundled_suite_path, load_suite
+    from spider2local.suite.model import SAMPLE
     from spider2local.testing import FakeAnthropic, HttpError, reply, route_by_system
 
     data = load_dataset(load_suite(bundled_suite_path()).with_dataset(SAMPLE))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from spider2local.dataset.load import Dataset, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.run.selection import Shard, parse_shard, select_tasks
-from spider2local.suite.load import Suite, TaskSettings
+from spider2local.suite.model import Suite, TaskSettings
 from tests.helpers import write_task
 
 IDS = ("t05", "t01", "t03", "t02", "t04", "t06", "t07")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from spider2local.dataset.load import TaskSpec, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.run.settings import RunSettings, available_skills, check_skills, task_skills
-from spider2local.suite.load import RunDefaults, Suite, TaskSettings
+from spider2local.suite.model import RunDefaults, Suite, TaskSettings
 
 
 @pytest.fixture

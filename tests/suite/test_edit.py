@@ -16,7 +16,8 @@ from spider2local.suite.edit import (
     unified_diff,
     write_suite,
 )
-from spider2local.suite.load import Confidence, DateMethod, load_suite
+from spider2local.suite.load import load_suite
+from spider2local.suite.model import Confidence, DateMethod
 
 SUITE = """# curated by hand
 schema = 1

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from spider2local.exceptions import SuiteError
-from spider2local.suite.load import (
-    SAMPLE,
-    Confidence,
-    DateMethod,
-    bundled_suite_path,
-    default_suite_path,
-    load_suite,
-)
+from spider2local.suite.load import bundled_suite_path, default_suite_path, load_suite
+from spider2local.suite.model import SAMPLE, Confidence, DateMethod
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -16,12 +16,13 @@ import duckdb
 import pytest
 
 from spider2local.clock.faketime import FAKE_DATE_ENV
-from spider2local.dataset.load import Dataset, TaskSpec, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.db.snapshot import DbSnapshot, snapshot_database
 from spider2local.dbtproject.inventory import ProjectScan
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir
-from spider2local.suite.load import SAMPLE, Suite
+from spider2local.suite.model import SAMPLE, Suite
 from spider2local.workspace import prepare as wsmod
 from spider2local.workspace.prepare import (
     checkpoint_database,

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
-from spider2local.dataset.load import TaskSpec
+from spider2local.dataset.task import TaskSpec
 from spider2local.db.snapshot import DbSnapshot
 from spider2local.dbtproject.inventory import ModelStatus, ProjectScan
 from spider2local.resources import prompts_dir

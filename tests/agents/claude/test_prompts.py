@@ -12,7 +12,7 @@ import yaml
 from spider2local.agents.claude import prompts
 from spider2local.dataset.load import load_dataset
 from spider2local.resources import prompts_dir, skills_dir
-from spider2local.suite.load import Suite
+from spider2local.suite.model import Suite
 from spider2local.workspace.prepare import Workspace, cleanup_workspace, prepare_workspace
 
 SECRET_TABLE = "graded_secret_orders"

@@ -21,12 +21,14 @@ import pytest
 from spider2local.agents.claude import prompts
 from spider2local.agents.claude.support import MARKER_ENV, SessionState, cli_env
 from spider2local.agents.registry import capabilities, make_agent
-from spider2local.dataset.load import TaskSpec, load_dataset
+from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
 from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.run.transcript import Transcript
-from spider2local.suite.load import SAMPLE, bundled_suite_path, load_suite
+from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.suite.model import SAMPLE
 from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
 from spider2local.workspace.prepare import (
     Workspace,
