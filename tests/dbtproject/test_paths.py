@@ -163,3 +163,22 @@ def test_real_projects_use_the_pre_1_0_keys(shared_dataset: Path) -> None:
     assert paths.config_problem is None and paths.name == "mrr_project"
     assert (paths.models, paths.seeds, paths.macros) == (
         (project / "models",), (project / "data",), (project / "macros",))
+
+
+def test_models_in_sub_folders_named_docs_or_tests_are_models_for_both_scans(
+        tmp_path: Path) -> None:
+    # Review R2: dbt builds every .sql under model-paths, whatever its sub-folder is called. The
+    # inventory counts models/docs/daily.sql as a complete model, but the clock-read scan skips
+    # sub-folders named docs/tests/integration_tests/... (its own _SKIPPED_DIRS, a second rule
+    # of "which files are models"), so the project is called clock-independent.
+    project = _write(tmp_path / "p", {
+        "dbt_project.yml": "name: p\n",
+        "models/docs/daily.sql": "select\n  current_date as d\n",
+        "models/tests/stamp.sql": "select\n  now() as t\n",
+        "models/schema.yml": "version: 2\nmodels:\n  - name: daily\n  - name: stamp\n"})
+    declared = {m.name for m in inventory.scan_project(project).models
+                if m.status == inventory.ModelStatus.COMPLETE}
+    clock = reads.scan_clock_reads(project)
+    assert declared == {"daily", "stamp"}
+    assert set(clock.models) == declared
+    assert clock.reads_clock
