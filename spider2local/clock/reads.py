@@ -35,8 +35,6 @@ and ``current_timestamp_backcompat`` match ``current_timestamp\\w*``)."""
 _COMMENT = re.compile(r"\{#.*?#\}|/\*.*?\*/|--[^\n]*", re.DOTALL)
 _MACRO = re.compile(r"\{%-?\s*macro\s+(\w+)\s*\((.*?)\{%-?\s*endmacro", re.DOTALL)
 _CALL = re.compile(r"\b(\w+)\s*\(")
-_SKIPPED_DIRS = frozenset({"integration_tests", "tests", "docs", "target", "logs", "dbt_packages",
-                           ".git"})
 
 
 @dataclass(frozen=True)
@@ -210,7 +208,7 @@ def _folder_sources(project: Path, paths: ProjectPaths) -> Iterator[_Source]:
     kinds = [(paths.models, True), (paths.snapshots, True), (paths.macros, False)]
     for folders, is_model in kinds:
         for folder in folders:
-            for path in paths.files((folder,), (".sql",), skip_dirs=_SKIPPED_DIRS):
+            for path in paths.files((folder,), (".sql",)):
                 try:
                     text = path.read_text(encoding="utf-8", errors="replace")
                 except OSError:

@@ -26,6 +26,9 @@ from typing import Any
 from spider2local.dbtproject.files import project_config
 
 PACKAGES_DEFAULT = "dbt_packages"
+BUILD_DIRS = frozenset({"target", "logs", ".git"})
+"""What dbt writes (``target-path``, ``log-path``) or git keeps, never sources, also when a
+model folder is the project root."""
 
 
 @dataclass(frozen=True)
@@ -63,19 +66,20 @@ class ProjectPaths:
                  if folder.is_dir() and not folder.name.startswith("__"))
         return tuple(p for p in found if p.config_problem is None)
 
-    def files(self, folders: tuple[Path, ...], suffixes: tuple[str, ...], *,
-              skip_dirs: frozenset[str] = frozenset()) -> Iterator[Path]:
+    def files(self, folders: tuple[Path, ...], suffixes: tuple[str, ...]) -> Iterator[Path]:
         """The files with ``suffixes`` under ``folders``, sorted: the one walk of a project's
-        files for every scan. Never inside :attr:`packages_dir` (a ``model-paths: ["."]``
-        would otherwise make the vendored packages the project's own; they are projects of
-        their own, see :meth:`packages`), nor in a sub-folder named in ``skip_dirs``."""
+        files for every scan, the files dbt itself parses. Never inside :attr:`packages_dir`
+        (a ``model-paths: ["."]`` would otherwise make the vendored packages the project's
+        own; they are projects of their own, see :meth:`packages`), nor in build output
+        (:data:`BUILD_DIRS`); a sub-folder called ``docs`` or ``tests`` holds models like any
+        other, as ``dbt ls`` shows."""
         for folder in folders:
             if not folder.is_dir():
                 continue
             for path in sorted(folder.rglob("*")):
                 if (path.suffix in suffixes and path.is_file()
                         and not path.is_relative_to(self.packages_dir)
-                        and not set(path.relative_to(folder).parts[:-1]) & skip_dirs):
+                        and not set(path.relative_to(folder).parts[:-1]) & BUILD_DIRS):
                     yield path
 
 
