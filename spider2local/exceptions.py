@@ -53,10 +53,6 @@ class ResourceMissing(UserError, FileNotFoundError):
     working."""
 
 
-class ProcessTimeout(Spider2LocalError):
-    """A child process outlived its deadline and was killed with its whole process group."""
-
-
 class DbtError(Spider2LocalError):
     """dbt could not be started or produced no usable output."""
 

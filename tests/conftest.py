@@ -18,8 +18,8 @@ from tests.helpers import (
     write_task,
 )
 
-settings.register_profile("dev", print_blob=True)
-settings.register_profile("ci", print_blob=True, derandomize=False)
+settings.register_profile("dev", max_examples=25, print_blob=True)
+settings.register_profile("ci", max_examples=100, print_blob=True)
 settings.load_profile(HYPOTHESIS_PROFILE)
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "spider2-dbt"

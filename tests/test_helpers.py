@@ -73,3 +73,13 @@ def test_a_timeout_is_recorded_once_not_waited_for_by_every_test(tmp_path: Path)
     assert hung.seconds < 10
     assert run_once(folder, counting_command(counter), timeout=60) == hung
     assert len(counter.read_text().splitlines()) == 1
+
+
+def test_the_hypothesis_profile_follows_the_environment() -> None:
+    # The quick loop draws few examples, CI (CI set, or HYPOTHESIS_PROFILE=ci) the full plans.
+    from hypothesis import settings
+
+    from tests.helpers import FULL_PROPERTIES, HYPOTHESIS_PROFILE
+
+    assert settings.default.max_examples == (100 if FULL_PROPERTIES else 25)
+    assert (HYPOTHESIS_PROFILE == "ci") == FULL_PROPERTIES

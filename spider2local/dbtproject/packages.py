@@ -172,8 +172,7 @@ def _judge(req: PackageRequirement, sibling: Path, folder: Path) -> tuple[int, S
     pin, have = _pin(req.constraints), _version(version)
     if pin is not None and pin == have:
         return 2, Supply(req, sibling.name, folder, version, f"exact {version}")
-    allowed = _allowed(req.constraints)
-    ok = not req.constraints or (allowed is not None and _contains(allowed, have))
+    ok = satisfies(version, req.constraints)
     note = f"{version} within {_wanted(req)}"
     return (1 if ok else 0), Supply(req, sibling.name, folder, version, note)
 
@@ -199,15 +198,22 @@ def vendored_version(folder: Path, declared: PackageRequirement | None) -> str |
     return str(version) if version is not None else None
 
 
-def version_satisfies(version: str, constraint: str) -> bool:
-    """``version`` meets one constraint such as ``>=0.11.0``, ``<2.0.0`` or ``==1.0.0``.
+def satisfies(version: str, constraints: tuple[str, ...]) -> bool:
+    """Whether a vendored ``version`` can stand in for a declaration with ``constraints``
+    (the hub's ``version:``, one string or a list): the one rule setup uses.
 
-    dbt's spellings are accepted: a bare version and ``=`` mean exactly it, a ``v`` prefix is
-    allowed. Anything unparsable on either side is unsatisfied, never an exception: a guess
-    could supply a package whose macros the project does not expect.
+    dbt's spellings are accepted: ``=`` is ``==``, a ``v`` prefix is allowed; a lone bare pin
+    ``X.Y.Z`` also accepts semver-compatible releases (see :func:`_allowed`); no constraint
+    accepts any version. Anything unparsable is unsatisfied, never an exception: a guess could
+    supply a package whose macros the project does not expect.
     """
-    spec = _specifier(constraint)
-    return spec is not None and _contains(spec, _version(version))
+    have = _version(version)
+    if have is None:
+        return False
+    if not constraints:
+        return True
+    allowed = _allowed(constraints)
+    return allowed is not None and _contains(allowed, have)
 
 
 def _allowed(constraints: tuple[str, ...]) -> SpecifierSet | None:

@@ -8,8 +8,8 @@ group is killed (SIGTERM, a short grace, SIGKILL) inside a shielded scope: no or
 
 A timeout is not an exception: it is the ordinary result of a slow task, so it comes back as a
 :class:`ProcessResult` with ``timed_out=True`` (returncode is then the negative signal number).
-Callers that prefer an exception call :meth:`ProcessResult.raise_on_timeout`. Cancellation is
-propagated after the cleanup. A missing executable raises the usual ``OSError`` from the start.
+Cancellation is propagated after the cleanup. A missing executable raises the usual
+``OSError`` from the start.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from spider2local.exceptions import ProcessTimeout
 from spider2local.proc.kill import KILL_GRACE, akill_processes
 from spider2local.proc.procfs import group_members
 
@@ -52,13 +51,6 @@ class ProcessResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
-
-    def raise_on_timeout(self) -> ProcessResult:
-        """Return self, or raise :class:`ProcessTimeout` if the deadline killed the process."""
-        if self.timed_out:
-            raise ProcessTimeout(f"{self.args[0]} timed out after {self.duration:.1f}s "
-                                 "and was killed with its process group")
-        return self
 
 
 class _Tail:

@@ -177,10 +177,10 @@ def test_missing_packages_supplied_from_compatible_siblings(tmp_path: Path) -> N
 
 
 def test_version_rules() -> None:
-    assert packages.version_satisfies("0.2.9", ">=0.2.0")
-    assert not packages.version_satisfies("0.3.0", "<0.3.0")
-    assert packages.version_satisfies("1.1.1", "1.1.1")
-    assert not packages.version_satisfies("nonsense", ">=1.0.0")
+    assert packages.satisfies("0.2.9", (">=0.2.0",))
+    assert not packages.satisfies("0.3.0", ("<0.3.0",))
+    assert packages.satisfies("1.1.1", ("1.1.1",))
+    assert not packages.satisfies("nonsense", (">=1.0.0",))
     assert packages.vendored_version(Path("/nonexistent"), None) is None
 
 

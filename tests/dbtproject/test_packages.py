@@ -11,8 +11,11 @@ from spider2local.dbtproject import packages
 
 
 @pytest.mark.parametrize(("version", "constraint", "ok"), [
-    ("1.0.0", "1.0.0", True),  # a bare version means exactly it
-    ("1.0.1", "1.0.0", False),
+    ("1.0.0", "1.0.0", True),  # a lone bare pin: it, or a semver-compatible release
+    ("1.0.1", "1.0.0", True),
+    ("2.0.0", "1.0.0", False),
+    ("0.8.3", "0.8.0", True),  # below 1.0 the minor is the compatibility line
+    ("0.9.0", "0.8.0", False),
     ("1.0.0", "=1.0.0", True),  # dbt's = is ==
     ("1.0.0", " = 1.0", True),
     ("v1.2.0", ">=v1.1.0", True),  # a v prefix on either side
@@ -26,7 +29,14 @@ from spider2local.dbtproject import packages
     ("1.0.0", "=>1.0.0", False),
 ])
 def test_version_satisfies(version: str, constraint: str, ok: bool) -> None:
-    assert packages.version_satisfies(version, constraint) is ok
+    assert packages.satisfies(version, (constraint,)) is ok
+
+
+def test_several_constraints_and_none() -> None:
+    assert packages.satisfies("1.1.1", (">=1.0.0", "<2.0.0"))
+    assert not packages.satisfies("2.0.0", (">=1.0.0", "<2.0.0"))
+    assert packages.satisfies("0.1.0", ())
+    assert not packages.satisfies("nonsense", ())
 
 
 def _vendor(project: Path, folder: str, version: str, *, pin: str | None = None) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from spider2local.exceptions import ProcessTimeout
 from spider2local.proc.run import group_members, kill_process_group, run_process
 
 pytestmark = pytest.mark.anyio
@@ -99,8 +98,6 @@ async def test_timeout_kills_the_whole_group_and_is_reported(tmp_path: Path) -> 
     assert group_members(result.pid) == []
     background = _read_pid(pidfile)
     assert background is not None and _process_gone(background)
-    with pytest.raises(ProcessTimeout, match="timed out"):
-        result.raise_on_timeout()
 
 
 async def test_sigterm_ignoring_group_gets_sigkill_after_grace() -> None:
