@@ -87,6 +87,11 @@ def tool_version(name: str) -> str | None:
     return probe() if probe is not None else None
 
 
+def takes_option(name: str, option: str) -> bool:
+    """Whether the agent's class accepts ``option`` (a keyword of its constructor)."""
+    return option in inspect.signature(agent_class(name)).parameters
+
+
 def make_agent(name: str, **options: Any) -> Agent:
     """Build the agent called ``name``; unknown names and options are one-line UserErrors."""
     factory = agent_class(name)

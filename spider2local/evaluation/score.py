@@ -34,12 +34,12 @@ def score_database(result_db: Path, gold_db: Path, params: EvalParams) -> TaskSc
     """
     _check_params(params, gold_db)
     gold_frames = _read_gold(gold_db, params.condition_tabs)
-    outcome = _read_result(result_db, params.condition_tabs)
-    if isinstance(outcome, str):
-        tables = tuple(TableScore(name, False, len(frame), None, error=outcome)
+    try:
+        reads, relations = _read_result(result_db, params.condition_tabs)
+    except _Unopenable as exc:
+        tables = tuple(TableScore(name, False, len(frame), None, error=exc.reason)
                        for name, frame in zip(params.condition_tabs, gold_frames, strict=True))
-        return TaskScore(False, tables, error=outcome)
-    reads, relations = outcome
+        return TaskScore(False, tables, error=exc.reason)
     tables = tuple(
         score_table(name, gold, read, cols, ignore, relations)
         for name, gold, read, cols, ignore in zip(
@@ -106,14 +106,23 @@ def _gold_positions(cols: Sequence[int], width: int) -> list[int]:
     return positions
 
 
+class _Unopenable(Exception):
+    """The result file cannot be opened at all (a verdict of 0, not an error of ours)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _read_result(result_db: Path,
-                 tables: Sequence[str]) -> str | tuple[list[TableRead], list[str]]:
-    """Every graded table of the result (and, if one is missing, the names present), or why
-    the file cannot be opened at all."""
+                 tables: Sequence[str]) -> tuple[list[TableRead], list[str]]:
+    """Every graded table of the result (and, if one is missing, the names present); raises
+    :class:`_Unopenable` with the reason when the file cannot be opened at all."""
     try:
         result = Database(result_db)
     except Exception as exc:
-        return f"cannot open result database {result_db}: {exc}".splitlines()[0]
+        raise _Unopenable(f"cannot open result database {result_db}: {exc}".splitlines()[0]) \
+            from exc
     with result:
         reads = [result.read(name) for name in tables]
         relations = result.relation_names() if any(r.missing for r in reads) else []

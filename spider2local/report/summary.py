@@ -29,12 +29,21 @@ class NotAttempted(StrEnum):
     """It could run but has no result yet (interrupted; a resume runs it)."""
 
 
+class Verdict(StrEnum):
+    """The official verdict as the table shows it."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NONE = "-"
+    """Not scored: no gold, an error before scoring, or no result at all."""
+
+
 @dataclass(frozen=True)
 class Row:
     task_id: str
     status: Status | NotAttempted
     """The result's status, or why there is no result."""
-    verdict: str
+    verdict: Verdict
     tables_passed: int
     tables_total: int
     seconds: float | None
@@ -64,10 +73,10 @@ class RunReport:
     cost_usd: float | None
 
 
-def _verdict(result: TaskResult) -> str:
+def _verdict(result: TaskResult) -> Verdict:
     if result.passed is None:
-        return "-"
-    return "pass" if result.passed else "fail"
+        return Verdict.NONE
+    return Verdict.PASS if result.passed else Verdict.FAIL
 
 
 def _row(result: TaskResult, graded: int) -> Row:
@@ -94,17 +103,17 @@ def build_rows(selection: Sequence[Mapping[str, Any]],
         if tid in results:
             rows.append(_row(results[tid], graded))
         elif item.get("skipped"):
-            rows.append(Row(tid, NotAttempted.SKIPPED, "-", 0, graded, None, None,
+            rows.append(Row(tid, NotAttempted.SKIPPED, Verdict.NONE, 0, graded, None, None,
                             str(item["skipped"])))
         else:
-            rows.append(Row(tid, NotAttempted.NOT_RUN, "-", 0, graded, None, None))
+            rows.append(Row(tid, NotAttempted.NOT_RUN, Verdict.NONE, 0, graded, None, None))
     return rows
 
 
 def compute_rates(rows: Sequence[Row]) -> Rates:
     attempted = [r for r in rows if isinstance(r.status, Status)]
     return Rates(
-        tasks_passed=sum(r.verdict == "pass" for r in rows),
+        tasks_passed=sum(r.verdict is Verdict.PASS for r in rows),
         tasks_attempted=len(attempted), tasks_total=len(rows),
         tables_passed=sum(r.tables_passed for r in rows),
         tables_attempted=sum(r.tables_total for r in attempted),

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from spider2local.agents.registry import capabilities, make_agent
+from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
@@ -141,11 +141,12 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     ``overrides`` are RunSettings fields (None means "the suite's default")."""
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
-    if replay_dir is not None:
-        if name != "replay":
-            raise UserError("--replay-dir only applies to --agent replay")
-        options["replay_dir"] = replay_dir
     caps = capabilities(name)  # an unknown name fails here, with one line
+    if replay_dir is not None:
+        if not takes_option(name, "replay_dir"):
+            raise UserError(f"--replay-dir does not apply to --agent {name}",
+                            fix="it is an option of the agents that replay files (--agent replay)")
+        options["replay_dir"] = replay_dir
     caps.check_credentials(name, os.environ)
     make_agent(name, **options)  # fails now, with one line, on a bad agent or option
     find_library()  # every task needs the fake clock: fail once here, not once per task

@@ -17,7 +17,7 @@ from typing import TextIO
 import anyio
 
 from spider2local.run.contract import UsageMeter
-from spider2local.run.results import TaskResult
+from spider2local.run.results import Stage, TaskResult
 
 REFRESH = 0.5
 
@@ -53,12 +53,12 @@ class Progress:
         self.running[task_id] = _Running("start", time.monotonic())
         self._event(task_id, "started")
 
-    def stage(self, task_id: str, stage: str, meter: UsageMeter | None = None) -> None:
-        state = self.running.setdefault(task_id, _Running(stage, time.monotonic()))
-        state.stage = stage
+    def stage(self, task_id: str, stage: Stage, meter: UsageMeter | None = None) -> None:
+        state = self.running.setdefault(task_id, _Running(stage.value, time.monotonic()))
+        state.stage = stage.value
         if meter is not None:
             state.meter = meter
-        self._event(task_id, stage)
+        self._event(task_id, stage.value)
 
     def note(self, task_id: str, message: str) -> None:
         self._log(f"{task_id}: {message}", force=True)

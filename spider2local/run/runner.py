@@ -110,7 +110,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     """Prepare a fresh workspace and run the agent once."""
     task = state.task
     state.attempts += 1
-    progress.stage(task.id, Stage.PREPARE.value)
+    progress.stage(task.id, Stage.PREPARE)
     # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
     # it returned would lose the workspace it made (never cleaned up).
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
@@ -123,7 +123,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript)
-    progress.stage(task.id, Stage.AGENT.value, ctx.meter)
+    progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
     await areap(ws.root)
@@ -157,7 +157,7 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
     task, ws = state.task, state.ws
     assert ws is not None
     if ws.database.is_file():
-        progress.stage(task.id, Stage.CHECKPOINT.value)
+        progress.stage(task.id, Stage.CHECKPOINT)
         try:
             with _Stopwatch(state, "checkpoint"):
                 await in_thread(ws_mod.checkpoint_database, ws.database)
@@ -165,7 +165,7 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
             return _error(state, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return {"status": Status.UNSCORED}
-    progress.stage(task.id, Stage.SCORE.value)
+    progress.stage(task.id, Stage.SCORE)
     try:
         with _Stopwatch(state, "score"):
             score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)

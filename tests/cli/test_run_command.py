@@ -148,7 +148,7 @@ def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path
     (["--subset", "nosuch"], "unknown subset 'nosuch'"),
     (["--shard", "5/4"], "--shard 5/4"),
     (["--agent", "replay"], "replay agent needs a folder"),
-    (["--agent", "noop", "--replay-dir", "."], "--replay-dir only applies to --agent replay"),
+    (["--agent", "noop", "--replay-dir", "."], "--replay-dir does not apply to --agent noop"),
     (["--run-id", "../up"], "--run-id '../up' is not a plain folder name"),
     (["--runs-dir", "/proc/spider2local-x"], "cannot write the run folder"),
 ])
