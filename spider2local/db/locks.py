@@ -2,10 +2,11 @@
 
 A running ``dbt run`` (the agent's, or one just killed) holds DuckDB's exclusive file lock, which
 blocks even read-only readers. Three places wait on it: the start-database snapshot (then reads a
-copy), the checkpoint before scoring (then fails as infrastructure) and the agent's query child
-(then tells the agent). They share this one test and this one retry loop, so a corrupt file
-("Corrupt database file ... in block ...": "block" holds "lock") is never mistaken for a lock
-and waited on, and the three never drift apart on what a lock looks like.
+copy), the checkpoint before scoring (then a ScoringError, recorded as the task's checkpoint error
+with its traceback in error.txt) and the agent's query child (then tells the agent). They share
+this one test and this one retry loop, so a corrupt file ("Corrupt database file ... in block
+...": "block" holds "lock") is never mistaken for a lock and waited on, and the three never drift
+apart on what a lock looks like.
 
 The query child (``python -m spider2local.agents.claude.dbtools``) imports this module on every
 agent query, so it imports only the standard library: duckdb is never needed to recognise the

@@ -206,9 +206,9 @@ def checkpoint_database(db: Path) -> None:
         retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
     except DatabaseLocked as locked:
         raise ScoringError(f"{db}: still locked by another process after "
-                           f"{locked.waited:.1f}s; cannot checkpoint") from None
+                           f"{locked.waited:.1f}s; cannot checkpoint") from locked
     except duckdb.Error as exc:  # corrupt or not DuckDB: waiting would not help
-        raise ScoringError(f"{db}: cannot checkpoint: {exc}") from None
+        raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
 
 
 def _checkpoint(db: Path) -> None:
