@@ -96,6 +96,16 @@ def hold_lock(db: Path) -> Iterator[Callable[[], None]]:
         release()
 
 
+
+def heavy_imports(modules: Sequence[str], watched: Sequence[str]) -> list[str]:
+    """Which of ``watched`` a fresh interpreter has loaded after importing ``modules``: what
+    every process importing them (a CLI call, a query child) pays for at start-up."""
+    code = (f"import sys; import {', '.join(modules)}; "
+            f"print(','.join(sorted(m for m in {list(watched)!r} if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    return [m for m in out.stdout.strip().split(",") if m]
+
 # --- work done once per test session -------------------------------------------------------
 
 

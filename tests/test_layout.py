@@ -8,10 +8,10 @@ import runs after every module has loaded and cannot deadlock an import).
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.helpers import heavy_imports
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spider2local"
 TOP_LEVEL_ALLOWED = {"__init__", "__main__", "exceptions", "resources"}
@@ -126,12 +126,9 @@ def test_the_checks_can_fail() -> None:
 def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -> None:
     # Every CLI call and every query child pays its imports: the loader must not drag in the
     # scorer's pandas (0.3 s) nor the Claude SDK. `evaluation` loads its public names lazily.
-    code = ("import sys; import spider2local.cli.app, spider2local.dataset.load, "
-            "spider2local.cli.listing, spider2local.agents.claude.dbtools; "
-            "print(sorted({'pandas', 'claude_agent_sdk', 'dbt'} & set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    assert heavy_imports(["spider2local.cli.app", "spider2local.dataset.load",
+                          "spider2local.cli.listing", "spider2local.agents.claude.dbtools"],
+                         ["pandas", "claude_agent_sdk", "dbt"]) == []
     from spider2local import evaluation
 
     assert callable(evaluation.score_database) and "score_database" in evaluation.__all__

@@ -17,7 +17,7 @@ from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry
 from spider2local.db.snapshot import snapshot_database
 from spider2local.exceptions import DatasetError, ScoringError
 from spider2local.workspace.prepare import checkpoint_database
-from tests.helpers import hold_lock, make_duckdb
+from tests.helpers import heavy_imports, hold_lock, make_duckdb
 
 FIRST_BLOCK = 3 * 4096
 """DuckDB's file: a main header and two database headers of 4 KiB each, then the blocks, each
@@ -159,12 +159,5 @@ def test_query_tool_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path)
 
 def test_locks_imports_nothing_heavy() -> None:
     """The query child imports this on every agent query: the standard library only."""
-    import subprocess
-    import sys
-
-    code = ("import sys, spider2local.db.locks, spider2local.db.sql; "
-            "print(sorted(m for m in ('duckdb', 'pandas', 'numpy', 'anyio', 'dbt') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    assert heavy_imports(["spider2local.db.locks", "spider2local.db.sql"],
+                         ["duckdb", "pandas", "numpy", "anyio", "dbt"]) == []
