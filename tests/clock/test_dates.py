@@ -65,10 +65,74 @@ def test_heuristics_without_rebuild(tiny_dataset: Callable[..., Path], tmp_path:
         "noise": "select date '2024-01-01' + cast(i * i as integer) as d, i from range(5) r(i)"})
     found = {c.model: c for c in gold_candidates(gold, _scan_for(tmp_path, "months", "ages",
                                                                 "noise"))}
-    assert (found["months"].method, found["months"].window) == (
-        "month-spine", (dt.date(2024, 2, 1), dt.date(2024, 2, 29)))
+    assert (found["months"].method, found["months"].window, found["months"].date) == (
+        "month-spine", (dt.date(2024, 2, 1), dt.date(2024, 2, 29)), dt.date(2024, 2, 1))
     assert (found["ages"].method, found["ages"].date) == ("age-column", dt.date(2024, 5, 1))
     assert "noise" not in found
+
+
+DBT_UTILS_SPINE = """{{{{ config(materialized='table') }}}}
+with spine as (
+    {{{{ dbt_utils.date_spine(
+        datepart="{part}",
+        start_date="cast('2024-01-01' as date)",
+        end_date="{end}"
+    ) }}}}
+)
+select cast(date_{part} as date) as date_{part} from spine
+"""
+"""The shape of real projects' spines (dbt_utils is vendored by the real tasks, not here: the
+unverified shortcut reads only the text, and the rebuild test below uses dbt-core's own copy)."""
+
+
+@pytest.mark.parametrize(("part", "end", "gold_end", "built"), [
+    # gold spine ends 2024-09-13: the macro excludes its end, so it was built on the 14th
+    ("day", "current_date", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    ("day", "{{ dbt.current_timestamp() }}", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    ("day", "dbt.current_timestamp()", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    # an end one day past the clock includes the build date itself
+    ("day", "{{ dbt.dateadd('day', 1, 'current_date') }}", "date '2024-09-14'",
+     dt.date(2024, 9, 13)),
+    # a month spine ending August was built in September: its first day is chosen
+    ("month", "current_date", "date '2024-09-01'", dt.date(2024, 9, 1)),
+])
+def test_date_spine_end_is_exclusive_without_a_rebuild(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, part: str, end: str, gold_end: str,
+        built: dt.date) -> None:
+    gold = (f"select cast(range as date) as date_{part} from "
+            f"range(date '2024-01-01', {gold_end}, interval 1 {part})")
+    task = _clock_task(tiny_dataset, "s001", DBT_UTILS_SPINE.format(part=part, end=end), gold,
+                       model="util_days")
+    d = _derive(task, verify=False)
+    assert (d.date, d.method) == (built, f"{'date' if part == 'day' else 'month'}-spine")
+    assert "models/util_days.sql:3 date_spine(datepart='" + part + "') ends at the clock" \
+        in d.evidence
+    # the same date from both commands that take the shortcut
+    suite = tmp_path / "tasks.toml"
+    root = json.dumps(str(task.project_dir.parents[1]))
+    suite.write_text(f"schema = 1\n[dataset]\nroot = {root}\n")
+    audit = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--json"])
+    assert audit.exit_code == 0, audit.output
+    (row,) = json.loads(audit.output)["tasks"]
+    assert row["suggested_date"] == built.isoformat()
+    wet = CliRunner().invoke(cli, ["--suite", str(suite), "derive-dates", "--no-verify"])
+    assert wet.exit_code == 0, wet.output
+    assert load_suite(suite).settings("s001").date == built
+
+
+@pytest.mark.slow
+def test_real_dbt_date_spine_is_verified_at_the_build_date(
+        tiny_dataset: Callable[..., Path]) -> None:
+    """dbt-core ships the same macro as ``dbt.date_spine``: built on 2024-09-14 by real dbt it
+    ends on the 13th, and the derivation verifies the 14th directly."""
+    model = DBT_UTILS_SPINE.format(part="day", end="current_date").replace("dbt_utils.", "dbt.")
+    task = _clock_task(tiny_dataset, "s002", model,
+                       SPINE.format(end="date '2024-09-14'").replace(" as d ", " as date_day "),
+                       model="util_days")
+    assert _derive(task, verify=False).date == dt.date(2024, 9, 14)
+    d = _derive(task)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 9, 14), "verified", "high")
+    assert "rebuilding util_days at 2024-09-14 reproduces its gold table" in d.evidence
 
 
 def _scan_for(tmp: Path, *models: str):  # type: ignore[no-untyped-def]
@@ -118,9 +182,12 @@ def test_real_tasks(shared_dataset: Path) -> None:
     mrr, playbook = data.get("mrr001"), data.get("playbook001")
     assert mrr is not None and playbook is not None
     assert _derive(playbook).method == "clock-independent"
-    d = _derive(mrr)
-    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 31), "month-spine", "high")
-    assert "any date in 2024-08-01..2024-08-31" in d.evidence
+    d = _derive(mrr)  # the rebuild at the window's first day reproduces the gold
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 1), "month-spine", "high")
+    assert "any date in 2024-08-01..2024-08-31 explains the spine; chose the first" in d.evidence
+    quick = _derive(mrr, verify=False)
+    assert (quick.date, quick.method) == (dt.date(2024, 8, 1), "month-spine")
+    assert "any date in 2024-08-01..2024-08-31 explains it, chose the first" in quick.evidence
 
 
 def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path],
