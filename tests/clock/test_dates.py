@@ -209,9 +209,12 @@ def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path]
     assert suite.read_text().startswith("# mine")
 
 
-def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
+def test_cli_on_the_bundled_suite_writes_a_new_suite_of_root_and_dates_only(
         tiny_dataset: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ./tasks.toml the new file holds the dataset root and the derived dates, nothing
+    of the bundled suite: its sample tasks and subsets (smoke = bakery001, fleet001) named
+    tasks the real dataset does not have, so `run --subset smoke` failed there."""
     root = tiny_dataset("c001")  # its models never read the clock: no dbt run needed
     work = tmp_path / "work"
     work.mkdir()
@@ -219,15 +222,19 @@ def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
     args = ["--dataset", str(root), "derive-dates", "--no-verify"]
     dry = CliRunner().invoke(cli, [*args, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert f"--- {bundled_suite_path().resolve()} (bundled suite)" in dry.output
-    assert f"+++ {work / 'tasks.toml'} (new file)" in dry.output
-    assert "(current)" not in dry.output
+    assert "--- /dev/null" in dry.output and f"+++ {work / 'tasks.toml'} (new file)" in dry.output
+    assert "(current)" not in dry.output and "bakery001" not in dry.output
     assert f"+root = {json.dumps(str(root))}" in dry.output
     assert not (work / "tasks.toml").exists()
     wet = CliRunner().invoke(cli, args)
     assert wet.exit_code == 0, wet.output
     seeded = load_suite(work / "tasks.toml")
     assert seeded.dataset == root and seeded.settings("c001").date_method == "clock-independent"
+    assert set(seeded.tasks) == {"c001"} and dict(seeded.subsets) == {}
+    assert seeded.defaults == load_suite(bundled_suite_path()).defaults
+    listed = CliRunner().invoke(cli, ["list"])  # the new file is now the suite in use
+    assert listed.exit_code == 0 and "1 tasks, 1 runnable" in listed.stdout, listed.output
+    assert listed.stderr == ""
 
 
 def test_unshipped_graded_models_cap_clock_independence_on_the_sample_suite() -> None:
