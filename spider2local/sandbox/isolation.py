@@ -51,7 +51,7 @@ class IsolationChoice:
 
 
 def choose_isolation(requested: Isolation, *, sandboxed: bool, agent: str,
-                     check: Callable[[], Probe] = probe) -> IsolationChoice:
+                     check: Callable[[], Probe] | None = None) -> IsolationChoice:
     """Resolve ``requested`` for an agent; probes the machine at most once (cached).
 
     Raises :class:`UserError` (exit 2) when ``namespace`` is asked for and cannot work here.
@@ -61,7 +61,7 @@ def choose_isolation(requested: Isolation, *, sandboxed: bool, agent: str,
                                f"--agent {agent} runs no untrusted code (no model, no shell)")
     if requested is Isolation.NONE:
         return IsolationChoice(requested, IsolationMode.NONE, "isolation none was asked for")
-    found = check()
+    found = (check or probe)()
     if found.ok:
         return IsolationChoice(requested, IsolationMode.NAMESPACE,
                                "user, mount and PID namespaces work here")
