@@ -13,8 +13,8 @@ from typing import Protocol
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.run.results import Usage
-from spider2local.sandbox.isolation import IsolationMode
 from spider2local.run.transcript import Transcript
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace.prepare import Workspace
 
 

@@ -109,7 +109,7 @@ def _absolute(paths: Iterable[Path]) -> list[Path]:
     scripts name the venv through its own path (shebangs), the kernel binds the real one."""
     found: list[Path] = []
     for raw in paths:
-        given = Path(os.path.abspath(raw))
+        given = Path(os.path.abspath(raw))  # noqa: PTH100 (resolve() would follow links)
         real = Path(os.path.realpath(raw))
         for p in (given, real):
             if p not in found and p != Path("/"):
@@ -125,7 +125,7 @@ def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
     for name in SYSTEM_DIRS:
         path = Path(name)
         if path.is_symlink():
-            links.append((path, os.readlink(path)))
+            links.append((path, str(path.readlink())))
         elif path.is_dir():
             binds.append(path)
     resolv = Path(os.path.realpath("/etc/resolv.conf"))

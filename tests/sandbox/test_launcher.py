@@ -60,7 +60,8 @@ def box(tmp_path: Path) -> Iterator[tuple[Launcher, Path, Path, Path]]:
     launcher.remove()
 
 
-def inside(launcher: Launcher, ws: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+def inside(launcher: Launcher, ws: Path, script: str,
+           **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(launcher.path), "-c", script], cwd=ws, capture_output=True,
                           text=True, timeout=30, check=False,
                           env={"PATH": "/usr/bin:/bin", **env})

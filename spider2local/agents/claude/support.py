@@ -53,7 +53,7 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[st
     The SDK lays ``options.env`` over our own ``os.environ``; every other variable of ours is
     therefore blanked so its value cannot come back that way (see :func:`blanked`).
     """
-    env = {key: "" for key in os.environ}
+    env = dict.fromkeys(os.environ, "")
     env.update({key: os.environ[key] for key in CLAUDE_PASS_ENV if key in os.environ})
     env.update(ws_env)
     env.update(QUIET_ENV)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,7 +58,7 @@ def attack_script(root: Path, gold: Path, eval_file: Path, outside_pid: int) -> 
 
 @pytest.fixture
 def hostile_dataset(tiny_dataset: Callable[..., Path]) -> Path:
-    root = tiny_dataset("t1", instruction="Build the orders model for task t1.",
+    tiny_dataset("t1", instruction="Build the orders model for task t1.",
                         gold_tables={"orders": "SELECT 42 AS id"})
     return tiny_dataset("t2", instruction="Build the orders model for task t2.",
                         gold_tables={"orders": "SELECT 42 AS id"})
