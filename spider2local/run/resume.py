@@ -23,6 +23,13 @@ def _settings(key: str) -> _Getter:
     return lambda m: (m.get("settings") or {}).get(key)
 
 
+def _sandboxed(mode: Any) -> Any:
+    """The isolation as far as verdicts care: "not-needed" (an agent that runs no untrusted
+    code) and a manifest from before isolation was recorded both ran without a sandbox, so they
+    compare equal to "none"; a reference run made before this field existed stays resumable."""
+    return "none" if mode in (None, "none", "not-needed") else mode
+
+
 MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("agent", lambda m: m.get("agent")),
     ("model", lambda m: m.get("model")),
@@ -31,7 +38,7 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("skills hash", lambda m: m.get("skills_sha256")),
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
-    ("isolation", lambda m: (m.get("settings") or {}).get("isolation", "none")),
+    ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
 
