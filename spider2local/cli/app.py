@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,6 +23,9 @@ from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
 from spider2local.suite.load import default_suite_path, load_suite
 from spider2local.suite.model import Suite
+
+if TYPE_CHECKING:
+    from spider2local.dataset.task import Dataset
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,6 +103,14 @@ def _globals() -> Globals:
     return click.get_current_context().ensure_object(Globals)
 
 
+def _echo_dataset_warnings(data: Dataset) -> None:
+    """The dataset's file-level warnings on stderr, once, worded the same by every command."""
+    from spider2local.cli.listing import warning_lines
+
+    for line in warning_lines(data):
+        click.echo(line, err=True)
+
+
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
@@ -117,8 +128,7 @@ def list_cmd(as_json: bool) -> None:
         _echo_json(listing_json(data))
     else:
         click.echo(listing_text(data))
-        for warning in data.warnings:
-            click.echo(f"warning: {warning}", err=True)
+        _echo_dataset_warnings(data)
 
 
 @cli.command()
@@ -176,7 +186,9 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     from spider2local.run.plan import plan_run
 
     suite = _globals().load_suite()
-    plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
+    data = load_dataset(suite)
+    _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
+    plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], **overrides)
     sys.exit(run_command(plan, as_json))

@@ -16,7 +16,6 @@ import datetime as dt
 import hashlib
 import json
 import platform
-import re
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,11 +28,11 @@ from spider2local.exceptions import UserError
 from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
+from spider2local.safepath import NAME_FIX, child, name_problem
 
 MANIFEST_VERSION = 1
 DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
                 "numpy", "click", "libfaketime")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -47,9 +46,8 @@ def now_iso() -> str:
 
 def check_run_id(run_id: str) -> str:
     """Run ids become folder names: refuse anything that could escape the runs folder."""
-    if not _RUN_ID.fullmatch(run_id) or run_id in {".", ".."}:
-        raise UserError(f"--run-id {run_id!r} is not a plain folder name",
-                        fix="use letters, digits, '.', '_' and '-' only")
+    if name_problem(run_id) is not None:
+        raise UserError(f"--run-id {run_id!r} is not a plain folder name", fix=NAME_FIX)
     return run_id
 
 
@@ -103,7 +101,9 @@ class RunFolder:
         return self.root / MANIFEST
 
     def task_dir(self, task_id: str) -> Path:
-        return self.root / task_id
+        """The task's folder, checked to stay inside the run folder: :meth:`reset_task` deletes
+        it, and an id such as ``../x`` once deleted a folder next to the run."""
+        return child(self.root, task_id)
 
     def result_path(self, task_id: str) -> Path:
         return self.task_dir(task_id) / RESULT

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
+from spider2local.safepath import NAME_FIX, name_problem
 from spider2local.suite import tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
@@ -51,7 +52,7 @@ def load_suite(path: Path) -> Suite:
     except OSError as exc:
         raise SuiteError(f"cannot read suite file: {exc.strerror}", path=path) from None
     try:
-        text = raw_bytes.decode("utf-8")
+        text = raw_bytes.decode("utf-8-sig")  # a byte-order mark is not a TOML error
     except UnicodeDecodeError as exc:
         raise SuiteError(f"not valid TOML: {exc}", path=path, fix=tomlerror.SYNTAX_FIX) from None
     try:
@@ -74,6 +75,9 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
     dataset: str | Path = SAMPLE if root_value == SAMPLE else _resolve(path, root_value)
     defaults = _parse_defaults(r, r.table(data, "run"))
     tasks_tbl = r.table(data, "tasks")
+    for tid in tasks_tbl:
+        if (problem := name_problem(tid)) is not None:
+            raise r.error(f"tasks.{tid}", f"task id {problem}", NAME_FIX)
     tasks = {tid: _parse_task(r, tid, r.table(tasks_tbl, tid, key=f"tasks.{tid}"))
              for tid in tasks_tbl}
     subsets = _parse_subsets(r, r.table(data, "subsets"))

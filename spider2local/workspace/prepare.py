@@ -43,6 +43,7 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 
 CONTEXT_DIR = ".spider2local"
@@ -114,7 +115,7 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
           skill_dirs: Mapping[str, Path]) -> Workspace:
     started = time.monotonic()
-    project = root / task.id
+    project = child(root, task.id)
     forbidden = _forbidden_paths(task)
     stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
     for name, source in skill_dirs.items():
