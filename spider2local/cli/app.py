@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -112,7 +113,7 @@ def _echo_dataset_warnings(data: Dataset) -> None:
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    click.echo(json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
 @cli.command("list")
@@ -153,6 +154,27 @@ def doctor(no_clock_test: bool) -> None:
 AGENT_CHOICES = agent_names()
 
 
+class PositiveFinite(click.ParamType):
+    """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
+    lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
+    then wrote invalid JSON into run.json."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is not a positive finite number", param, ctx)
+        return number
+
+
+POSITIVE_FINITE = PositiveFinite()
+
+
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
@@ -160,13 +182,13 @@ AGENT_CHOICES = agent_names()
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=POSITIVE_FINITE,
               help="Seconds per task for the agent stage (the dbt runs it starts "
                    "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
 @click.option("--max-turns", type=click.IntRange(min=1))
 @click.option("--model")
-@click.option("--max-budget-usd", type=click.FloatRange(min=0, min_open=True))
+@click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")

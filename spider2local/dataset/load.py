@@ -30,6 +30,7 @@ from spider2local.evaluation.params import EvalConfigError, EvalParams, parse_ev
 from spider2local.exceptions import DatasetError
 from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
 from spider2local.suite.model import SAMPLE, Suite
+from spider2local.workspace.copy import links_outside
 
 
 def resolve_root(suite: Suite) -> Path:
@@ -88,6 +89,11 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
         problems.append(Problem(ProblemKind.PROJECT, f"project folder {outside}"))
     elif not project.is_dir():
         problems.append(Problem(ProblemKind.PROJECT, f"project folder examples/{tid} missing"))
+    elif links := links_outside(project):
+        more = f" (+{len(links) - 1} more)" if len(links) > 1 else ""
+        problems.append(Problem(ProblemKind.PROJECT,
+                                f"symlink leads outside the task folder: examples/{tid}/"
+                                f"{links[0]}{more} (replace it with the file it points at)"))
     else:
         start_db, start_problems = find_start_db(project)
         problems += start_problems

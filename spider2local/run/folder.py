@@ -140,11 +140,24 @@ class RunFolder:
         return folder
 
     def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest; ``None`` when the folder has none. A run.json that exists but is not
+        one (truncated, edited, wrong types) raises :class:`UserError` naming it: reports,
+        re-scores and resumes read it, and used to print a traceback or silently count none
+        of the run's tasks."""
         try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = self.manifest_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
-        return data if isinstance(data, dict) else None
+        except OSError as exc:
+            raise _bad_manifest(self.manifest_path, exc.strerror or str(exc)) from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise _bad_manifest(self.manifest_path, f"not valid JSON ({exc})") from None
+        problem = manifest_problem(data)
+        if problem is not None:
+            raise _bad_manifest(self.manifest_path, problem)
+        return dict(data)
 
     def create(self) -> None:
         """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
@@ -158,6 +171,51 @@ class RunFolder:
             write_json_atomic(self.manifest_path, dict(manifest))
         except OSError as exc:
             raise _unwritable(self.manifest_path, exc) from None
+
+
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "agent": (str,), "model": (str, type(None)), "settings": (dict,),
+    "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)), "tasks": (list,),
+    "sessions": (list,), "started_at": (str, type(None)), "finished_at": (str, type(None)),
+}
+_TASK_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "fake_date": (str,), "tables": (int,), "skipped": (str, type(None)),
+}
+
+
+def manifest_problem(data: Any) -> str | None:
+    """Why ``data`` is not a run.json of ours (one phrase), or ``None``. Keys may be absent
+    (older runs wrote fewer); those present must have the types every reader assumes."""
+    if not isinstance(data, dict):
+        return f"not a JSON object but {type(data).__name__}"
+    for key, types in _MANIFEST_TYPES.items():
+        if key in data and not _typed(data[key], types):
+            return f"{key!r} is {type(data[key]).__name__}, not {_names(types)}"
+    for number, task in enumerate(data.get("tasks", ()), start=1):
+        if not isinstance(task, dict) or not isinstance(task.get("id"), str):
+            return f"tasks entry {number} is not an object with an id"
+        if (problem := name_problem(task["id"])) is not None:
+            return f"tasks entry {number}: id {problem}"
+        for key, types in _TASK_TYPES.items():
+            if key in task and not _typed(task[key], types):
+                return f"tasks entry {number}: {key!r} is {type(task[key]).__name__}, " \
+                       f"not {_names(types)}"
+    if not all(isinstance(s, dict) for s in data.get("sessions", ())):
+        return "sessions must be a list of objects"
+    return None
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _bad_manifest(path: Path, problem: str) -> UserError:
+    return UserError(f"not a usable {MANIFEST}: {problem}", path=path,
+                     fix="restore it, or pass another run folder")
 
 
 def _unwritable(path: Path, exc: OSError) -> UserError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -97,7 +98,8 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         agent=r.get(tbl, "agent", str, d.agent, key="run.agent"),
         retries=r.non_negative(tbl, "retries", d.retries, "run.retries"),
         date=r.date(tbl, "date", "run.date") or d.date,
-        max_budget_usd=r.get(tbl, "max_budget_usd", (int, float), None, key="run.max_budget_usd"),
+        max_budget_usd=r.positive(tbl, "max_budget_usd", (int, float), None,
+                                  "run.max_budget_usd"),
         verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
         skills=None if skills is None else r.strings(skills, "run.skills"),
     )
@@ -181,8 +183,9 @@ class _Reader:
 
     def positive(self, tbl: dict[str, Any], name: str, typ: Any, default: Any, key: str) -> Any:
         value = self.get(tbl, name, typ, default, key=key)
-        if value is not None and value <= 0:
-            raise self.error(key, f"must be positive, not {value}", None)
+        if value is not None and (value <= 0 or not math.isfinite(value)):
+            # TOML spells nan and inf; neither is a limit, and NaN once reached run.json
+            raise self.error(key, f"must be a positive finite number, not {value}", None)
         return value
 
     def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:
