@@ -121,8 +121,8 @@ class RunFolder:
             return found
         for path in sorted(self.root.glob(f"*/{RESULT}")):
             result = load_result(path)
-            if result is not None:
-                found[result.task_id] = result
+            if result is not None and result.task_id == path.parent.name:
+                found[result.task_id] = result  # another task's id: corrupt, so unfinished
         return found
 
     def reset_task(self, task_id: str) -> Path:

@@ -185,7 +185,7 @@ class _Reader:
         value = self.get(tbl, name, typ, default, key=key)
         if value is not None and (value <= 0 or not math.isfinite(value)):
             # TOML spells nan and inf; neither is a limit, and NaN once reached run.json
-            raise self.error(key, f"must be a positive finite number, not {value}", None)
+            raise self.error(key, f"must be positive and finite, not {value}", None)
         return value
 
     def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:
