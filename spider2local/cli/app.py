@@ -154,7 +154,7 @@ def doctor(no_clock_test: bool) -> None:
 AGENT_CHOICES = agent_names()
 
 
-class PositiveFinite(click.ParamType):
+class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
     """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
     lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
     then wrote invalid JSON into run.json."""

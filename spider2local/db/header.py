@@ -66,7 +66,7 @@ def expected_size(header: bytes) -> int | None:
         return None
     current = max((struct.unpack_from("<6Q", header, offset) for offset in (4096, 8192)),
                   key=lambda fields: fields[1])
-    blocks, block_size = current[4], current[5] or DEFAULT_BLOCK_BYTES
+    blocks, block_size = int(current[4]), int(current[5]) or DEFAULT_BLOCK_BYTES
     if block_size & (block_size - 1) or not 4096 <= block_size <= 1 << 28 or blocks > 1 << 40:
         return None
     return HEADER_BYTES + blocks * block_size
