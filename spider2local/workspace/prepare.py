@@ -30,6 +30,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
+from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.dbtproject.paths import project_paths
 from spider2local.exceptions import DatasetError, ScoringError, UserError
@@ -43,6 +44,7 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 
 CONTEXT_DIR = ".spider2local"
@@ -114,9 +116,13 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
           skill_dirs: Mapping[str, Path]) -> Workspace:
     started = time.monotonic()
-    project = root / task.id
+    project = child(root, task.id)
     forbidden = _forbidden_paths(task)
     stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
+    try:  # an absolute profile path would send dbt into the dataset's own database
+        confine_profile(project, task.project_dir)
+    except ValueError as exc:
+        raise DatasetError(str(exc), fix=PROFILE_FIX) from None
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
@@ -289,4 +295,4 @@ def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int
     summary = {"task": task.id, "root": str(root), "files": stats[0], "bytes": stats[1],
                "skills": sorted(skill_dirs), "problems": list(problems),
                "date": task.date.isoformat(), "seconds": round(seconds, 3)}
-    path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False), encoding="utf-8")
