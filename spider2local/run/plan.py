@@ -31,7 +31,7 @@ from spider2local.run.folder import (
 from spider2local.run.lock import run_lock
 from spider2local.run.progress import Progress
 from spider2local.run.results import TaskResult
-from spider2local.run.resume import check_resumable, merged_tasks
+from spider2local.run.resume import check_resumable, is_finished, merged_tasks
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, suite_skills
@@ -101,7 +101,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     folder.create()
     with run_lock(folder):
         manifest = _start_manifest(plan)
-        done = set(folder.results())
+        done = {tid for tid, r in folder.results().items() if is_finished(r)}
         todo = [t for t in plan.selection.tasks if t.id not in done]
         already = tuple(t.id for t in plan.selection.tasks if t.id in done)
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,

@@ -3,7 +3,8 @@
 A run folder's results must mean one thing. Resuming with another agent, model, suite file,
 prompts, skills or limits would mix verdicts of two different experiments under one pass rate,
 so the resume is refused with the differences spelled out. Tasks selected by earlier
-invocations stay in the manifest (the union), so the report still shows them.
+invocations stay in the manifest (the union), so the report still shows them. Which results a
+resume keeps is :func:`is_finished`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
+from spider2local.run.results import ErrorKind, Status, TaskResult
 
 _Getter = Callable[[Mapping[str, Any]], Any]
 
@@ -59,3 +61,16 @@ def merged_tasks(previous: Mapping[str, Any] | None,
     merged = {t["id"]: dict(t) for t in earlier or [] if isinstance(t, dict) and "id" in t}
     merged.update({t["id"]: dict(t) for t in current})
     return [merged[tid] for tid in sorted(merged)]
+
+
+def is_finished(result: TaskResult) -> bool:
+    """Whether a resume keeps ``result`` (the one rule of what is finished).
+
+    Everything with a result file is finished except a fault of the machine that left no
+    verdict (status ``error``, kind ``infrastructure``: a full disk, a locked gold database, an
+    API that never answered): nothing was learnt about the agent, so the task runs again once
+    the machine is fixed. A verdict reached despite such an error (an API that failed after
+    some turns) is kept, as the benchmark scores whatever the agent left.
+    """
+    return not (result.status is Status.ERROR and result.error is not None
+                and result.error.kind is ErrorKind.INFRASTRUCTURE)

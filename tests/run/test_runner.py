@@ -32,6 +32,7 @@ from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
+from tests.helpers import hold_lock
 
 
 def quiet() -> Progress:
@@ -420,3 +421,27 @@ def _cmdline(entry: Path) -> str:
         return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", "t2")
+    suite = Suite(tmp_path / "tasks.toml", root)
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data, ["t1", "t2"]), settings(), WriterAgent,
+                   suite.path, "sha", root)
+    gold = data.get("t1").gold  # type: ignore[union-attr]
+    assert gold is not None
+    with hold_lock(gold.db):  # another process holds t1's gold read-write
+        first = anyio.run(execute_run, plan, quiet())
+    t1 = first.ran["t1"]
+    assert t1.status is Status.ERROR and t1.passed is None and t1.score is None
+    assert t1.error is not None and t1.error.kind is ErrorKind.INFRASTRUCTURE
+    assert t1.error.stage is Stage.SCORE and "lock" in t1.error.message
+    assert "Could not set lock" in (folder.task_dir("t1") / "error.txt").read_text()
+    assert first.ran["t2"].status is Status.PASSED
+    # The fault is gone: the resume runs t1 again (only t1) and scores it.
+    second = anyio.run(execute_run, plan, quiet())
+    assert second.already_done == ("t2",) and list(second.ran) == ["t1"]
+    assert second.ran["t1"].status is Status.PASSED and second.ran["t1"].error is None
