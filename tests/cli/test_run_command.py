@@ -17,7 +17,7 @@ import pytest
 
 from spider2local.dataset.sample import build as sample_build
 from spider2local.run.results import load_result, save_result
-from tests.helpers import ReferenceRun
+from tests.helpers import ReferenceRun, hold_lock
 
 SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
 SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
@@ -410,3 +410,58 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     assert manifest["interrupted"] is True
     assert results(tmp_path / "runs" / "i") == {}
     assert "--run-id i to resume" in log
+
+
+def tiny_disk_prefix(mountpoint: Path, size: str) -> list[str]:
+    """A command prefix that runs the rest with ``mountpoint`` on a tmpfs of ``size``: a real
+    full disk, made without root (an unprivileged user and mount namespace, util-linux
+    ``unshare``); the tmpfs vanishes with the command. Skips when namespaces are refused
+    (Ubuntu 24.04's AppArmor restriction, macOS)."""
+    probe = subprocess.run(["unshare", "-Urm", "true"], capture_output=True, check=False) \
+        if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("unprivileged user namespaces are not available (unshare -Urm)")
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "-Urm", "sh", "-c",
+            f'mount -t tmpfs -o size={size} none "$0" && exec "$@"', str(mountpoint)]
+
+
+@pytest.mark.slow
+def test_full_disk_and_locked_gold_are_infrastructure_then_resume_scores_4_of_4(
+        tmp_path: Path) -> None:
+    sample = tmp_path / "sample"
+    shutil.copytree(sample_build.ensure_built(), sample)  # its gold is locked below: a copy
+    args = ("run", "--agent", "reference", "--jobs", "2", "--dataset", str(sample),
+            "--runs-dir", "runs", "--run-id", "f", "--retries", "0")
+    run_dir = tmp_path / "runs" / "f"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    # 1. Workspaces on a 64 KiB disk: every copy of a task fails with ENOSPC.
+    tiny = tmp_path / "tiny"
+    full = subprocess.run([*tiny_disk_prefix(tiny, "64k"), sys.executable, "-m", "spider2local",
+                           *args], cwd=tmp_path, env={**env, "TMPDIR": str(tiny)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert full.returncode == 0, full.stderr
+    assert "Traceback" not in full.stderr
+    first = results(run_dir)
+    assert sorted(first) == sorted(SAMPLE_IDS)
+    for tid, result in first.items():
+        assert result["status"] == "error" and result["passed"] is None, tid
+        assert result["error"]["kind"] == "infrastructure", tid  # type: ignore[index]
+        assert "No space left on device" in result["error"]["message"], tid  # type: ignore[index]
+    # 2. Space is back, but another process holds one task's gold database.
+    gold = next((sample / "evaluation_suite" / "gold" / "gym001").glob("*.duckdb"))
+    with hold_lock(gold):
+        locked = cli(*args, cwd=tmp_path)
+    assert locked.returncode == 0, locked.stderr
+    second = results(run_dir)
+    assert {t: r["status"] for t, r in second.items()} == {
+        "bakery001": "passed", "fleet001": "passed", "gym001": "error", "library001": "passed"}
+    assert second["gym001"]["error"]["kind"] == "infrastructure"  # type: ignore[index]
+    assert "gym001" in locked.stderr and "a resume re-runs it" in locked.stderr
+    # 3. The fault is gone: the resume re-runs gym001 only, and the run scores 4/4.
+    final = cli(*args, cwd=tmp_path)
+    assert final.returncode == 0, final.stderr
+    third = results(run_dir)
+    assert {r["status"] for r in third.values()} == {"passed"}
+    assert {t: third[t] for t in ("bakery001", "fleet001", "library001")} == \
+        {t: second[t] for t in ("bakery001", "fleet001", "library001")}
