@@ -17,7 +17,7 @@ import pytest
 
 from spider2local.dataset.sample import build as sample_build
 from spider2local.run.results import load_result, save_result
-from tests.helpers import ReferenceRun, hold_lock
+from tests.helpers import ReferenceRun, hold_lock, tiny_disk_prefix
 
 SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
 SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
@@ -410,20 +410,6 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     assert manifest["interrupted"] is True
     assert results(tmp_path / "runs" / "i") == {}
     assert "--run-id i to resume" in log
-
-
-def tiny_disk_prefix(mountpoint: Path, size: str) -> list[str]:
-    """A command prefix that runs the rest with ``mountpoint`` on a tmpfs of ``size``: a real
-    full disk, made without root (an unprivileged user and mount namespace, util-linux
-    ``unshare``); the tmpfs vanishes with the command. Skips when namespaces are refused
-    (Ubuntu 24.04's AppArmor restriction, macOS)."""
-    probe = subprocess.run(["unshare", "-Urm", "true"], capture_output=True, check=False) \
-        if shutil.which("unshare") else None
-    if probe is None or probe.returncode != 0:
-        pytest.skip("unprivileged user namespaces are not available (unshare -Urm)")
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    return ["unshare", "-Urm", "sh", "-c",
-            f'mount -t tmpfs -o size={size} none "$0" && exec "$@"', str(mountpoint)]
 
 
 @pytest.mark.slow

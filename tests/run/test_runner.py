@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from tests.helpers import hold_lock
+from tests.helpers import hold_lock, tiny_disk_prefix
 
 
 def quiet() -> Progress:
@@ -445,3 +446,68 @@ def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
     second = anyio.run(execute_run, plan, quiet())
     assert second.already_done == ("t2",) and list(second.ran) == ["t1"]
     assert second.ran["t1"].status is Status.PASSED and second.ran["t1"].error is None
+
+
+FULL_DISK_SCRIPT = """
+import io, sys
+from pathlib import Path
+import anyio
+from spider2local.dataset.load import load_dataset
+from spider2local.run.folder import RunFolder
+from spider2local.run.progress import Progress
+from spider2local.run.runner import run_tasks
+from spider2local.suite.model import Suite
+from tests.run.test_runner import WriterAgent, settings
+
+root, runs = Path(sys.argv[1]), Path(sys.argv[2])
+tasks = list(load_dataset(Suite(root.parent / "tasks.toml", root)).tasks)
+filler = runs / "filler"
+
+class Filler(WriterAgent):
+    # Does its work, then fills the run folder's disk: its result cannot be saved.
+    async def run(self, ctx):
+        outcome = await super().run(ctx)
+        if ctx.task.id == "t1":
+            try:
+                with filler.open("wb") as fh:
+                    while True:
+                        fh.write(b"x" * 65536)
+            except OSError:
+                pass
+            ctx.transcript.append("text", "written on a full disk")
+        else:  # t2 is still working when t1 ends, and must not be cancelled by it
+            while not Operator.freed:
+                await anyio.sleep(0.05)
+        return outcome
+
+class Operator(Progress):
+    # Frees the space once told what is full, as a person reading stderr would.
+    freed = False
+    def note(self, task_id, message):
+        super().note(task_id, message)
+        if "result not saved" in message:
+            filler.unlink()
+            Operator.freed = True
+
+progress = Operator(sys.stderr, live=False)
+done = anyio.run(run_tasks, tasks, RunFolder.at(runs, "r"), settings(), Filler, progress)
+print(sorted(done))
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_the_result_stops_that_task_only_and_says_what_is_full(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", "t2")
+    runs = tmp_path / "runs"
+    proc = subprocess.run([*tiny_disk_prefix(runs, "1m"), sys.executable, "-c",
+                           FULL_DISK_SCRIPT, str(root), str(runs)],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip() == "['t2']"  # t2 was kept, and finished after t1's fault
+    lines = [x for x in proc.stderr.splitlines() if "result not saved" in x]
+    assert len(lines) == 1 and "t1" in lines[0], proc.stderr
+    assert f"{runs}/r/t1/" in lines[0] and "No space left on device" in lines[0]
+    assert "t2: passed" in proc.stderr
