@@ -451,3 +451,29 @@ def test_full_disk_and_locked_gold_are_infrastructure_then_resume_scores_4_of_4(
     assert {r["status"] for r in third.values()} == {"passed"}
     assert {t: third[t] for t in ("bakery001", "fleet001", "library001")} == \
         {t: second[t] for t in ("bakery001", "fleet001", "library001")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [(signal.SIGHUP,), (signal.SIGINT, signal.SIGINT)],
+                         ids=["sighup", "ctrl-c-twice"])
+def test_a_hangup_or_a_double_ctrl_c_is_one_clean_shutdown(
+        tmp_path: Path, signals: tuple[signal.Signals, ...]) -> None:
+    runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
+                   "--runs-dir", "runs", "--run-id", "h", cwd=tmp_path)
+    try:
+        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
+        children = descendants(runner.pid)
+        for sig in signals:  # a second Ctrl-C 50 ms after the first: during the shutdown
+            runner.send_signal(sig)
+            time.sleep(0.05)
+        code = runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log = (tmp_path / "runner.log").read_text()
+    assert code == 130, log
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert children and not [cmdline(p) for p in children if alive(p)]
+    manifest = json.loads((tmp_path / "runs" / "h" / "run.json").read_text())
+    assert manifest["interrupted"] is True and manifest["finished_at"]
+    assert "--run-id h to resume" in log
