@@ -163,17 +163,19 @@ anyio.run(lambda: run_process(["sh", "-c", f"echo $$ > {sys.argv[1]}; exec sleep
 
 
 @pytest.mark.skipif(not pdeathsig_wrapper(), reason="setpriv --pdeathsig is not available")
-async def test_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path) -> None:
+def test_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     runner = subprocess.Popen([PY, "-c", _ORPHAN_SCRIPT, str(pidfile)])
     try:
-        child = await _wait_for_pid(pidfile)
-        assert not _process_gone(child)
+        deadline = time.monotonic() + 10
+        while (child := _read_pid(pidfile)) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child is not None and not _process_gone(child)
         runner.kill()  # SIGKILL: no cleanup of ours runs
         runner.wait(10)
         deadline = time.monotonic() + 5
         while not _process_gone(child) and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
+            time.sleep(0.05)
         survived = not _process_gone(child)
     finally:
         runner.kill()
