@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from spider2local.dataset.sample import build as sample_build
+from spider2local.proc.kill import faketime_leftovers
 from spider2local.run.results import load_result, save_result
 from tests.helpers import ReferenceRun, hold_lock, tiny_disk_prefix
 
@@ -30,10 +31,10 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def spawn(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
+def spawn(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log = (cwd / "runner.log").open("wb")
     return subprocess.Popen([sys.executable, "-m", "spider2local", *args], cwd=cwd,
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def results(run_dir: Path) -> dict[str, dict[str, object]]:
@@ -86,12 +87,12 @@ def dbt_workspaces(root: int) -> set[str]:
     return found
 
 
-def wait_for(predicate: object, limit: float, what: str) -> None:
+def wait_for(predicate: object, limit: float, what: str, poll: float = 0.1) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
             return
-        time.sleep(0.1)
+        time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -477,3 +478,49 @@ def test_a_hangup_or_a_double_ctrl_c_is_one_clean_shutdown(
     manifest = json.loads((tmp_path / "runs" / "h" / "run.json").read_text())
     assert manifest["interrupted"] is True and manifest["finished_at"]
     assert "--run-id h to resume" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["prepare", "dbt", "score"])
+def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
+        tmp_path: Path, kill_leftovers: set[int], moment: str) -> None:
+    workspaces = tmp_path / "ws"
+    workspaces.mkdir()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TMPDIR": str(workspaces)}
+    args = ("run", "bakery001", "fleet001", "--agent", "reference", "--jobs", "1", "--keep-db",
+            "--runs-dir", "runs", "--run-id", "k")
+    log = tmp_path / "runner.log"
+    runner = spawn(*args, cwd=tmp_path, env=env)
+    def leaked() -> list[Path]:  # the tasks' workspaces (other temp folders are not recorded)
+        return [p for tid in ("bakery001", "fleet001")
+                for p in workspaces.glob(f"spider2local-{tid}-*")]
+
+    reached = {"prepare": lambda: bool(leaked()),
+               "dbt": lambda: bool(dbt_workspaces(runner.pid)),
+               "score": lambda: ": score" in log.read_text()}[moment]
+    try:
+        wait_for(reached, 120, moment, poll=0.005)
+        kill_leftovers |= descendants(runner.pid)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    kill_leftovers |= descendants(runner.pid)
+    shm = {p for pid in kill_leftovers for p in faketime_leftovers(pid)}
+    time.sleep(1.0)  # /dev/shm files younger than a second are never removed (proc.shm)
+    # 1. The next command on the run, whichever it is (here: re-scoring it), cleans up.
+    cli("score", "runs/k", cwd=tmp_path, env=env)
+    assert leaked() == [], moment
+    assert not [cmdline(p) for p in kill_leftovers if alive(p)], moment
+    assert not [p for p in shm if p.exists()], moment
+    # 2. The resume finishes and scores every task once.
+    proc = cli(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    final = results(tmp_path / "runs" / "k")
+    assert {t: r["status"] for t, r in final.items()} == {"bakery001": "passed",
+                                                         "fleet001": "passed"}
+    for tid in final:
+        lines = (tmp_path / "runs" / "k" / tid / "transcript.jsonl").read_text().splitlines()
+        assert sum(json.loads(x)["kind"] == "attempt" for x in lines) == 1, tid
+    assert leaked() == []
