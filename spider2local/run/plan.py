@@ -21,6 +21,7 @@ from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
+from spider2local.proc.kill import hurry
 from spider2local.run.folder import (
     RunFolder,
     SelectedTask,
@@ -31,7 +32,7 @@ from spider2local.run.folder import (
 from spider2local.run.lock import run_lock
 from spider2local.run.progress import Progress
 from spider2local.run.results import TaskResult
-from spider2local.run.resume import check_resumable, merged_tasks
+from spider2local.run.resume import check_resumable, is_finished, merged_tasks
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, suite_skills
@@ -41,26 +42,40 @@ from spider2local.suite.model import Suite
 T = TypeVar("T")
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a run cleanly. SIGHUP (a closed terminal, a dropped ssh session) is one:
+its default action kills the runner outright, leaving dbt running and run.json unfinished."""
+
+
 async def until_signal(main: Callable[[], Awaitable[T]],
-                       signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+                       signals: Sequence[signal.Signals] = STOP_SIGNALS,
                        ) -> tuple[T | None, bool]:
-    """Run ``main``; on SIGINT/SIGTERM cancel it (its cleanup is shielded) and return
-    ``(None, True)``. Cancellation stops queued tasks and kills running ones' processes."""
+    """Run ``main``; on the first of ``signals`` cancel it (its cleanup is shielded) and
+    return ``(None, True)``. Cancellation stops queued tasks and kills running ones' processes.
+
+    The signals stay ours until ``main`` has finished cleaning up: a second one (Ctrl-C
+    pressed twice) only hurries that same shutdown (:func:`spider2local.proc.kill.hurry`:
+    no more grace before SIGKILL) instead of raising KeyboardInterrupt into the middle of it,
+    which printed a traceback per running task and left run.json unfinished.
+    """
     box: list[T] = []
     interrupted = False
+    with anyio.open_signal_receiver(*signals) as received:
 
-    async def watch(scope: anyio.CancelScope) -> None:
-        nonlocal interrupted
-        with anyio.open_signal_receiver(*signals) as received:
+        async def watch(scope: anyio.CancelScope) -> None:
+            nonlocal interrupted
             async for _ in received:
-                interrupted = True
-                scope.cancel()
-                return
+                if interrupted:
+                    hurry()
+                else:
+                    interrupted = True
+                    scope.cancel()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch, tg.cancel_scope)
-        box.append(await main())
-        tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as work:
+                tg.start_soon(watch, work)
+                box.append(await main())
+            tg.cancel_scope.cancel()
     return (box[0] if box else None), interrupted
 
 
@@ -104,7 +119,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     folder.create()
     with run_lock(folder):
         manifest = _start_manifest(plan)
-        done = set(folder.results())
+        done = {tid for tid, r in folder.results().items() if is_finished(r)}
         todo = [t for t in plan.selection.tasks if t.id not in done]
         already = tuple(t.id for t in plan.selection.tasks if t.id in done)
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,

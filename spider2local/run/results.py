@@ -102,7 +102,9 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"
     """The task's deadline was reached."""
     INFRASTRUCTURE = "infrastructure"
-    """API overloaded or rate-limited, CLI crash: the machine's fault, not the agent's."""
+    """The machine's fault, not the agent's: API overloaded or rate-limited, CLI crash, a full
+    disk, a permission refused, a database locked by another process
+    (:func:`spider2local.run.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
     EXCEPTION = "exception"
     """An unexpected exception in one of our stages; its class is in ``TaskError.exception``
     and its whole traceback in the task folder's ``error.txt``."""
@@ -114,8 +116,9 @@ class TaskError:
     kind: ErrorKind
     message: str
     exception: str | None = None
-    """The exception's class name (``ScoringError``, ``OSError``) when ``kind`` is
-    ``exception``: kept apart so code asks the kind and people still see the class."""
+    """The exception's class name (``ScoringError``, ``OSError``) when an exception ended the
+    stage (kind ``exception``, or ``infrastructure`` for a machine fault): kept apart so code
+    asks the kind and people still see the class."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], version: int) -> TaskError:

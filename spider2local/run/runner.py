@@ -3,7 +3,13 @@
 Concurrency is one anyio task group with a :class:`anyio.CapacityLimiter` of ``jobs``. Each task
 is independent: whatever goes wrong inside it (agent error, dbt crash, deadline, scoring error)
 becomes data in its ``result.json`` with the stage it happened in, and the run goes on. Only
-cancellation (Ctrl-C / SIGTERM) stops a task without a result, so a resume re-runs it.
+cancellation (Ctrl-C / SIGTERM) stops a task without a result, so a resume re-runs it; and so
+does a run folder that cannot take the result (a full disk): that one task is left unfinished,
+said on stderr, and the others go on.
+
+A fault of the machine (full disk, permission refused, a database locked by another process:
+:func:`spider2local.run.faults.is_machine_fault`) is recorded as ``infrastructure``, never as a
+verdict, and a resume runs the task again.
 
 Verdicts follow the official benchmark: the database the agent left is what gets scored, also
 after an agent error, a timeout or an infrastructure error in mid-session (the error is recorded
@@ -25,6 +31,8 @@ import anyio
 from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
+from spider2local.run.faults import describe as describe_fault
+from spider2local.run.faults import is_machine_fault
 from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import TRANSCRIPT
 from spider2local.run.progress import Progress
@@ -89,7 +97,8 @@ async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, boo
                                   "its processes were killed"), True
     except Exception as exc:
         keep_traceback(ctx.workspace.artifacts, Stage.AGENT, exc)
-        return AgentOutcome(usage=ctx.meter.usage, error=f"{type(exc).__name__}: {exc}"), False
+        return AgentOutcome(usage=ctx.meter.usage, error=f"{type(exc).__name__}: {exc}",
+                            infrastructure=is_machine_fault(exc)), False
 
 
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
@@ -177,7 +186,12 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
 
 
 def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
+    """A stage raised: the task ends with status ``error``, of kind ``infrastructure`` when the
+    machine is at fault (re-run by a resume), else ``exception``; traceback in error.txt."""
     keep_traceback(state.artifacts, stage, exc)
+    if is_machine_fault(exc):
+        return {"status": Status.ERROR, "error": TaskError(
+            stage, ErrorKind.INFRASTRUCTURE, describe_fault(exc), type(exc).__name__)}
     return {"status": Status.ERROR,
             "error": TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__)}
 
@@ -210,9 +224,18 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
-                   factory: AgentFactory, progress: Progress) -> TaskResult:
-    """Run one task start to finish and write its result.json (the last thing written)."""
-    state = _Attempt(task, await in_thread(folder.reset_task, task.id))
+                   factory: AgentFactory, progress: Progress) -> TaskResult | None:
+    """Run one task start to finish and write its result.json (the last thing written).
+
+    Returns ``None`` when the run folder could not take the task (its folder or its result
+    could not be written: a full disk): the task stays unfinished, which a resume re-runs, and
+    one line on stderr names the path. Nothing else of the run is stopped."""
+    try:
+        artifacts = await in_thread(folder.reset_task, task.id)
+    except OSError as exc:
+        progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
+        return None
+    state = _Attempt(task, artifacts)
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(task.id)
     outcome, timed_out = AgentOutcome(), False
@@ -231,11 +254,22 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
                             isolation=settings.isolation.value, **fields)
-        save_result(folder.result_path(task.id), result)
+        try:
+            await in_thread(save_result, folder.result_path(task.id), result)
+        except OSError as exc:
+            progress.note(task.id, f"result not saved, the task stays unfinished (a resume "
+                                   f"re-runs it): {_oserror(exc, folder.result_path(task.id))}")
+            return None
     finally:
         await _cleanup(state, settings.keep, progress)
     progress.task_finished(result)
     return result
+
+
+def _oserror(exc: OSError, path: Path | None = None) -> str:
+    """``<path>: <what the OS said>`` in one line: what is full, or refused, and where."""
+    where = exc.filename or path
+    return f"{where}: {exc.strerror or exc}" if where else str(exc)
 
 
 async def run_tasks(tasks: Sequence[TaskSpec], folder: RunFolder, settings: RunSettings,
@@ -250,7 +284,9 @@ async def run_tasks(tasks: Sequence[TaskSpec], folder: RunFolder, settings: RunS
 
     async def one(task: TaskSpec) -> None:
         async with limiter:
-            results[task.id] = await run_task(task, folder, settings, factory, progress)
+            result = await run_task(task, folder, settings, factory, progress)
+            if result is not None:
+                results[task.id] = result
 
     async with anyio.create_task_group() as outer:
         outer.start_soon(progress.refresh_loop)

@@ -13,9 +13,11 @@ Everything here is synchronous file work; the runner calls it in a worker thread
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -44,6 +46,7 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 
@@ -105,12 +108,32 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
     skill_dirs = _skill_sources(skills, skills_root)
     start_db = _start_db(task)
     artifacts.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{task.id}-", dir=parent)).resolve()
+    root = _make_recorded(task, artifacts, parent)
     try:
         return _fill(task, root, start_db, artifacts.resolve(), skill_dirs)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+
+
+def _make_recorded(task: TaskSpec, artifacts: Path, parent: Path | None) -> Path:
+    """Create the workspace folder, after recording where it will be (``workspace.json``).
+
+    Record first, then create: a ``kill -9`` between the two leaves a record of a folder that
+    does not exist (harmless), never a folder nobody knows about, which the next command on
+    the run could not find to remove (:mod:`spider2local.run.stale`). Hence a chosen name and
+    ``mkdir`` rather than ``mkdtemp``, whose name is only known once the folder exists.
+    """
+    base = Path(parent if parent is not None else tempfile.gettempdir()).resolve()
+    for _ in range(100):
+        root = base / f"{WORKSPACE_PREFIX}{task.id}-{secrets.token_hex(6)}"
+        write_json_atomic(artifacts / WORKSPACE_RECORD, {"task": task.id, "root": str(root)})
+        try:
+            root.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return root
+    raise FileExistsError(errno.EEXIST, "no free workspace name", str(base))
 
 
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
