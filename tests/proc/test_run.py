@@ -40,6 +40,13 @@ async def _wait_for_pid(path: Path, limit: float = 10.0) -> int:
     return pid
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "(gone)"
+
+
 def _process_gone(pid: int) -> bool:
     """Gone, or a zombie waiting for init to reap it (it runs nothing any more)."""
     try:
@@ -128,7 +135,8 @@ async def test_cancellation_kills_the_group_and_propagates(tmp_path: Path) -> No
         cancelled_at = time.monotonic()
         tg.cancel_scope.cancel()
     assert time.monotonic() - cancelled_at < 10
-    assert group_members(leader) == []
+    survivors = {pid: _cmdline(pid) for pid in group_members(leader)}
+    assert survivors == {}  # seen failing once under load: the survivors say what stayed
     assert returned == []  # the cancellation reached the caller instead of a result
 
 
