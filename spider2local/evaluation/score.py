@@ -119,7 +119,7 @@ def _read_result(result_db: Path,
     """Every graded table of the result (and, if one is missing, the names present); raises
     :class:`_Unopenable` with the reason when the file cannot be opened at all."""
     try:
-        result = Database(result_db)
+        result = Database(result_db, untrusted=True)
     except Exception as exc:
         raise _Unopenable(f"cannot open result database {result_db}: {exc}".splitlines()[0]) \
             from exc

@@ -299,7 +299,7 @@ def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
     con.close()
     wal = tmp_path / "x.duckdb.wal"
     assert wal.exists()
-    checkpoint_database(db)
+    checkpoint_database(db, root=tmp_path)
     assert not wal.exists() or wal.stat().st_size == 0
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM t").fetchall() == [(1000,)]
@@ -314,15 +314,15 @@ def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    checkpoint_database(db)  # succeeds once the holder lets go
+    checkpoint_database(db, root=tmp_path)  # succeeds once the holder lets go
     proc.wait(timeout=30)
 
 
 def test_checkpoint_errors(tmp_path: Path) -> None:
     with pytest.raises(ScoringError, match="missing"):
-        checkpoint_database(tmp_path / "gone.duckdb")
+        checkpoint_database(tmp_path / "gone.duckdb", root=tmp_path)
     assert not (tmp_path / "gone.duckdb").exists()
     bad = tmp_path / "bad.duckdb"
     bad.write_bytes(b"garbage" * 1000)
     with pytest.raises(ScoringError, match="cannot checkpoint"):
-        checkpoint_database(bad)
+        checkpoint_database(bad, root=tmp_path)
