@@ -39,8 +39,8 @@ class Database:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such DuckDB file")
         self.path = path
-        config: dict[str, object] = {"enable_external_access": False} if untrusted else {}
-        self._con = duckdb.connect(str(path), read_only=True, config=config)
+        self._con = duckdb.connect(str(path), read_only=True,
+                                   config={"enable_external_access": not untrusted})
 
     def __enter__(self) -> Database:
         return self

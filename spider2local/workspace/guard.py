@@ -73,10 +73,10 @@ def opened_by_us(root: Path, path: Path) -> bool | None:
     fds = Path("/proc/self/fd")
     if not fds.is_dir():
         return None
-    wanted = os.path.join(os.path.realpath(root), path.relative_to(root))
-    for fd in os.listdir(fds):
+    wanted = Path(os.path.realpath(root)) / path.relative_to(root)
+    for fd in fds.iterdir():
         try:
-            if os.readlink(fds / fd) == wanted:
+            if fd.readlink() == wanted:
                 return True
         except OSError:
             continue
