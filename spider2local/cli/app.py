@@ -21,6 +21,7 @@ from spider2local import __version__
 from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
+from spider2local.sandbox.isolation import Isolation
 from spider2local.suite.load import default_suite_path, load_suite
 from spider2local.suite.model import Suite
 
@@ -165,6 +166,10 @@ AGENT_CHOICES = agent_names()
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--isolation", type=click.Choice([i.value for i in Isolation]),
+              help="Agent sandbox: namespace (refuse to run without it), none, or auto "
+                   "(namespace where it works, else none with a warning). Default: the "
+                   "suite's, else auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,

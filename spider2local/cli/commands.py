@@ -42,6 +42,8 @@ def print_report(folder: RunFolder, as_json: bool) -> None:
 
 def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
     """Run ``plan``, print the final report; returns the exit code."""
+    if plan.isolation is not None and plan.isolation.warning:
+        _err(plan.isolation.warning)
     outcome = run_plan_sync(plan, progress or Progress())
     print_report(outcome.folder, as_json)
     if not as_json:

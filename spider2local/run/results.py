@@ -149,6 +149,10 @@ class TaskResult:
     model: str | None = None
     verified: bool | None = None
     """Whether the agent's verifier ran (Claude agent only)."""
+    isolation: str | None = None
+    """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
+    (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
+    it was recorded (those runs had no isolation)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:

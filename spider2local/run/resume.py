@@ -2,7 +2,9 @@
 
 A run folder's results must mean one thing. Resuming with another agent, model, suite file,
 prompts, skills or limits would mix verdicts of two different experiments under one pass rate,
-so the resume is refused with the differences spelled out. Tasks selected by earlier
+so the resume is refused with the differences spelled out. The isolation compared is the one
+actually used (``auto`` resolves per machine): a run made without isolation (or before it was
+recorded) cannot be continued in a sandbox, nor the reverse. Tasks selected by earlier
 invocations stay in the manifest (the union), so the report still shows them.
 """
 
@@ -29,6 +31,7 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("skills hash", lambda m: m.get("skills_sha256")),
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
+    ("isolation", lambda m: (m.get("settings") or {}).get("isolation", "none")),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
 

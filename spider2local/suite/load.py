@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
+from spider2local.sandbox.isolation import Isolation
 from spider2local.suite import tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
@@ -83,7 +84,7 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
 def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
     d = RunDefaults()
     r.keys(tbl, "run.", {"jobs", "timeout", "max_turns", "model", "agent", "retries", "date",
-                         "max_budget_usd", "verify_rounds", "skills"})
+                         "max_budget_usd", "verify_rounds", "skills", "isolation"})
     skills = r.get(tbl, "skills", list, None, key="run.skills")
     return RunDefaults(
         jobs=r.positive(tbl, "jobs", int, d.jobs, "run.jobs"),
@@ -96,6 +97,7 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         max_budget_usd=r.get(tbl, "max_budget_usd", (int, float), None, key="run.max_budget_usd"),
         verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
         skills=None if skills is None else r.strings(skills, "run.skills"),
+        isolation=r.choice(tbl, "isolation", Isolation, "run.") or d.isolation,
     )
 
 

@@ -89,6 +89,9 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[subsets]\nsmoke = 'a'\n", "subsets.smoke: must be a list of task ids"),
     ("schema = 2\n", "schema: unsupported schema 2"),
     ("colour = 'blue'\n", "colour: unknown key"),
+    ("[run]\nisolation = 'docker'\n", "run.isolation: 'docker' is not one of auto, namespace, "
+     "none"),
+    ("[run]\nisolation = true\n", "run.isolation: must be a string"),
 ])
 def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
                                                          expected: str) -> None:
@@ -99,6 +102,14 @@ def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: s
     assert expected in message
     assert message.startswith(str(path))
     assert "\n" not in message
+
+
+def test_isolation_defaults_to_auto_and_is_read(tmp_path: Path) -> None:
+    from spider2local.sandbox.isolation import Isolation
+
+    assert load_suite(write(tmp_path, "")).defaults.isolation is Isolation.AUTO
+    suite = load_suite(write(tmp_path, "[run]\nisolation = 'namespace'\n"))
+    assert suite.defaults.isolation is Isolation.NAMESPACE
 
 
 def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:
