@@ -270,7 +270,8 @@ def test_values_and_verdicts_equal_those_of_the_reference_stack() -> None:
     print(f"{len(tables)} tables, {sum(len(t['gradings']) for t in tables)} verdicts equal to "
           f"the reference stack's; {flips} of them differ from the installed duckdb's raw "
           "reading")
-    assert flips > 0  # the emulation is exercised, not vacuous
+    if not duckdb.__version__.startswith("1.1."):  # 1.1 reads as the reference does
+        assert flips > 0  # the emulation is exercised, not vacuous
 
 
 def _compare(gold_db: Path, result_db: Path, tables: list[dict[str, Any]],
@@ -294,14 +295,17 @@ def _compare(gold_db: Path, result_db: Path, tables: list[dict[str, Any]],
             gold_frame = ours["gold"].frame
             if theirs["verdicts"] is None or gold_frame is None:  # gold unreadable for both
                 continue
-            raw = [con.execute(f"SELECT * FROM {name}").fetchdf()
-                   for con in (raw_gold, raw_result)]
+            raw_pred = None if ours["result"].frame is None else (
+                raw_result.execute(f"SELECT * FROM {name}").fetchdf())
+            raw_gold_frame = raw_gold.execute(f"SELECT * FROM {name}").fetchdf()
             for (cols, ignore), expected in zip(table["gradings"], theirs["verdicts"],
                                                 strict=True):
                 got = score_table(name, gold_frame, ours["result"], cols, ignore,
                                   gold_classes=ours["gold"].classes).passed
                 assert got == expected, (name, cols, ignore, where)
-                flips += ref.table_agrees(raw[1], raw[0], cols, ignore) != expected
+                raw_verdict = raw_pred is not None and ref.table_agrees(
+                    raw_pred, raw_gold_frame, cols, ignore)
+                flips += raw_verdict != expected
     return flips
 
 
