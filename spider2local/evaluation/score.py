@@ -106,9 +106,12 @@ def _reading_note(gold: pd.DataFrame, positions: Sequence[int],
                   classes: Sequence[str | None]) -> tuple[str, ...]:
     """The note on graded gold columns read differently by other duckdb versions (each column
     once, in table order, even when ``condition_cols`` repeats it)."""
-    graded = [(str(gold.columns[i]), classes[i]) for i in sorted(set(positions))
-              if i < len(classes) and classes[i] is not None]
-    note = reading_note([(column, cls) for column, cls in graded if cls is not None])
+    graded = []
+    for i in sorted(set(positions)):
+        cls = classes[i] if i < len(classes) else None
+        if cls is not None:
+            graded.append((str(gold.columns[i]), cls))
+    note = reading_note(graded)
     return () if note is None else (note,)
 
 
