@@ -30,7 +30,8 @@ from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
 DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
                 "numpy", "click", "libfaketime")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
