@@ -296,8 +296,10 @@ class Watch:
     runs_dir: Path | None = None
     suite_file: Path | None = None
 
-    def protected(self, task: TaskSpec, workspace: Path, project: Path) -> Protected:
+    def protected(self, task: TaskSpec, workspace: Path, project: Path,
+                  artifacts: Path) -> Protected:
         return Protected.for_task(
             workspace=workspace, cwd=project, dataset_root=task.dataset_root,
             gold=task.gold.db if task.gold is not None else None, start_db=task.start_db,
-            runs_dir=self.runs_dir, suite_file=self.suite_file, cache_dir=default_cache_dir())
+            runs_dir=self.runs_dir, suite_file=self.suite_file, cache_dir=default_cache_dir(),
+            artifacts=artifacts)

@@ -88,12 +88,19 @@ class Protected:
     """``(rule, absolute path)``, matched as a path (with boundaries)."""
     names: tuple[tuple[str, str], ...] = ()
     """``(rule, name)``, matched anywhere."""
+    own: tuple[str, ...] = ()
+    """Folders of this task a path needle may lead into without a hit: the workspace, and the
+    task's own folder in the run (the runner points the built-in agents' dbt logs there)."""
 
     @classmethod
     def for_task(cls, *, workspace: Path, cwd: Path, dataset_root: Path | None,
                  gold: Path | None, start_db: Path | None, runs_dir: Path | None = None,
-                 suite_file: Path | None = None, cache_dir: Path | None = None) -> Protected:
+                 suite_file: Path | None = None, cache_dir: Path | None = None,
+                 artifacts: Path | None = None) -> Protected:
         ws = Path(os.path.realpath(workspace))
+        own = [str(ws)] + ([] if artifacts is None else
+                           list(dict.fromkeys((str(artifacts.absolute()),
+                                               os.path.realpath(artifacts)))))
         paths: list[tuple[str, str]] = []
         for rule, path in (("dataset root", dataset_root), ("runs folder", runs_dir),
                            ("suite file", suite_file), ("spider2local cache", cache_dir)):
@@ -106,7 +113,8 @@ class Protected:
         names = [("gold folder", GOLD_FOLDER), ("evaluation file", EVAL_FILE_NAME)]
         if gold is not None and (start_db is None or gold.name.lower() != start_db.name.lower()):
             names.append(("gold file", gold.name))
-        return cls(ws, Path(os.path.realpath(cwd)), tuple(paths), tuple(names))
+        return cls(ws, Path(os.path.realpath(cwd)), tuple(paths), tuple(names),
+                   tuple(p.lower() for p in own))
 
     def outside(self, written: str) -> bool:
         """Does a path as written in SQL or code (relative to :attr:`cwd`) leave the workspace?
@@ -137,6 +145,9 @@ _OPENERS = (r"\battach\b(?:\s+database)?(?:\s+if\s+not\s+exists)?\s*",
             r"\bconnect\s*\(\s*(?:database\s*=\s*)?",
             r"\bfrom\s+")
 _OPEN_FILE = re.compile(rf"(?:{'|'.join(_OPENERS)}){_QUOTED}", re.IGNORECASE | re.DOTALL)
+_FILE_LIST = re.compile(r"\b(?:read_\w+|glob|parquet_scan)\s*\(\s*\[(?P<items>[^\]]{0,4000})\]",
+                        re.IGNORECASE)
+_QUOTED_ONLY = re.compile(_QUOTED, re.DOTALL)
 _ENVIRON = re.compile(r"/proc/[^/\s'\"]{1,40}/environ", re.IGNORECASE)
 _ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|\\(/)")
 _SQUASH = re.compile(r"""[\s'"+\\]+""")
@@ -176,8 +187,8 @@ def find_hits(text: str, prot: Protected) -> Iterator[tuple[str, int | None, str
                 after = low[m.end()] if m.end() < len(low) else ""
                 if _PATH_CHAR.match(before) or (after and _PATH_CHAR.match(after)):
                     continue
-                if low.startswith(str(prot.workspace).lower(), m.start()):
-                    continue  # the workspace lies below this folder: its own paths are fine
+                if any(_leads_into(low, m.start(), own) for own in prot.own):
+                    continue  # this task's own folders lie below this one: they are fine
                 yield rule, line_of(m.start()), _excerpt(variant, m.start(), m.end())
         for rule, name in prot.names:
             for m in re.finditer(re.escape(name.lower()), low):
@@ -186,11 +197,24 @@ def find_hits(text: str, prot: Protected) -> Iterator[tuple[str, int | None, str
             yield "process environment", line_of(m.start()), _excerpt(variant, m.start(), m.end())
         if not lines_kept:
             continue  # quotes are gone from the squashed text
-        for m in _OPEN_FILE.finditer(variant):
-            written = next(g for g in (m.group("s"), m.group("d"), m.group("dd")) if g is not None)
+        opened = [(m, _written(m)) for m in _OPEN_FILE.finditer(variant)]
+        opened += [(m, _written(q)) for m in _FILE_LIST.finditer(variant)
+                   for q in _QUOTED_ONLY.finditer(m.group("items"))]
+        for m, written in opened:
             if prot.outside(written):
                 yield ("file outside the workspace", line_of(m.start()),
                        _excerpt(variant, m.start(), m.end()))
+
+
+def _leads_into(text: str, pos: int, folder: str) -> bool:
+    """Is the path at ``pos`` ``folder`` itself or inside it (not a sibling with a longer
+    name)?"""
+    end = pos + len(folder)
+    return text.startswith(folder, pos) and (end == len(text) or not _PATH_CHAR.match(text[end]))
+
+
+def _written(m: re.Match[str]) -> str:
+    return next(g for g in (m.group("s"), m.group("d"), m.group("dd")) if g is not None)
 
 
 class _Collector:

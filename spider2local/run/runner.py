@@ -239,7 +239,7 @@ def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
     return scan_task(transcript=state.artifacts / TRANSCRIPT,
                      queries=state.artifacts / QUERIES, project=project,
                      baseline=state.baseline,
-                     prot=watch.protected(state.task, root, project or root))
+                     prot=watch.protected(state.task, root, project or root, state.artifacts))
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
