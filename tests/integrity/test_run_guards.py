@@ -80,7 +80,7 @@ def test_a_resume_with_another_scorer_is_refused(data: Dataset, tmp_path: Path,
     run(data, folder)
     folder.result_path("t2").unlink()
     (copy / "evaluation" / "compare.py").write_text("# emptied\n")
-    with pytest.raises(UserError, match="scorer source evaluation/compare.py"):
+    with pytest.raises(UserError, match=r"scorer source evaluation/compare\.py"):
         run(data, folder)
 
 
