@@ -143,7 +143,8 @@ class TaskResult:
     durations: Mapping[str, float] = field(default_factory=dict)
     """Seconds per step, as the runner times them: ``prepare``, ``agent`` (its dbt runs
     included), ``checkpoint`` and ``score`` (the :class:`Stage` values), ``collect`` (artifacts),
-    ``cleanup`` (workspace removal) and ``total``; a step that never ran is absent."""
+    ``scan`` (the integrity scan), ``cleanup`` (workspace removal) and ``total``; a step that
+    never ran is absent."""
     usage: Usage = field(default_factory=Usage)
     passed: bool | None = None
     tables_passed: int = 0

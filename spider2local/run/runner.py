@@ -29,7 +29,13 @@ import anyio
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.integrity import guard
-from spider2local.integrity.scan import ScanResult, project_baseline, scan_task
+from spider2local.integrity.scan import (
+    Evidence,
+    Integrity,
+    ScanResult,
+    project_baseline,
+    scan_task,
+)
 from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder, now_iso
@@ -236,10 +242,15 @@ def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
     ws = state.ws
     root = ws.root if ws is not None else state.artifacts
     project = ws.project_dir if ws is not None else None
+    try:
+        prot = watch.protected(state.task, root, project or root, state.artifacts)
+    except Exception as exc:  # the result must still be written; and a blind scan is no "clean"
+        keep_traceback(state.artifacts, Stage.CHECKPOINT, exc)
+        return ScanResult(Integrity.SUSPECT, (Evidence("scanner", None, "scan failed",
+                                                       f"{type(exc).__name__}: {exc}"),), 1)
     return scan_task(transcript=state.artifacts / TRANSCRIPT,
                      queries=state.artifacts / QUERIES, project=project,
-                     baseline=state.baseline,
-                     prot=watch.protected(state.task, root, project or root, state.artifacts))
+                     baseline=state.baseline, prot=prot)
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
