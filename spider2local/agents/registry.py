@@ -44,6 +44,10 @@ class Capabilities:
     """Only meaningful on tasks that have a reference solution (others are skipped)."""
     credentials: tuple[str, ...] = ()
     """Environment variables of which at least one must be set (not blank) for it to run."""
+    sandboxed: bool = False
+    """Runs untrusted code (a model's shell commands): started inside the namespace sandbox
+    when the run's isolation allows (``--isolation``). Agents that only run spider2local's own
+    code and dbt in-process need none."""
 
     def credential_in(self, env: Mapping[str, str]) -> str | None:
         """The first credential variable set in ``env``. The one rule for "are credentials

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -21,8 +22,12 @@ from spider2local import __version__
 from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
+from spider2local.sandbox.isolation import Isolation
 from spider2local.suite.load import default_suite_path, load_suite
 from spider2local.suite.model import Suite
+
+if TYPE_CHECKING:
+    from spider2local.dataset.task import Dataset
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,8 +105,16 @@ def _globals() -> Globals:
     return click.get_current_context().ensure_object(Globals)
 
 
+def _echo_dataset_warnings(data: Dataset) -> None:
+    """The dataset's file-level warnings on stderr, once, worded the same by every command."""
+    from spider2local.cli.listing import warning_lines
+
+    for line in warning_lines(data):
+        click.echo(line, err=True)
+
+
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    click.echo(json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
 @cli.command("list")
@@ -117,8 +130,7 @@ def list_cmd(as_json: bool) -> None:
         _echo_json(listing_json(data))
     else:
         click.echo(listing_text(data))
-        for warning in data.warnings:
-            click.echo(f"warning: {warning}", err=True)
+        _echo_dataset_warnings(data)
 
 
 @cli.command()
@@ -143,6 +155,27 @@ def doctor(no_clock_test: bool) -> None:
 AGENT_CHOICES = agent_names()
 
 
+class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
+    """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
+    lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
+    then wrote invalid JSON into run.json."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is not a positive finite number", param, ctx)
+        return number
+
+
+POSITIVE_FINITE = PositiveFinite()
+
+
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
@@ -150,13 +183,13 @@ AGENT_CHOICES = agent_names()
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=POSITIVE_FINITE,
               help="Seconds per task for the agent stage (the dbt runs it starts "
                    "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
 @click.option("--max-turns", type=click.IntRange(min=1))
 @click.option("--model")
-@click.option("--max-budget-usd", type=click.FloatRange(min=0, min_open=True))
+@click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
@@ -165,6 +198,10 @@ AGENT_CHOICES = agent_names()
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--isolation", type=click.Choice([i.value for i in Isolation]),
+              help="Agent sandbox: namespace (refuse to run without it), none, or auto "
+                   "(namespace where it works, else none with a warning). Default: the "
+                   "suite's, else auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
@@ -176,7 +213,9 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     from spider2local.run.plan import plan_run
 
     suite = _globals().load_suite()
-    plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
+    data = load_dataset(suite)
+    _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
+    plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], **overrides)
     sys.exit(run_command(plan, as_json))

@@ -35,13 +35,15 @@ def _err(text: str) -> None:
 def print_report(folder: RunFolder, as_json: bool) -> None:
     report = load_report(folder)
     if as_json:
-        _out(json.dumps(report_json(report), indent=2, default=str))
+        _out(json.dumps(report_json(report), indent=2, default=str, allow_nan=False))
     else:
         _out(render_report(report))
 
 
 def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
     """Run ``plan``, print the final report; returns the exit code."""
+    if plan.isolation is not None and plan.isolation.warning:
+        _err(plan.isolation.warning)
     outcome = run_plan_sync(plan, progress or Progress())
     print_report(outcome.folder, as_json)
     if not as_json:
@@ -92,5 +94,6 @@ def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) 
         result = score_database(db, gold, params)
     except ScoringError as exc:
         raise UserError(f"cannot score: {exc}") from None
-    _out(json.dumps(to_json(result), indent=2, default=str) if as_json else render_text(result))
+    _out(json.dumps(to_json(result), indent=2, default=str, allow_nan=False) if as_json
+         else render_text(result))
     return OK if result.passed else FAILED

@@ -37,7 +37,7 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
-    checks += [*_agent_checks(suite.defaults.agent), _dataset(suite)]
+    checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
     return checks
 
 
@@ -111,6 +111,29 @@ def _agent_checks(suite_agent: str) -> list[Check]:
                 f"none (set {' or '.join(caps.credentials)} for --agent {name})"
             checks.append(Check("credentials", found is not None, detail, required=required))
     return checks
+
+
+def _isolation(suite: Suite) -> Check:
+    """Which isolation a run of the suite's agent gets here, and why: the same resolution as
+    ``run``, so the line cannot disagree with what a run does. A failure is required only when
+    the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
+    from spider2local.sandbox.isolation import Isolation, choose_isolation
+    from spider2local.sandbox.probe import probe
+
+    requested, agent = suite.defaults.isolation, suite.defaults.agent
+    found = probe()
+    try:
+        choice = choose_isolation(requested, sandboxed=True, agent=agent)
+    except Spider2LocalError:
+        return Check("isolation", False, f"namespace requested but unavailable: "
+                                         f"{found.reason} (fix: {found.fix})")  # run refuses
+    detail = f"{choice.mode.value}: {choice.reason} (requested {requested.value})"
+    if agent in agent_names() and not capabilities(agent).sandboxed:
+        detail += f"; the suite's agent {agent} runs no untrusted code and needs none"
+    if not found.ok and requested is not Isolation.NONE:
+        detail += f"; to isolate: {found.fix}"
+    return Check("isolation", found.ok or requested is Isolation.NONE, detail,
+                 required=requested is Isolation.NAMESPACE)
 
 
 def _dataset(suite: Suite) -> Check:

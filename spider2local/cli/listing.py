@@ -25,6 +25,12 @@ def listing_text(data: Dataset) -> str:
     return f"{table}\n\n{len(data.tasks)} tasks, {runnable} runnable ({data.root})"
 
 
+def warning_lines(data: Dataset) -> list[str]:
+    """The dataset's file-level warnings (skipped lines, evaluations without a task) as printed
+    on stderr by ``list`` and at the start of ``run``."""
+    return [f"warning: {warning}" for warning in data.warnings]
+
+
 def listing_json(data: Dataset) -> dict[str, Any]:
     return {
         "dataset": str(data.root),

@@ -33,7 +33,8 @@ from spider2local.clock.faketime import Clock, find_library, find_real_dbt
 from spider2local.clock.reads import ClockScan, scan_clock_reads, unshipped_models
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
-from spider2local.dbtproject.files import profile_db_path
+from spider2local.dbtproject.files import confine_profile, profile_db_path
+from spider2local.safepath import child
 from spider2local.suite.edit import DateRecord
 from spider2local.suite.model import Confidence, DateMethod
 
@@ -246,9 +247,13 @@ def _same_table(con: duckdb.DuckDBPyConnection, table: str, gold_table: str) -> 
 
 def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
     """A copy of the project (no databases, no build output) on a copy of the gold database."""
-    project = tmp / task.id
+    project = child(tmp, task.id)
     shutil.copytree(task.project_dir, project, symlinks=True,
                     ignore=shutil.ignore_patterns("*.duckdb", "*.duckdb.wal", "target", "logs"))
+    try:  # else the gold copy below, and dbt, would write where the profile names: the dataset
+        confine_profile(project, task.project_dir)
+    except ValueError:
+        return None
     target = profile_db_path(project)
     if target is None or task.gold is None:
         return None

@@ -14,6 +14,7 @@ from typing import Protocol
 from spider2local.dataset.task import TaskSpec
 from spider2local.run.results import Usage
 from spider2local.run.transcript import Transcript
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace.prepare import Workspace
 
 
@@ -45,6 +46,9 @@ class AgentContext:
     limits: AgentLimits
     transcript: Transcript
     meter: UsageMeter = field(default_factory=UsageMeter)
+    isolation: IsolationMode = IsolationMode.NONE
+    """The run's isolation: ``namespace`` means the agent must start its processes inside the
+    sandbox (:mod:`spider2local.sandbox`)."""
 
 
 @dataclass(frozen=True)

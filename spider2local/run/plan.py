@@ -41,6 +41,7 @@ from spider2local.run.resume import check_resumable, merged_tasks
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, suite_skills
+from spider2local.sandbox.isolation import Isolation, IsolationChoice, choose_isolation
 from spider2local.suite.model import Suite
 
 T = TypeVar("T")
@@ -81,6 +82,8 @@ class RunPlan:
     suite_sha256: str
     dataset_root: Path
     argv: list[str] | None = None
+    isolation: IsolationChoice | None = None
+    """How the agent is isolated, resolved once (``settings.isolation`` is its mode)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ def _start_manifest(plan: RunPlan,
                               settings=settings.to_json(), suite_path=plan.suite_path,
                               suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
                               tasks=_selected(plan), previous=previous, argv=plan.argv)
+    if plan.isolation is not None:
+        manifest["isolation"] = plan.isolation.to_json()
     check_resumable(previous, manifest, folder)
     recorded = guard.Fingerprints.from_json((previous or {}).get("integrity"))
     fingerprints = taken if recorded is None else _resumed(recorded, taken, folder)
@@ -163,9 +168,10 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              shard: str | None = None, limit: int | None = None, agent: str | None = None,
              replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
              run_id: str | None = None, argv: list[str] | None = None,
-             **overrides: Any) -> RunPlan:
+             isolation: Isolation | str | None = None, **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
-    ``overrides`` are RunSettings fields (None means "the suite's default")."""
+    ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
+    (default: the suite's) is resolved here, probing the machine once."""
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
     caps = capabilities(name)  # an unknown name fails here, with one line
@@ -181,13 +187,15 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                              shard=parse_shard(shard) if shard else None, limit=limit)
     if caps.needs_solution:
         selection = _needs_solution(selection)
+    choice = choose_isolation(Isolation(isolation or suite.defaults.isolation),
+                              sandboxed=caps.sandboxed, agent=name)
     settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
-                                         agent=name, **overrides)
+                                         agent=name, isolation=choice.mode, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
-                   argv=argv)
+                   argv=argv, isolation=choice)
 
 
 def _needs_solution(selection: Selection) -> Selection:

@@ -24,8 +24,9 @@ from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
 SCHEMA_VERSION = 3
-"""3: ``integrity`` (``clean``/``suspect``, absent before) and ``integrity_evidence``; error kind
-``integrity``. 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
+"""3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
+``integrity``; ``isolation`` (also written by late version-2 files).
+2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
 READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
@@ -161,6 +162,10 @@ class TaskResult:
     ``None`` when the task was never scanned (a result older than schema 3)."""
     integrity_evidence: tuple[Evidence, ...] = ()
     """Why a task is ``suspect``: the first hits (source, line, rule, excerpt)."""
+    isolation: str | None = None
+    """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
+    (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
+    it was recorded (those runs had no isolation)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -180,6 +185,9 @@ class TaskResult:
         version = data.get("schema_version")
         if version not in READABLE_VERSIONS:
             raise ValueError(f"result schema {version} is not one of {READABLE_VERSIONS}")
+        problem = _result_problem(data)
+        if problem is not None:
+            raise TypeError(f"result.json: {problem}")
         fields = dict(data)
         fields["schema_version"] = SCHEMA_VERSION
         fields["status"] = Status(fields["status"])
@@ -193,6 +201,32 @@ class TaskResult:
         return cls(**fields)
 
 
+_NUMBER = (int, float)
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,), "agent": (str,), "fake_date": (str,), "started_at": (str,),
+    "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
+    "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
+    "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
+    "verified": (bool, type(None)),
+}
+
+
+def _result_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a result file's fields have types no reader can use (a hand-edited or corrupt file);
+    ``None`` when they are fine. Such a file counts as unfinished: resume re-runs the task."""
+    for key, types in _RESULT_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, types)
+                            or (isinstance(value, bool) and bool not in types)):
+            return f"{key} is {type(value).__name__}"
+    numbers = [*data.get("durations", {}).values(),
+               *(v for k, v in data.get("usage", {}).items() if k != "by_model")]
+    if not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool))
+               for v in numbers):
+        return "durations and usage must hold numbers"
+    return None
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers (and a resume after SIGKILL) see the old file or the new one,
     never half of one: temp file in the same folder, fsync, then rename."""
@@ -200,7 +234,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            # allow_nan=False: NaN or Infinity is not JSON, and no reader of ours accepts it
+            json.dump(data, fh, indent=2, sort_keys=False, default=str, allow_nan=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())

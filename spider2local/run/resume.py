@@ -2,7 +2,9 @@
 
 A run folder's results must mean one thing. Resuming with another agent, model, suite file,
 prompts, skills or limits would mix verdicts of two different experiments under one pass rate,
-so the resume is refused with the differences spelled out. Tasks selected by earlier
+so the resume is refused with the differences spelled out. The isolation compared is the one
+actually used (``auto`` resolves per machine): a run made without isolation (or before it was
+recorded) cannot be continued in a sandbox, nor the reverse. Tasks selected by earlier
 invocations stay in the manifest (the union), so the report still shows them.
 """
 
@@ -21,6 +23,13 @@ def _settings(key: str) -> _Getter:
     return lambda m: (m.get("settings") or {}).get(key)
 
 
+def _sandboxed(mode: Any) -> Any:
+    """The isolation as far as verdicts care: "not-needed" (an agent that runs no untrusted
+    code) and a manifest from before isolation was recorded both ran without a sandbox, so they
+    compare equal to "none"; a reference run made before this field existed stays resumable."""
+    return "none" if mode in (None, "none", "not-needed") else mode
+
+
 MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("agent", lambda m: m.get("agent")),
     ("model", lambda m: m.get("model")),
@@ -29,6 +38,7 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("skills hash", lambda m: m.get("skills_sha256")),
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
+    ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
 

@@ -138,7 +138,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
-                       transcript=transcript)
+                       transcript=transcript, isolation=settings.isolation)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
@@ -283,7 +283,8 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             finished_at=now_iso(), durations=dict(state.durations),
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
-                            integrity=scan.integrity, integrity_evidence=scan.evidence, **fields)
+                            integrity=scan.integrity, integrity_evidence=scan.evidence,
+                            isolation=settings.isolation.value, **fields)
         save_result(folder.result_path(task.id), result)
     finally:
         await _cleanup(state, settings.keep, progress)

@@ -16,6 +16,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.resources import skills_dir
 from spider2local.run.contract import AgentLimits
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite.model import RunDefaults
 
 
@@ -39,9 +40,14 @@ class RunSettings:
     """Seconds before the first retry of an infrastructure failure; doubled each time."""
     workspace_parent: Path | None = None
     """Where workspaces are made (default: the system temp folder)."""
+    isolation: IsolationMode = IsolationMode.NONE
+    """The isolation every task of this invocation gets, as resolved once by the plan
+    (:func:`spider2local.sandbox.isolation.choose_isolation`); never ``auto``."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["isolation"] = self.isolation.value
+        return data
 
     @classmethod
     def from_defaults(cls, defaults: RunDefaults, skills: Sequence[str],

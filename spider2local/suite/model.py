@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from spider2local.sandbox.isolation import Isolation
+
 SAMPLE = "sample"
 """The dataset root value that means "the bundled sample suite"."""
 
@@ -57,6 +59,8 @@ class RunDefaults:
     verify_rounds: int = 2
     skills: tuple[str, ...] | None = None
     """Skills installed for every task; ``None`` means every skill in ``skills/``."""
+    isolation: Isolation = Isolation.AUTO
+    """The agent sandbox: auto, namespace or none (:mod:`spider2local.sandbox.isolation`)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
+from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.dbtproject.paths import project_paths
 from spider2local.exceptions import DatasetError, ScoringError, UserError
@@ -43,6 +44,7 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 
 CONTEXT_DIR = ".spider2local"
@@ -114,9 +116,13 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
           skill_dirs: Mapping[str, Path]) -> Workspace:
     started = time.monotonic()
-    project = root / task.id
+    project = child(root, task.id)
     forbidden = _forbidden_paths(task)
     stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
+    try:  # an absolute profile path would send dbt into the dataset's own database
+        confine_profile(project, task.project_dir)
+    except ValueError as exc:
+        raise DatasetError(str(exc), fix=PROFILE_FIX) from None
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
@@ -129,7 +135,9 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     (artifacts / SCAN).write_text(scan.to_json(), encoding="utf-8")
     (artifacts / START_SNAPSHOT).write_text(snapshot.to_json(), encoding="utf-8")
     problems = (*packages.missing_packages(project), *scan.problems)
-    env = workspace_env(task, os.environ, forbidden)
+    for private in (HOME_DIR, TMP_DIR):
+        (root / private).mkdir()
+    env = workspace_env(task, os.environ, forbidden, root)
     _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
                    time.monotonic() - started)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
@@ -137,15 +145,34 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
                      problems=problems)
 
 
-def workspace_env(task: TaskSpec, base: Mapping[str, str],
-                  forbidden: Sequence[Path] = ()) -> dict[str, str]:
-    """The agent's environment: real clock, dbt shim first on PATH, the task's fake date.
+PASS_ENV = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "VIRTUAL_ENV",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+})
+"""The host variables an agent's processes keep (plus every ``LC_*``): search path, locale,
+time zone, terminal, and how to reach the network (proxies, CA bundles). Everything else of the
+runner's environment (its own settings naming suites, runs and caches, a user's DBT_* paths,
+tokens of other services) is not handed down: an allow-list, because a deny-list misses the
+variable nobody thought of."""
+HOME_DIR = ".home"
+TMP_DIR = ".tmp"
+"""Inside the workspace root: the agent's HOME and temp folder, so whatever it or its tools
+leave there (the Claude CLI's ``claude-<uid>/`` included) goes with the workspace."""
 
-    Inherited ``DBT_*`` settings are dropped (a user's DBT_PROFILES_DIR or DBT_TARGET_PATH
-    would send dbt outside the workspace), and so is any variable naming a forbidden path.
+
+def workspace_env(task: TaskSpec, base: Mapping[str, str], forbidden: Sequence[Path] = (),
+                  root: Path | None = None) -> dict[str, str]:
+    """The agent's environment: real clock, dbt shim first on PATH, the task's fake date, and
+    of ``base`` only the :data:`PASS_ENV` variables (and ``LC_*``) that name no forbidden path.
+
+    With ``root`` (the workspace root), HOME and TMPDIR point inside it.
     """
     clean = {k: v for k, v in base.items()
-             if not k.startswith("DBT_") and not any(str(p) in v for p in forbidden)}
+             if (k in PASS_ENV or k.startswith("LC_")) and not any(str(p) in v for p in forbidden)}
+    if root is not None:
+        clean.update(HOME=str(root / HOME_DIR), TMPDIR=str(root / TMP_DIR))
     return Clock(task.date, find_library()).agent_env(clean, faketime_dir())
 
 
@@ -268,4 +295,4 @@ def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int
     summary = {"task": task.id, "root": str(root), "files": stats[0], "bytes": stats[1],
                "skills": sorted(skill_dirs), "problems": list(problems),
                "date": task.date.isoformat(), "seconds": round(seconds, 3)}
-    path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False), encoding="utf-8")

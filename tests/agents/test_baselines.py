@@ -169,6 +169,10 @@ def test_reference_builds_the_sample_models_equal_to_gold(reference_run: Referen
                      for p in task.solution_dir.rglob("*") if p.is_file())
     assert events[1]["data"]["files"] == applied
     assert events[2]["data"]["args"] == ["run"] and events[4]["data"]["error"] is None
+    # The reference agent runs no untrusted code: recorded as such, not as "isolated".
+    result = json.loads((task_dir / "result.json").read_text())
+    assert result["status"] == "passed" and result["isolation"] == "not-needed"
+    assert reference_run.manifest()["isolation"]["mode"] == "not-needed"
     run_results = json.loads((task_dir / "dbt" / "dbt-001-run.run_results.json").read_text())
     assert {r["status"] for r in run_results["results"]} == {"success"}
     con = duckdb.connect(str(task_dir / "result.duckdb"), read_only=True)

@@ -34,6 +34,7 @@ BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s
     ({"skills_sha256": "j"}, "skills hash"),
     ({"settings": {**BASE["settings"], "timeout": 90.0}}, "timeout"),
     ({"settings": {**BASE["settings"], "max_turns": 11}}, "max_turns"),
+    ({"settings": {**BASE["settings"], "isolation": "namespace"}}, "isolation"),
 ])
 def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
                                                   name: str) -> None:
@@ -48,6 +49,28 @@ def test_same_settings_or_a_new_run_are_fine(tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path, "r")
     check_resumable(None, BASE, folder)
     check_resumable(BASE, {**BASE, "settings": {**BASE["settings"], "jobs": 4}}, folder)
+
+
+def test_isolation_compared_is_the_mode_used_and_old_runs_had_none(tmp_path: Path) -> None:
+    """A run made (or resumed) without isolation cannot be continued in a sandbox, nor the
+    reverse; manifests from before isolation was recorded count as ``none``."""
+    folder = RunFolder.at(tmp_path, "r")
+    sandboxed = {**BASE, "settings": {**BASE["settings"], "isolation": "namespace"}}
+    unisolated = {**BASE, "settings": {**BASE["settings"], "isolation": "none"}}
+    check_resumable(BASE, unisolated, folder)
+    check_resumable(sandboxed, sandboxed, folder)
+    with pytest.raises(UserError, match="isolation none \\(run made with namespace\\)"):
+        check_resumable(sandboxed, unisolated, folder)
+
+
+def test_a_reference_run_made_before_isolation_was_recorded_still_resumes(
+        tmp_path: Path) -> None:
+    """Agents that run no untrusted code record "not-needed"; a manifest without the field
+    ran without a sandbox too, so the two are the same experiment."""
+    folder = RunFolder.at(tmp_path, "r")
+    not_needed = {**BASE, "settings": {**BASE["settings"], "isolation": "not-needed"}}
+    check_resumable(BASE, not_needed, folder)
+    check_resumable(not_needed, BASE, folder)
 
 
 def test_merged_tasks_keep_earlier_selections() -> None:

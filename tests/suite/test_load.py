@@ -68,6 +68,11 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[run]\njbos = 3\n", "run.jbos: unknown key"),
     ("[run]\njobs = '3'\n", "run.jobs: must be an integer, not a string"),
     ("[run]\njobs = 0\n", "run.jobs: must be positive"),
+    ("[run]\ntimeout = nan\n", "run.timeout: must be positive and finite, not nan"),
+    ("[run]\ntimeout = inf\n", "run.timeout: must be positive and finite, not inf"),
+    ("[run]\nmax_budget_usd = nan\n", "run.max_budget_usd: must be positive and finite"),
+    ("[run]\nmax_budget_usd = -1\n", "run.max_budget_usd: must be positive and finite"),
+    ("[tasks.t1]\ntimeout = -inf\n", "tasks.t1.timeout: must be positive and finite"),
     ("[run]\njobs = true\n", "run.jobs: must be an integer, not true or false"),
     ("[run]\nretries = -3\n", "run.retries: must be 0 or more, not -3"),
     ("[run]\nverify_rounds = -1\n", "run.verify_rounds: must be 0 or more, not -1"),
@@ -89,6 +94,9 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[subsets]\nsmoke = 'a'\n", "subsets.smoke: must be a list of task ids"),
     ("schema = 2\n", "schema: unsupported schema 2"),
     ("colour = 'blue'\n", "colour: unknown key"),
+    ("[run]\nisolation = 'docker'\n", "run.isolation: 'docker' is not one of auto, namespace, "
+     "none"),
+    ("[run]\nisolation = true\n", "run.isolation: must be a string"),
 ])
 def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
                                                          expected: str) -> None:
@@ -99,6 +107,14 @@ def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: s
     assert expected in message
     assert message.startswith(str(path))
     assert "\n" not in message
+
+
+def test_isolation_defaults_to_auto_and_is_read(tmp_path: Path) -> None:
+    from spider2local.sandbox.isolation import Isolation
+
+    assert load_suite(write(tmp_path, "")).defaults.isolation is Isolation.AUTO
+    suite = load_suite(write(tmp_path, "[run]\nisolation = 'namespace'\n"))
+    assert suite.defaults.isolation is Isolation.NAMESPACE
 
 
 def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     (project / "logs" / "dbt.log").write_text("old")
     (project / "dbt_packages" / "pkg" / "dbt_project.yml").write_text("name: pkg\n")
     (project / "shop.duckdb.wal").write_bytes(b"")
-    (project / "gold_link.duckdb").symlink_to(root / "evaluation_suite/gold/t1/shop.duckdb")
+    (project / "models" / "link.sql").symlink_to(project / "models" / "schema.yml")
     for path in [*project.rglob("*"), project]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~0o222)  # read-only, like the shared dataset
@@ -138,8 +138,9 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     task = load(root).tasks[0]
     ws = prepare_workspace(task, artifacts=tmp_path / "art", parent=tmp_path)
     names = {p.relative_to(ws.project_dir).as_posix() for p in ws.project_dir.rglob("*")}
-    assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml"} <= names
-    assert not names & {"target", "logs", "dbt_modules", "gold_link.duckdb"}
+    assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml", "models/link.sql"} <= names
+    assert not names & {"target", "logs", "dbt_modules"}
+    assert not (ws.project_dir / "models" / "link.sql").is_symlink()  # a link inside: content
     assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*"))
     assert_isolated(task, ws)
     cleanup_workspace(ws)
@@ -149,11 +150,34 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
 def test_env_drops_inherited_dbt_paths_and_gold_mentions(sample: Dataset) -> None:
     task = sample.tasks[0]
     assert task.gold is not None
-    base = {"PATH": os.environ["PATH"], "DBT_PROFILES_DIR": "/elsewhere", "KEEP": "1",
-            "LEAK": f"x:{task.gold.db}", "LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME": "-1d"}
+    base = {"PATH": os.environ["PATH"], "DBT_PROFILES_DIR": "/elsewhere", "LANG": "C.UTF-8",
+            "LEAK": f"x:{task.gold.db}", "LD_PRELOAD": "/x/libfaketime.so.1", "FAKETIME": "-1d",
+            "SSL_CERT_FILE": f"{task.gold.db}"}
     env = workspace_env(task, base, wsmod._forbidden_paths(task))
-    assert env["KEEP"] == "1"
-    assert not {"DBT_PROFILES_DIR", "LEAK", "LD_PRELOAD", "FAKETIME"} & set(env)
+    assert env["LANG"] == "C.UTF-8"
+    assert not {"DBT_PROFILES_DIR", "LEAK", "LD_PRELOAD", "FAKETIME", "SSL_CERT_FILE"} & set(env)
+
+
+def test_env_is_an_allow_list_with_home_and_temp_inside_the_workspace(
+        sample: Dataset, tmp_path: Path) -> None:
+    """Only the variables an agent needs pass: the runner's own settings (which name suites,
+    runs and caches), tokens of other services and anything unknown stay behind."""
+    base = {"PATH": os.environ["PATH"], "LC_ALL": "C", "HTTPS_PROXY": "http://proxy:3128",
+            "TZ": "UTC", "SPIDER2LOCAL_LOG_LEVEL": "debug", "SPIDER2LOCAL_SUITE": "/s.toml",
+            "GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "k", "HOME": "/root",
+            "TMPDIR": "/tmp", "PYTHONPATH": "/src", "ANTHROPIC_API_KEY": "sk"}
+    env = workspace_env(sample.tasks[0], base, (), tmp_path)
+    assert {"LC_ALL", "HTTPS_PROXY", "TZ"} <= set(env)
+    assert not {"SPIDER2LOCAL_LOG_LEVEL", "SPIDER2LOCAL_SUITE", "GITHUB_TOKEN",
+                "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "ANTHROPIC_API_KEY"} & set(env)
+    assert env["HOME"] == str(tmp_path / wsmod.HOME_DIR)
+    assert env["TMPDIR"] == str(tmp_path / wsmod.TMP_DIR)
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    try:
+        assert Path(ws.env["HOME"]).is_dir() and Path(ws.env["TMPDIR"]).is_dir()
+        assert Path(ws.env["HOME"]).parent == ws.root
+    finally:
+        cleanup_workspace(ws)
 
 
 def test_skills_are_installed_and_unknown_ones_refused(sample: Dataset, tmp_path: Path) -> None:

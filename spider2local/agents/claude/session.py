@@ -43,12 +43,16 @@ from spider2local.agents.claude.pricing import UsageTracker
 from spider2local.agents.claude.support import (
     CREDENTIAL_VARS,
     SessionState,
+    blanked,
     cli_env,
     sweep,
 )
 from spider2local.agents.registry import Capabilities
 from spider2local.exceptions import AgentError
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.sandbox.isolation import IsolationMode
+from spider2local.sandbox.launcher import Launcher
+from spider2local.sandbox.spec import agent_spec
 
 __all__ = ["ClaudeAgent", "cli_version"]
 
@@ -64,9 +68,13 @@ MAX_BUFFER = 64 * 1024 * 1024
 DISCONNECT_WAIT = 15.0
 
 
+def bundled_cli() -> Path:
+    return Path(sdk.__file__).parent / "_bundled" / "claude"
+
+
 def cli_version() -> str:
     """The bundled Claude Code CLI's version (for ``doctor``)."""
-    bundled = Path(sdk.__file__).parent / "_bundled" / "claude"
+    bundled = bundled_cli()
     if not (bundled.is_file() and os.access(bundled, os.X_OK)):
         raise AgentError(f"the Claude CLI bundled with claude-agent-sdk is missing ({bundled}); "
                          "reinstall claude-agent-sdk")
@@ -122,7 +130,8 @@ class ClaudeAgent:
     """``make_agent("claude", **options)``; every option has a working default."""
 
     name = "claude"
-    capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS)
+    capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS,
+                                sandboxed=True)
     tool_version = staticmethod(cli_version)
 
     def __init__(self, *, cli_path: str | Path | None = None,
@@ -132,7 +141,8 @@ class ClaudeAgent:
         self.query_limits = query_limits
         self.max_buffer_size = max_buffer_size
 
-    def options(self, ctx: AgentContext, service: QueryService, marker: str) -> ClaudeAgentOptions:
+    def options(self, ctx: AgentContext, service: QueryService, env: dict[str, str],
+                cli_path: str | Path | None) -> ClaudeAgentOptions:
         ws, limits = ctx.workspace, ctx.limits
         verifier = AgentDefinition(
             description="Checks the built dbt models against their YML declarations and the "
@@ -145,17 +155,21 @@ class ClaudeAgent:
             cwd=str(ws.project_dir), permission_mode="bypassPermissions",
             setting_sources=["project"], model=limits.model, max_turns=limits.max_turns,
             max_budget_usd=limits.max_budget_usd,
-            env=cli_env(ws.env, ws.root / "claude-config", marker),
+            env=env,
             mcp_servers={SERVER: database_server(service)},
             agents={prompts.VERIFIER: verifier}, disallowed_tools=list(DISALLOWED),
-            max_buffer_size=self.max_buffer_size, cli_path=self.cli_path,
+            max_buffer_size=self.max_buffer_size, cli_path=cli_path,
             stderr=lambda line: ctx.transcript.append("cli_stderr", line))
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         marker = uuid.uuid4().hex
         state, tracker = SessionState(), UsageTracker()
         service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
-        client = ClaudeSDKClient(self.options(ctx, service, marker))
+        env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker)
+        launcher = self._launcher(ctx, env) if ctx.isolation == IsolationMode.NAMESPACE \
+            else None
+        cli_path = launcher.path if launcher is not None else self.cli_path
+        client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
         finished = False
         try:
             await client.connect()
@@ -170,9 +184,23 @@ class ClaudeAgent:
                 with anyio.move_on_after(DISCONNECT_WAIT):
                     await client.disconnect()
                 await sweep(marker)
+                if launcher is not None:
+                    launcher.remove()
                 ctx.meter.set(tracker.usage())
         return AgentOutcome(usage=tracker.usage(), error=state.error,
                             infrastructure=state.infrastructure, verified=state.verifier_ran)
+
+    def _launcher(self, ctx: AgentContext, env: dict[str, str]) -> Launcher:
+        """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
+        workspace, the Python environment and the system, and nothing of the runner: not the
+        dataset (gold, eval file), the run folder, other workspaces or the home folder."""
+        task = ctx.task
+        hidden = [task.project_dir.parent.parent, ctx.workspace.artifacts.parent]
+        if task.gold is not None:
+            hidden += [task.gold.db.parent]
+        spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
+                          hidden=hidden, unset_env=blanked(env))
+        return Launcher(spec)
 
     async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
                         tracker: UsageTracker) -> None:

@@ -39,21 +39,36 @@ AGENT_TOOLS = ("Agent", "Task")
 """The subagent tool's name (``Task`` in older CLIs)."""
 
 
-def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[str, str]:
-    """The CLI's environment: the workspace env (shim first on PATH, clock settings, never
-    LD_PRELOAD) plus quiet switches, a private config dir and the sweep marker.
+CLAUDE_PASS_ENV = (*CREDENTIAL_VARS, "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
+                   "ANTHROPIC_CUSTOM_HEADERS", "API_TIMEOUT_MS", "CLAUDE_CODE_MAX_RETRIES")
+"""The runner's variables the CLI itself needs: credentials and how to reach the API."""
 
-    The SDK lays ``options.env`` over our own ``os.environ``; variables the workspace dropped on
-    purpose (``DBT_*``, preloads) are therefore blanked so they cannot come back that way.
+
+def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[str, str]:
+    """The CLI's environment: the workspace env (the allow-list of
+    :func:`spider2local.workspace.prepare.workspace_env`: shim first on PATH, clock settings,
+    HOME and TMPDIR inside the workspace, never LD_PRELOAD), the API settings of
+    :data:`CLAUDE_PASS_ENV`, quiet switches, a private config dir and the sweep marker.
+
+    The SDK lays ``options.env`` over our own ``os.environ``; every other variable of ours is
+    therefore blanked so its value cannot come back that way (see :func:`blanked`).
     """
-    env = {key: "" for key in os.environ if key not in ws_env}
+    env = dict.fromkeys(os.environ, "")
+    env.update({key: os.environ[key] for key in CLAUDE_PASS_ENV if key in os.environ})
     env.update(ws_env)
     env.update(QUIET_ENV)
     env["CLAUDE_CONFIG_DIR"] = str(config_dir)
+    if "TMPDIR" in ws_env:
+        env["CLAUDE_CODE_TMPDIR"] = ws_env["TMPDIR"]  # its claude-<uid>/ (measured in the CLI)
     env[MARKER_ENV] = marker
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # bypassPermissions is refused as root without it (measured)
     return env
+
+
+def blanked(env: Mapping[str, str]) -> list[str]:
+    """The variables :func:`cli_env` blanked: a sandbox launcher unsets them altogether."""
+    return sorted(key for key, value in env.items() if value == "" and key in os.environ)
 
 
 async def sweep(marker: str, grace: float = KILL_GRACE) -> list[int]:

@@ -27,6 +27,8 @@ from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
 from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.run.transcript import Transcript
+from spider2local.sandbox.isolation import IsolationMode
+from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
 from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
@@ -148,14 +150,16 @@ def sample_task() -> Callable[[str], TaskSpec]:
 def workspace(tmp_path: Path) -> Iterator[Callable[..., AgentContext]]:
     made: list[Workspace] = []
 
-    def make(task: TaskSpec, env: dict[str, str], **limits: Any) -> AgentContext:
+    def make(task: TaskSpec, env: dict[str, str], isolation: IsolationMode = IsolationMode.NONE,
+             **limits: Any) -> AgentContext:
         ws = prepare_workspace(task, artifacts=tmp_path / "run" / task.id, parent=tmp_path)
         made.append(ws)
         ws = dataclasses.replace(ws, env={**ws.env, **env})
         return AgentContext(task=task, workspace=ws,
                             limits=AgentLimits(**{"max_turns": 30, "timeout": 120,
                                                   "model": MODEL, **limits}),
-                            transcript=Transcript(ws.artifacts / "transcript.jsonl"))
+                            transcript=Transcript(ws.artifacts / "transcript.jsonl"),
+                            isolation=isolation)
 
     yield make
     for ws in made:
@@ -192,14 +196,21 @@ def expected_cost(totals: dict[str, int]) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("isolation", [
+    IsolationMode.NONE,
+    pytest.param(IsolationMode.NAMESPACE, marks=pytest.mark.skipif(
+        not probe().ok, reason=f"no namespace sandbox: {probe().reason}"))])
 def test_writes_builds_queries_verifies_and_passes(
-        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
-    """gym001 reads the clock: the table equals gold only if the agent's `dbt run` was faked."""
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext],
+        isolation: IsolationMode) -> None:
+    """gym001 reads the clock: the table equals gold only if the agent's `dbt run` was faked.
+    The same honest session passes the same way in the sandbox (the query tool stays in the
+    runner; dbt runs inside, through the shim, under the fake clock)."""
     task = sample_task("gym001")
     assert task.solution_dir is not None and task.gold is not None
     model_sql = (task.solution_dir / "models" / "membership_status.sql").read_text()
     with FakeAnthropic({"main": [], "verifier": []}, route=ROUTE) as fake:
-        ctx = workspace(task, fake.env())
+        ctx = workspace(task, fake.env(), isolation)
         target = ctx.workspace.project_dir / "models" / "membership_status.sql"
         fake.conversations["main"] = [
             reply("Writing the model.", tool("Write", file_path=str(target), content=model_sql),
@@ -328,6 +339,25 @@ def test_overloaded_api_is_an_infrastructure_outcome(
     assert outcome.error is not None and outcome.error.startswith("API error 529: "), outcome.error
     assert outcome.verified is False
     assert "follow_up" not in transcript_kinds(ctx)
+
+
+@pytest.mark.slow
+def test_the_cli_leaves_nothing_in_the_system_temp_folder_without_isolation(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """The CLI keeps per-session files under ``<tmp>/claude-<uid>/<cwd slug>/``; with HOME,
+    TMPDIR and CLAUDE_CODE_TMPDIR inside the workspace they go with it, so a later agent
+    cannot read them."""
+    script = [reply(tool("Bash", command="echo hello > note.txt && ls"), input_tokens=5),
+              reply("done", input_tokens=5)]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env(), verify_rounds=0)
+        outcome = run_agent(ctx)
+    assert outcome.error is None
+    slug = str(ctx.workspace.project_dir).replace("/", "-").replace(".", "-").replace("_", "-")
+    left = [p for p in Path("/tmp").glob(f"claude-{os.getuid()}/*")
+            if p.name.replace("_", "-") == slug]
+    assert left == []
+    assert any((ctx.workspace.root / ".tmp").rglob("*")), "the CLI's temp files moved here"
 
 
 def live_processes_under(root: Path, token: str) -> list[str]:

@@ -1,0 +1,74 @@
+"""Which isolation a run uses: the ``--isolation`` choice, resolved once per run.
+
+``auto`` uses the namespace sandbox where it works and goes on without it elsewhere (macOS,
+kernels or containers that forbid unprivileged user namespaces), with a warning and the fact
+recorded; ``namespace`` refuses to start without it; ``none`` never builds one. Agents that run
+no untrusted code (no model, no shell: noop, reference, replay) need none: their tasks record
+``not-needed`` instead of pretending to be isolated or blaming the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from spider2local.exceptions import UserError
+from spider2local.sandbox.probe import Probe, probe
+
+
+class Isolation(StrEnum):
+    """What the user asks for (``--isolation``, ``[run] isolation``)."""
+
+    AUTO = "auto"
+    NAMESPACE = "namespace"
+    NONE = "none"
+
+
+class IsolationMode(StrEnum):
+    """What a run actually uses; recorded in run.json and in every result.json."""
+
+    NAMESPACE = "namespace"
+    """The agent's whole process tree runs in the sandbox (:mod:`.launcher`)."""
+    NONE = "none"
+    """The agent runs with the runner's rights: only detection guards the run."""
+    NOT_NEEDED = "not-needed"
+    """The agent runs no untrusted code (no model, no shell), so nothing is sandboxed."""
+
+
+@dataclass(frozen=True)
+class IsolationChoice:
+    requested: Isolation
+    mode: IsolationMode
+    reason: str
+    warning: str | None = None
+    """One line to print at the start of the run (``auto`` fell back to ``none``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requested": self.requested.value, "mode": self.mode.value,
+                "reason": self.reason}
+
+
+def choose_isolation(requested: Isolation, *, sandboxed: bool, agent: str,
+                     check: Callable[[], Probe] | None = None) -> IsolationChoice:
+    """Resolve ``requested`` for an agent; probes the machine at most once (cached).
+
+    Raises :class:`UserError` (exit 2) when ``namespace`` is asked for and cannot work here.
+    """
+    if not sandboxed:
+        return IsolationChoice(requested, IsolationMode.NOT_NEEDED,
+                               f"--agent {agent} runs no untrusted code (no model, no shell)")
+    if requested is Isolation.NONE:
+        return IsolationChoice(requested, IsolationMode.NONE, "isolation none was asked for")
+    found = (check or probe)()
+    if found.ok:
+        return IsolationChoice(requested, IsolationMode.NAMESPACE,
+                               "user, mount and PID namespaces work here")
+    if requested is Isolation.NAMESPACE:
+        raise UserError(f"isolation namespace is not available here: {found.reason}",
+                        fix=f"{found.fix}; or run with --isolation none or auto")
+    return IsolationChoice(requested, IsolationMode.NONE, found.reason,
+                           warning=f"warning: running WITHOUT isolation ({found.reason}); "
+                                   f"the agent can reach gold and the scorer. To isolate: "
+                                   f"{found.fix}")

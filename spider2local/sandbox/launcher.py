@@ -1,0 +1,252 @@
+"""The sandbox launcher: a small shell script, usable as the SDK's ``cli_path``, that starts a
+program in new user, mount and PID namespaces with a new root holding only what it needs.
+
+Why a new root and not "hide what is secret": a list of secrets is never complete (a second
+runs folder, a copy of gold in a home folder); a list of what the agent needs is short and
+checkable. So the script, inside ``unshare --user --map-root-user --mount --pid --fork``
+(util-linux; no root, no setuid helper):
+
+1. mounts an empty tmpfs as the new root, binds into it read-only the system folders, the
+   Python environment, the CLI, the dbt shim and libfaketime, read-write the task workspace, a
+   private ``/tmp``, ``/dev/shm`` and a minimal ``/dev``, and a fresh ``/proc`` (its ``sys``
+   read-only); a path that must stay hidden but lies under a bound folder gets an empty tmpfs;
+2. ``pivot_root``\\ s into it and detaches the old root (``chroot`` would be escapable by a
+   root with CAP_SYS_CHROOT: nothing of the old tree stays reachable after pivot_root);
+3. enters a NESTED user and mount namespace before exec'ing the program. The agent is uid 0
+   with CAP_SYS_ADMIN over its own namespaces: in the first mount namespace it could unmount a
+   tmpfs or remount a read-only bind read-write. Mounts copied into a mount namespace of a less
+   privileged user namespace are MNT_LOCKED by the kernel: they cannot be unmounted, separated
+   or have their read-only, nosuid or nodev flags cleared. New mounts it makes only cover things.
+
+The program is PID 1 of the new PID namespace: when it dies, the kernel kills every process in
+the namespace (``nohup`` and ``setsid`` children included), and ``--kill-child`` kills it when
+the launcher itself is killed. Generated per session into a runner-private folder outside the
+workspace (mode 0700; absent inside the sandbox), then removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from spider2local.exceptions import Spider2LocalError
+
+INSIDE_FLAG = "--spider2local-inside"
+"""The launcher re-runs itself with this first argument once inside the namespaces."""
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+"""Read-only in every sandbox (those that exist; merged-usr symlinks are recreated as links)."""
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+"""The only device nodes inside: what shells, Python and the CLI open. Not the host's /dev."""
+TOOLS = ("unshare", "mount", "umount", "pivot_root")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+LAUNCHER_NAME = "launch"
+ROOT_NAME = "root"
+
+
+class SandboxError(Spider2LocalError):
+    """The sandbox cannot be built here (a util-linux tool is missing)."""
+
+
+class Kind(StrEnum):
+    READ_ONLY = "ro"
+    WRITABLE = "rw"
+    HIDDEN = "hide"
+    """An empty tmpfs over a path that lies under a bound folder."""
+    PRIVATE = "tmp"
+    """A fresh, writable tmpfs (``/tmp``, ``/dev/shm``)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: Path
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one sandbox holds. Paths are absolute; the program sees each at its own path."""
+
+    program: Path
+    """What runs inside (the bundled Claude CLI)."""
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    """Paths that must stay absent: only acted on when they lie under a bound folder."""
+    unset_env: tuple[str, ...] = ()
+    """Variables to remove before exec (the SDK can only blank inherited ones)."""
+    extra_system: tuple[Path, ...] = field(default=())
+    """Additional read-only folders of the system (found at build time, e.g. DNS config)."""
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or next((f"{d}/{name}" for d in ("/usr/bin", "/usr/sbin",
+                                                                "/bin", "/sbin")
+                                        if os.access(f"{d}/{name}", os.X_OK)), None)
+    if found is None:
+        raise SandboxError(f"util-linux `{name}` not found on PATH")
+    return found
+
+
+def tools() -> dict[str, str]:
+    """Absolute paths of the util-linux tools the launcher runs (raises SandboxError)."""
+    return {name: _tool(name) for name in TOOLS}
+
+
+def _under(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _absolute(paths: Iterable[Path]) -> list[Path]:
+    """Each path as given (made absolute, not resolved) and its real path when they differ:
+    scripts name the venv through its own path (shebangs), the kernel binds the real one."""
+    found: list[Path] = []
+    for raw in paths:
+        given = Path(os.path.abspath(raw))  # noqa: PTH100 (resolve() would follow links)
+        real = Path(os.path.realpath(raw))
+        for p in (given, real):
+            if p not in found and p != Path("/"):
+                found.append(p)
+    return found
+
+
+def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The host's system folders to bind read-only, and the top-level symlinks to recreate
+    (merged-usr systems have ``/bin -> usr/bin``)."""
+    binds: list[Path] = []
+    links: list[tuple[Path, str]] = []
+    for name in SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            links.append((path, str(path.readlink())))
+        elif path.is_dir():
+            binds.append(path)
+    resolv = Path(os.path.realpath("/etc/resolv.conf"))
+    if resolv.exists() and not any(_under(resolv, b) for b in binds):
+        binds.append(resolv.parent)  # e.g. /run/systemd/resolve: DNS for the real API
+    return binds, links
+
+
+def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
+    """The bind and tmpfs mounts, parents before children.
+
+    A read-only path already visible through a read-only parent is not bound twice, unless a
+    hidden path between them covers it. A hidden path only needs a tmpfs when some bound path
+    contains it; elsewhere it is simply not in the new root.
+    """
+    ro = _absolute([*system, *spec.extra_system, *spec.read_only])
+    rw = _absolute(spec.writable)
+    hidden = [h for h in _absolute(spec.hidden)
+              if any(_under(h, b) and h != b for b in [*ro, *rw])]
+    mounts = [Mount(Path("/tmp"), Kind.PRIVATE)]
+    mounts += [Mount(p, Kind.HIDDEN) for p in hidden]
+    mounts += [Mount(p, Kind.WRITABLE) for p in rw]
+    for path in ro:
+        cover = [b for b in ro if b != path and _under(path, b)]
+        between = [h for h in hidden if any(_under(h, b) for b in cover) and _under(path, h)]
+        if cover and not between:
+            continue
+        mounts.append(Mount(path, Kind.READ_ONLY))
+    unique = {m.path: m for m in reversed(mounts)}  # the first entry of a path wins
+    return sorted(unique.values(), key=lambda m: (len(m.path.parts), str(m.path)))
+
+
+_PRELUDE = r"""#!/bin/sh
+# spider2local sandbox launcher, generated for one agent session (see spider2local/sandbox).
+set -eu
+if [ "${1-}" != "%(flag)s" ]; then
+    exec %(unshare)s --user --map-root-user --mount --pid --fork --kill-child=SIGKILL \
+        --propagation private -- /bin/sh "$0" %(flag)s "$@"
+fi
+shift
+R=%(root)s
+here=$(pwd)
+MOUNT=%(mount)s
+spot() { if [ -d "$1" ]; then mkdir -p "$R$1"; else mkdir -p "$(dirname "$R$1")"; : > "$R$1"; fi; }
+ro() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,ro,nosuid,nodev "$R$1"; }
+rw() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,nosuid,nodev "$R$1"; }
+tmp() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
+hide() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
+link() { mkdir -p "$(dirname "$R$1")"; ln -s "$2" "$R$1"; }
+dev() { if [ -e "/dev/$1" ]; then : > "$R/dev/$1"; $MOUNT --bind "/dev/$1" "$R/dev/$1"; fi; }
+$MOUNT -t tmpfs -o mode=0755 spider2local-root "$R"
+"""
+
+_FINISH = r"""mkdir -p "$R/dev" "$R/proc" "$R/.old"
+$MOUNT -t tmpfs -o mode=0755,nosuid spider2local-dev "$R/dev"
+for d in %(devices)s; do dev "$d"; done
+mkdir "$R/dev/shm"
+$MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-shm "$R/dev/shm"
+ln -s /proc/self/fd "$R/dev/fd"
+ln -s /proc/self/fd/0 "$R/dev/stdin"
+ln -s /proc/self/fd/1 "$R/dev/stdout"
+ln -s /proc/self/fd/2 "$R/dev/stderr"
+$MOUNT -t proc -o nosuid,nodev,noexec proc "$R/proc"
+$MOUNT --bind "$R/proc/sys" "$R/proc/sys"
+$MOUNT -o remount,bind,ro,nosuid,nodev,noexec "$R/proc/sys"
+%(hidden_ro)s
+$MOUNT -o remount,bind,ro "$R"
+cd "$R"
+%(pivot_root)s . .old
+cd /
+%(umount)s -l /.old
+cd "$here"
+%(unset)s
+exec %(unshare)s --user --map-root-user --mount -- %(program)s "$@"
+"""
+
+
+def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
+    """The launcher's text for ``spec``, building the new root at ``root`` (an empty folder
+    outside everything the sandbox shows)."""
+    paths = paths or tools()
+    system, links = system_paths()
+    mounts = plan_mounts(spec, system)
+    q = shlex.quote
+    lines = [_PRELUDE % {"flag": INSIDE_FLAG, "unshare": q(paths["unshare"]), "root": q(str(root)),
+                         "mount": q(paths["mount"])}]
+    lines += [f"link {q(str(link))} {q(target)}" for link, target in links]
+    lines += [f"{m.kind.value} {q(str(m.path))}" for m in mounts]
+    hidden = [m for m in mounts if m.kind is Kind.HIDDEN]
+    names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]
+    lines.append(_FINISH % {
+        "devices": " ".join(DEVICES),
+        "hidden_ro": "\n".join(f'$MOUNT -o remount,ro "$R"{q(str(m.path))}' for m in hidden),
+        "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
+        "unset": f"unset {' '.join(names)}" if names else ":",
+        "unshare": q(paths["unshare"]), "program": q(str(spec.program))})
+    return "\n".join(lines)
+
+
+class Launcher:
+    """A launcher written into a fresh runner-private folder; :meth:`remove` deletes it.
+
+    ``path`` is what the SDK runs as its CLI: it takes the CLI's arguments unchanged.
+    """
+
+    def __init__(self, spec: SandboxSpec, parent: Path | None = None) -> None:
+        extra_ro = [Path(paths) for paths in tools().values()]
+        self.spec = SandboxSpec(spec.program, (*spec.read_only, *extra_ro), spec.writable,
+                                spec.hidden, spec.unset_env, spec.extra_system)
+        self.folder = Path(tempfile.mkdtemp(prefix="spider2local-sandbox-", dir=parent))
+        try:
+            (self.folder / ROOT_NAME).mkdir()
+            self.path = self.folder / LAUNCHER_NAME
+            self.path.write_text(launcher_script(self.spec, self.folder / ROOT_NAME),
+                                 encoding="utf-8")
+            self.path.chmod(stat.S_IRWXU)
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Delete the folder (the new root was only ever mounted inside the namespace, so
+        what is left on the host is an empty folder and the script)."""
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,45 @@
+"""What an agent's sandbox holds: the Python runtime, the dbt shim and libfaketime read-only,
+its workspace writable, and the runner's own secrets hidden wherever they lie under those.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import spider2local
+from spider2local.clock.faketime import find_library, find_real_dbt
+from spider2local.resources import faketime_dir
+from spider2local.sandbox.launcher import SandboxSpec
+
+CACHE_NAME = "spider2local"
+
+
+def runtime_paths() -> list[Path]:
+    """Read-only in every agent sandbox: the interpreter and its environment (the venv and its
+    base prefix only, never the home folder around them), the dbt shim, the real dbt and
+    libfaketime."""
+    shim = faketime_dir()
+    return [Path(p) for p in dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix,
+                                            sys.base_exec_prefix])] + [
+        shim, find_library().parent, find_real_dbt(shim).parent]
+
+
+def always_hidden() -> list[Path]:
+    """What no agent may see even where it lies under a bound folder: the home folder (its
+    caches hold the sample suite's gold) and the installed spider2local package, whose
+    ``evaluation`` is the scorer (a wheel installs it inside the venv)."""
+    home = Path.home()
+    return [home, home / ".cache" / CACHE_NAME, Path(spider2local.__file__).resolve().parent]
+
+
+def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path] = (),
+               unset_env: Iterable[str] = ()) -> SandboxSpec:
+    """The sandbox of one agent session running ``program`` (the CLI) with ``writable`` (its
+    workspace) read-write."""
+    return SandboxSpec(program=program,
+                       read_only=(*runtime_paths(), program.parent),
+                       writable=tuple(writable),
+                       hidden=(*always_hidden(), *hidden),
+                       unset_env=tuple(unset_env))

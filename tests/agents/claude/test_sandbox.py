@@ -1,0 +1,127 @@
+"""The Claude agent in the namespace sandbox, end to end: the real SDK and bundled CLI against
+the loopback fake API, real dbt, a dataset in upstream's layout, scripted hostile tool calls.
+
+Every attack of issue 11 is tried through Bash and through dbt alone; the task must not pass,
+gold, eval file and scorer must be byte-identical afterwards, and what the agent saw is read
+back from the tool results the CLI sent to the fake API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import spider2local
+from spider2local.dataset.load import load_dataset
+from spider2local.run.plan import execute_run, plan_run
+from spider2local.run.progress import Progress
+from spider2local.sandbox.probe import probe
+from spider2local.suite.load import bundled_suite_path, load_suite
+from spider2local.testing import FakeAnthropic, reply, route_by_system, tool
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: "
+                                                         f"{probe().reason}")]
+SCORER = Path(spider2local.__file__).resolve().parent / "evaluation"
+
+
+def digest(paths: list[Path]) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+def attack_script(root: Path, gold: Path, eval_file: Path, outside_pid: int) -> str:
+    copy = (f"import duckdb\nc = duckdb.connect('shop.duckdb')\n"
+            f"c.execute(\"ATTACH '{gold}' AS g (READ_ONLY)\")\n"
+            "c.execute('CREATE TABLE orders AS SELECT * FROM g.main.orders')\n")
+    return "\n".join([
+        "echo '== find'; find / -name '*.duckdb' 2>/dev/null",
+        f"echo '== cat gold'; cat {gold} | head -c 20",
+        f"echo '== cat eval'; cat {eval_file}",
+        f"echo '== python attach'; {sys.executable} - <<'PY' 2>&1 | tail -1\n{copy}PY",
+        f"echo '== write gold'; echo tamper >> {gold}",
+        f"echo '== write eval'; echo tamper >> {eval_file}",
+        f"echo '== edit scorer'; echo 'raise SystemExit' >> {SCORER / 'score.py'}",
+        f"echo '== dataset'; ls {root} {root}/evaluation_suite",
+        f"echo '== outside environ'; cat /proc/{outside_pid}/environ; "
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep OUTSIDE_SECRET",
+        "echo '== umount'; umount -l /tmp && echo UNMOUNTED",
+        "echo '== remount'; mount -o remount,bind,rw /usr && echo REMOUNTED",
+        "echo '== end'",
+    ])
+
+
+@pytest.fixture
+def hostile_dataset(tiny_dataset: Callable[..., Path]) -> Path:
+    tiny_dataset("t1", instruction="Build the orders model for task t1.",
+                        gold_tables={"orders": "SELECT 42 AS id"})
+    return tiny_dataset("t2", instruction="Build the orders model for task t2.",
+                        gold_tables={"orders": "SELECT 42 AS id"})
+
+
+def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
+        hostile_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = hostile_dataset
+    eval_file = root / "evaluation_suite" / "gold" / "spider2_eval.jsonl"
+    golds = sorted((root / "evaluation_suite" / "gold").glob("*/*.duckdb"))
+    protected = [*golds, eval_file, *sorted(SCORER.glob("*.py"))]
+    before = digest(protected)
+    outside = subprocess.Popen(["sleep", "120"], env={"OUTSIDE_SECRET": "runner-key-xyz"})
+    scripts: dict[str, list[object]] = {}
+    for tid in ("t1", "t2"):
+        gold = root / "evaluation_suite" / "gold" / tid / "shop.duckdb"
+        model = ("{{ config(pre_hook=\"ATTACH IF NOT EXISTS '" + str(gold)
+                 + "' AS g (READ_ONLY)\") }}\nselect * from g.main.orders\n")
+        scripts[tid] = [
+            reply(tool("Bash", command=attack_script(root, gold, eval_file, outside.pid))),
+            reply(tool("Bash", command=f"cat > models/orders.sql <<'EOF'\n{model}EOF")),
+            reply(tool("Bash", command="dbt run 2>&1 | tail -5")),
+            reply("done"),
+        ]
+    route = route_by_system({"t1": "for task t1.", "t2": "for task t2."})
+    try:
+        with FakeAnthropic(scripts, route=route) as fake:
+            for key, value in fake.env().items():
+                monkeypatch.setenv(key, value)
+            suite = load_suite(bundled_suite_path()).with_dataset(root)
+            plan = plan_run(suite, load_dataset(suite), ids=["t1", "t2"], agent="claude",
+                            runs_dir=tmp_path / "runs", run_id="hostile", isolation="namespace",
+                            jobs=2, verify_rounds=0, timeout=120.0, retries=0,
+                            workspace_parent=None)
+            outcome = anyio_run(plan)
+            seen = {tid: [text for r in fake.conversation_requests(tid)
+                          for text in r.tool_results().values()] for tid in ("t1", "t2")}
+    finally:
+        outside.kill()
+        outside.wait()
+    assert digest(protected) == before  # gold, eval file and scorer untouched
+    manifest = json.loads((outcome.folder.root / "run.json").read_text())
+    assert manifest["isolation"]["mode"] == "namespace"
+    for tid in ("t1", "t2"):
+        result = json.loads((outcome.folder.root / tid / "result.json").read_text())
+        assert result["isolation"] == "namespace"
+        assert result["status"] == "failed" and result["passed"] is False, result
+        attack, _, dbt_out = seen[tid][:3]
+        section = dict(part.split("\n", 1) for part in attack.split("== ")[1:])
+        found = section["find"].split()
+        assert found and all("/spider2local-" + tid in p for p in found), found
+        assert str(root) not in section["find"]
+        for name in ("cat gold", "cat eval", "dataset"):
+            assert "No such file" in section[name], (name, section[name])
+        assert "42" not in section["python attach"] and "Error" in section["python attach"]
+        assert "runner-key-xyz" not in attack
+        assert "UNMOUNTED" not in attack and "REMOUNTED" not in attack
+        assert "ERROR=1" in dbt_out or "Error" in dbt_out, dbt_out
+        other = "t2" if tid == "t1" else "t1"
+        assert f"spider2local-{other}-" not in attack  # no sibling workspace under --jobs 2
+
+
+def anyio_run(plan: object) -> object:
+    import anyio
+
+    return anyio.run(execute_run, plan, Progress(quiet=True))

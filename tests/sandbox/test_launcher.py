@@ -1,0 +1,185 @@
+"""The namespace sandbox, attacked from inside with a real shell: what it shows, what it hides,
+and every way a uid-0-in-its-namespace process could try to undo it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spider2local.sandbox.launcher import Kind, Launcher, Mount, SandboxSpec, plan_mounts
+from spider2local.sandbox.probe import probe
+
+needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: "
+                                                              f"{probe().reason}")
+
+
+def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path: Path) -> None:
+    venv, ws = tmp_path / "venv", tmp_path / "ws"
+    spec = SandboxSpec(program=Path("/bin/sh"),
+                       read_only=(venv, venv / "lib", venv / "pkg" / "shim"),
+                       writable=(ws,),
+                       hidden=(venv / "pkg", tmp_path / "gold", venv))
+    mounts = plan_mounts(spec, [Path("/usr")])
+    assert mounts[0] == Mount(Path("/tmp"), Kind.PRIVATE)
+    kinds = {m.path: m.kind for m in mounts}
+    assert kinds[venv] is Kind.READ_ONLY and kinds[ws] is Kind.WRITABLE
+    assert venv / "lib" not in kinds  # visible through the venv already
+    assert kinds[venv / "pkg"] is Kind.HIDDEN  # under a bind: covered by an empty tmpfs
+    assert kinds[venv / "pkg" / "shim"] is Kind.READ_ONLY  # needed again under the hidden one
+    assert tmp_path / "gold" not in kinds  # under no bind: simply absent from the new root
+    order = [m.path for m in mounts]
+    assert order.index(venv) < order.index(venv / "pkg") < order.index(venv / "pkg" / "shim")
+
+
+def test_a_symlinked_path_is_bound_under_both_names(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    mounts = plan_mounts(SandboxSpec(program=Path("/bin/sh"), read_only=(tmp_path / "link",)))
+    assert {m.path for m in mounts} >= {tmp_path / "link", real}
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[tuple[Launcher, Path, Path, Path]]:
+    """A sandbox around /bin/sh: ``ws`` writable, ``lib`` read-only with a hidden ``lib/secret``,
+    and a ``gold`` file beside them that is bound nowhere."""
+    ws, lib, gold = tmp_path / "ws", tmp_path / "lib", tmp_path / "gold.duckdb"
+    ws.mkdir()
+    (lib / "secret").mkdir(parents=True)
+    (lib / "secret" / "key.txt").write_text("hidden under a bind")
+    (lib / "tool.txt").write_text("readable\n")
+    gold.write_bytes(b"GOLD")
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(lib,), writable=(ws,),
+                                    hidden=(lib / "secret", gold), unset_env=("RUNNER_SECRET",)))
+    yield launcher, ws, lib, gold
+    launcher.remove()
+
+
+def inside(launcher: Launcher, ws: Path, script: str,
+           **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(launcher.path), "-c", script], cwd=ws, capture_output=True,
+                          text=True, timeout=30, check=False,
+                          env={"PATH": "/usr/bin:/bin", **env})
+
+
+@needs_namespaces
+def test_shows_the_workspace_and_bound_files_and_nothing_else(
+        box: tuple[Launcher, Path, Path, Path]) -> None:
+    launcher, ws, lib, gold = box
+    done = inside(launcher, ws, f"""
+        echo made > made.txt && echo wrote-ws
+        cat {lib}/tool.txt
+        ls -A {lib}/secret | wc -l
+        test -e {gold} || echo no-gold
+        ls -A {ws.parent}
+        ls -A /tmp
+        echo ${{RUNNER_SECRET-unset}}
+        pwd
+        """, RUNNER_SECRET="s3cret")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert lines[:4] == ["wrote-ws", "readable", "0", "no-gold"]
+    assert set(lines[4:6]) == {"lib", "ws"}  # the folder around them shows only the binds
+    assert lines[-2:] == ["unset", str(ws)]
+    assert (ws / "made.txt").read_text() == "made\n"  # writes land in the real workspace
+    assert gold.read_bytes() == b"GOLD"
+
+
+ATTACKS = {
+    "umount the private /tmp": "umount /tmp",
+    "lazy umount of /tmp": "umount -l /tmp",
+    "umount the read-only lib": "umount -l {lib}",
+    "umount the hiding tmpfs": "umount -l {lib}/secret && cat {lib}/secret/key.txt",
+    "umount the root": "umount -l /",
+    "remount lib read-write": "mount -o remount,rw {lib} && touch {lib}/x",
+    "remount bind lib read-write": "mount -o remount,bind,rw {lib} && touch {lib}/x",
+    "remount /usr read-write": "mount -o remount,bind,rw /usr && touch /usr/x",
+    "remount the root read-write": "mount -o remount,rw / && touch /x",
+    "remount /proc/sys read-write": "mount -o remount,bind,rw /proc/sys",
+    "write a read-only file": "echo x >> {lib}/tool.txt",
+    "write /proc/sys": "echo spider > /proc/sys/kernel/hostname",
+    "write sysrq": "echo h > /proc/sysrq-trigger",
+    "bind the gold in": "mkdir -p /tmp/g && mount --bind {gold} /tmp/g && cat /tmp/g",
+    "fresh proc to reach the host": "mkdir -p /tmp/p && mount -t proc proc /tmp/p && "
+                                    "cat /tmp/p/1/root{gold}",
+    "proc root of pid 1": "cat /proc/1/root{gold}",
+    "nested namespace then umount": "unshare -Urm sh -c 'umount -l {lib}/secret && "
+                                    "cat {lib}/secret/key.txt'",
+    "chroot escape": "python3 -c \"import os; os.makedirs('/tmp/c', exist_ok=True); "
+                     "os.chroot('/tmp/c'); os.chdir('../../../..'); "
+                     "print(open('{gold}').read())\"",
+    "nsenter pid 1": "nsenter -t 1 -m cat {gold}",
+    "mknod a disk": "mknod /tmp/disk b 254 0",
+    "kill the outside": "kill -9 {outside}",
+    "signal the outside": "kill -0 {outside}",
+    "read the outside environ": "grep -l OUTSIDE_SECRET /proc/*/environ",
+    "pivot_root out": "mkdir -p /tmp/n && mount -t tmpfs n /tmp/n && mkdir /tmp/n/old && "
+                      "cd /tmp/n && pivot_root . old && cat old{gold}",
+}
+
+
+@needs_namespaces
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attacks_from_inside_fail(attack: str, box: tuple[Launcher, Path, Path, Path]) -> None:
+    launcher, ws, lib, gold = box
+    outside = subprocess.Popen(["sleep", "60"], env={"OUTSIDE_SECRET": "k3y"})
+    try:
+        command = ATTACKS[attack].format(lib=lib, gold=gold, outside=outside.pid)
+        done = inside(launcher, ws, f"{command} && echo ESCAPED")
+        assert "ESCAPED" not in done.stdout, (attack, done.stdout, done.stderr)
+        assert "k3y" not in done.stdout and "GOLD" not in done.stdout
+        assert outside.poll() is None  # still alive
+    finally:
+        outside.kill()
+        outside.wait()
+    assert gold.read_bytes() == b"GOLD"
+    assert (lib / "tool.txt").read_text() == "readable\n"
+    assert not (lib / "x").exists()
+
+
+@needs_namespaces
+def test_sees_only_its_own_processes_and_they_all_die_with_it(
+        box: tuple[Launcher, Path, Path, Path]) -> None:
+    launcher, ws, _, _ = box
+    token = "4242.125"
+    proc = subprocess.Popen([str(launcher.path), "-c",
+                             f"nohup setsid sleep {token} >/dev/null 2>&1 & "
+                             "ls /proc | grep -c '^[0-9]' ; sleep 60"],
+                            cwd=ws, stdout=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin"})
+    assert proc.stdout is not None
+    count = int(proc.stdout.readline())
+    assert count <= 5  # sh (pid 1), the sleeper, ls, grep: none of the host's
+    assert _alive_with(token)
+    proc.kill()  # the launcher (what the SDK holds): --kill-child takes PID 1, PID 1 takes all
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _alive_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive_with(token)
+
+
+def _alive_with(token: str) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if token.encode() in cmd and state != "Z" and int(entry.name) != os.getpid():
+                return True
+    return False
+
+
+def test_the_launcher_is_private_and_removed(tmp_path: Path) -> None:
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh")), parent=tmp_path)
+    assert launcher.path.stat().st_mode & 0o777 == 0o700
+    assert launcher.folder.stat().st_mode & 0o777 == 0o700
+    launcher.remove()
+    assert not launcher.folder.exists()
