@@ -44,6 +44,7 @@ RUNNER_ENTRIES = frozenset({"attempt", "apply"})
 """Transcript entries the runner and its built-in agents write about themselves, naming paths
 they chose (the workspace; the reference solution's folder inside the dataset), not actions of
 an agent."""
+BUILD_OUTPUT = frozenset({"target", "logs"})
 GOLD_FOLDER = "evaluation_suite"
 EVAL_FILE_NAME = "spider2_eval.jsonl"
 
@@ -218,20 +219,34 @@ def _written(m: re.Match[str]) -> str:
 
 
 class _Collector:
+    """Distinct hits, and a short, varied selection of them: one per (source, rule) first, so a
+    model file's ATTACH is not crowded out by the dbt logs that repeat it."""
+
     def __init__(self) -> None:
-        self.items: list[Evidence] = []
+        self.found: list[Evidence] = []
         self.seen: set[tuple[str, int | None, str]] = set()
-        self.total = 0
+        self.kinds: set[tuple[str, str]] = set()
 
     def add(self, source: str, line: int | None, rule: str, excerpt: str) -> None:
         key = (source, line, rule)
-        if key in self.seen or (line is None and any(
-                (s, r) == (source, rule) for s, _, r in self.seen)):
+        if key in self.seen or (line is None and (source, rule) in self.kinds):
             return
         self.seen.add(key)
-        self.total += 1
-        if len(self.items) < MAX_EVIDENCE:
-            self.items.append(Evidence(source, line, rule, excerpt))
+        self.kinds.add((source, rule))
+        self.found.append(Evidence(source, line, rule, excerpt))
+
+    @property
+    def total(self) -> int:
+        return len(self.found)
+
+    @property
+    def items(self) -> list[Evidence]:
+        first: dict[tuple[str, str], Evidence] = {}
+        for e in self.found:
+            first.setdefault((e.source, e.rule), e)
+        chosen = list(first.values())[:MAX_EVIDENCE]
+        rest = [e for e in self.found if e not in chosen]
+        return chosen + rest[:MAX_EVIDENCE - len(chosen)]
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -295,7 +310,9 @@ def _digest(path: Path) -> str | None:
 
 def _scan_project(project: Path, baseline: Mapping[str, str], prot: Protected,
                   out: _Collector) -> None:
-    for path, rel in _project_files(project):
+    # What the agent wrote before what dbt derived from it (target/, logs/).
+    files = sorted(_project_files(project), key=lambda f: f[1].split("/")[0] in BUILD_OUTPUT)
+    for path, rel in files:
         try:
             data = path.read_bytes()
         except OSError:
