@@ -19,7 +19,7 @@ from pathlib import Path
 
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.run.selection import Shard, select_tasks
-from spider2local.suite.model import SAMPLE, Suite, TaskSettings
+from spider2local.suite.model import SAMPLE, DateSource, Suite, TaskSettings
 
 TARGET_RATIO = 50.0
 
@@ -34,7 +34,8 @@ class ScanningDataset(Dataset):
 def make_tasks(count: int) -> tuple[TaskSpec, ...]:
     return tuple(TaskSpec(id=f"task{i:06d}", instruction="x", project_dir=Path("/nonexistent"),
                           start_db=None, gold=None, settings=TaskSettings(),
-                          date=dt.date(2024, 9, 15)) for i in range(count))
+                          date=dt.date(2024, 9, 15), date_source=DateSource.DEFAULT)
+                  for i in range(count))
 
 
 def timed(data: Dataset) -> float:

@@ -123,14 +123,19 @@ def _echo_json(data: Any) -> None:
 def list_cmd(as_json: bool) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
     from spider2local.cli.listing import listing_json, listing_text
+    from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
 
-    data = load_dataset(_globals().load_suite())
+    suite = _globals().load_suite()
+    data = load_dataset(suite)
     if as_json:
         _echo_json(listing_json(data))
     else:
         click.echo(listing_text(data))
         _echo_dataset_warnings(data)
+    undated = undated_warning((t for t in data.tasks if t.runnable), suite)
+    if undated is not None:
+        click.echo(f"warning: {undated}", err=True)
 
 
 @cli.command()
@@ -209,6 +214,7 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
+    from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
     from spider2local.run.plan import plan_run
 
@@ -218,6 +224,9 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], **overrides)
+    undated = undated_warning(plan.selection.tasks, suite)
+    if undated is not None:
+        click.echo(f"warning: {undated}", err=True)
     sys.exit(run_command(plan, as_json))
 
 

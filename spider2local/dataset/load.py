@@ -104,9 +104,10 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
     settings = suite.settings(tid)
     solution = settings.solution or (root / "solutions" / tid
                                      if _outside(root / "solutions", tid) is None else None)
+    date, date_source = suite.run_date(tid)
     return TaskSpec(
         id=tid, instruction=instruction, project_dir=project, start_db=start_db, gold=gold,
-        settings=settings, date=settings.date or suite.defaults.date,
+        settings=settings, date=date, date_source=date_source,
         graded_tables=params.condition_tabs if params is not None else (),
         problems=tuple(problems),
         solution_dir=solution if solution is not None and solution.is_dir() else None,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from spider2local.dataset.problems import Problem
 from spider2local.evaluation.params import EvalParams
-from spider2local.suite.model import Suite, TaskSettings
+from spider2local.suite.model import DateSource, Suite, TaskSettings
 
 TASKS_FILE = Path("examples") / "spider2-dbt.jsonl"
 EVAL_FILE = Path("evaluation_suite") / "gold" / "spider2_eval.jsonl"
@@ -40,7 +40,9 @@ class TaskSpec:
     """``None`` when the task cannot be scored (its reason is among ``problems``)."""
     settings: TaskSettings
     date: dt.date
-    """The fake date every dbt process of this task sees (task's own, else the suite default)."""
+    """The fake date every dbt process of this task sees (``Suite.run_date``)."""
+    date_source: DateSource
+    """Whether ``date`` is the task's own or the suite default."""
     graded_tables: tuple[str, ...] = ()
     """The tables the evaluation config grades, known even when the gold file is missing or
     unusable (listings and the audit still name them); ``gold.params.condition_tabs`` when

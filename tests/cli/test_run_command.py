@@ -410,3 +410,17 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     assert manifest["interrupted"] is True
     assert results(tmp_path / "runs" / "i") == {}
     assert "--run-id i to resume" in log
+
+
+def test_run_warns_once_about_clock_reading_tasks_at_the_default_date(
+        shared_dataset: Path, tmp_path: Path) -> None:
+    # The bundled suite records no date for mrr001, whose util_months reads the clock: the run
+    # uses the suite default, and says so before it starts (list does too).
+    proc = cli("run", "mrr001", "playbook001", "--dataset", str(shared_dataset), "--agent",
+               "noop", "--runs-dir", "runs", "--run-id", "w", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "read the clock" in line]
+    assert len(warnings) == 1 and "mrr001" in warnings[0] and "playbook001" not in warnings[0]
+    assert "suite default 2024-09-15" in warnings[0] and "derive-dates" in warnings[0]
+    manifest = json.loads((tmp_path / "runs" / "w" / "run.json").read_text())
+    assert {t["id"]: t["fake_date"] for t in manifest["tasks"]}["mrr001"] == "2024-09-15"

@@ -8,7 +8,7 @@ from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.run.selection import Shard, parse_shard, select_tasks
-from spider2local.suite.model import Suite, TaskSettings
+from spider2local.suite.model import DateSource, Suite, TaskSettings
 from tests.helpers import write_task
 
 IDS = ("t05", "t01", "t03", "t02", "t04", "t06", "t07")
@@ -106,10 +106,12 @@ def test_twenty_thousand_ids_keep_order_duplicates_and_shards(tmp_path_factory:
 
     ids = [f"t{i:05d}" for i in range(20_000)]
     tasks = tuple(TaskSpec(id=tid, instruction="x", project_dir=Path("/none"), start_db=None,
-                           gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15))
+                           gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15),
+                           date_source=DateSource.DEFAULT)
                   for tid in reversed(ids))
     dup = TaskSpec(id=ids[5], instruction="second", project_dir=Path("/none"), start_db=None,
-                   gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15))
+                   gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15),
+                   date_source=DateSource.DEFAULT)
     big = Dataset(Path("/none"), Suite(Path("s.toml"), "sample"), (*tasks, dup))
     assert big.get(ids[5]) is tasks[len(ids) - 6]  # the first of duplicates, as before
     everything = select_tasks(big, [*ids, *ids[:100]])  # repeated ids select once
