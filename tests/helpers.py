@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
@@ -96,6 +97,19 @@ def hold_lock(db: Path) -> Iterator[Callable[[], None]]:
     finally:
         release()
 
+
+def tiny_disk_prefix(mountpoint: Path, size: str) -> list[str]:
+    """A command prefix that runs the rest with ``mountpoint`` on a tmpfs of ``size``: a real
+    full disk, made without root (an unprivileged user and mount namespace, util-linux
+    ``unshare``); the tmpfs vanishes with the command. Skips when namespaces are refused
+    (Ubuntu 24.04's AppArmor restriction, macOS)."""
+    probe = subprocess.run(["unshare", "-Urm", "true"], capture_output=True, check=False) \
+        if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("unprivileged user namespaces are not available (unshare -Urm)")
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "-Urm", "sh", "-c",
+            f'mount -t tmpfs -o size={size} none "$0" && exec "$@"', str(mountpoint)]
 
 
 def heavy_imports(modules: Sequence[str], watched: Sequence[str]) -> list[str]:

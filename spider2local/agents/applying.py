@@ -14,6 +14,7 @@ from pathlib import Path
 from spider2local.clock.dbt import DbtResult, run_dbt
 from spider2local.exceptions import DbtError
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.run.faults import names_machine_fault
 from spider2local.run.layout import DBT_LOGS
 from spider2local.workspace.copy import copy_tree
 from spider2local.workspace.prepare import CONTEXT_DIR
@@ -45,7 +46,12 @@ async def build(ctx: AgentContext, args: Sequence[str] = ("run",)) -> AgentOutco
         ctx.transcript.append("error", {"dbt": str(exc)})
         return AgentOutcome(error=f"dbt could not start: {exc}", infrastructure=True)
     ctx.transcript.append("dbt_result", _summary(result))
-    return AgentOutcome(error=describe_failure(result))
+    error = describe_failure(result)
+    # dbt failed because the disk is full (or memory, or file handles ran out): the machine's
+    # fault, not the solution's, so the task is re-run rather than scored on a half build.
+    machine = error is not None and names_machine_fault(
+        f"{error}\n{result.stderr_tail}\n{' '.join(result.error_messages())}")
+    return AgentOutcome(error=error, infrastructure=machine)
 
 
 def describe_failure(result: DbtResult) -> str | None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -24,6 +25,9 @@ from spider2local.exceptions import UserError
 from spider2local.sandbox.isolation import Isolation
 from spider2local.suite.load import default_suite_path, load_suite
 from spider2local.suite.model import Suite
+
+if TYPE_CHECKING:
+    from spider2local.dataset.task import Dataset
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,8 +105,16 @@ def _globals() -> Globals:
     return click.get_current_context().ensure_object(Globals)
 
 
+def _echo_dataset_warnings(data: Dataset) -> None:
+    """The dataset's file-level warnings on stderr, once, worded the same by every command."""
+    from spider2local.cli.listing import warning_lines
+
+    for line in warning_lines(data):
+        click.echo(line, err=True)
+
+
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    click.echo(json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
 @cli.command("list")
@@ -111,15 +123,19 @@ def _echo_json(data: Any) -> None:
 def list_cmd(as_json: bool) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
     from spider2local.cli.listing import listing_json, listing_text
+    from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
 
-    data = load_dataset(_globals().load_suite())
+    suite = _globals().load_suite()
+    data = load_dataset(suite)
     if as_json:
         _echo_json(listing_json(data))
     else:
         click.echo(listing_text(data))
-        for warning in data.warnings:
-            click.echo(f"warning: {warning}", err=True)
+        _echo_dataset_warnings(data)
+    undated = undated_warning((t for t in data.tasks if t.runnable), suite)
+    if undated is not None:
+        click.echo(f"warning: {undated}", err=True)
 
 
 @cli.command()
@@ -144,6 +160,27 @@ def doctor(no_clock_test: bool) -> None:
 AGENT_CHOICES = agent_names()
 
 
+class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
+    """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
+    lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
+    then wrote invalid JSON into run.json."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is not a positive finite number", param, ctx)
+        return number
+
+
+POSITIVE_FINITE = PositiveFinite()
+
+
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
@@ -151,13 +188,13 @@ AGENT_CHOICES = agent_names()
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=POSITIVE_FINITE,
               help="Seconds per task for the agent stage (the dbt runs it starts "
                    "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
 @click.option("--max-turns", type=click.IntRange(min=1))
 @click.option("--model")
-@click.option("--max-budget-usd", type=click.FloatRange(min=0, min_open=True))
+@click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
@@ -177,13 +214,19 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
+    from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
     from spider2local.run.plan import plan_run
 
     suite = _globals().load_suite()
-    plan = plan_run(suite, load_dataset(suite), ids=task_ids, subset=subset, shard=shard,
+    data = load_dataset(suite)
+    _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
+    plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], **overrides)
+    undated = undated_warning(plan.selection.tasks, suite)
+    if undated is not None:
+        click.echo(f"warning: {undated}", err=True)
     sys.exit(run_command(plan, as_json))
 
 
@@ -198,9 +241,13 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
                              "e.g. '[[0,1],[]]' ([] = every column; default: all).")
 @click.option("--ignore-order", help="With --gold: per table, as JSON, e.g. '[true,false]' "
                                      "(default: false for every table).")
+@click.option("--accept-changes", is_flag=True,
+              help="For a run folder: score against today's gold and scorer although they "
+                   "differ from the fingerprints the run recorded (a deliberate fix).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def score(target: Path, task_id: str | None, gold: Path | None, tables: str | None,
-          cols: str | None, ignore_order: str | None, as_json: bool) -> None:
+          cols: str | None, ignore_order: str | None, accept_changes: bool,
+          as_json: bool) -> None:
     """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
     or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
     [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails; for a run
@@ -225,7 +272,7 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     g = _globals()
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
-    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json))
+    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json, accept_changes))
 
 
 @cli.command()

@@ -35,7 +35,7 @@ def _err(text: str) -> None:
 def print_report(folder: RunFolder, as_json: bool) -> None:
     report = load_report(folder)
     if as_json:
-        _out(json.dumps(report_json(report), indent=2, default=str))
+        _out(json.dumps(report_json(report), indent=2, default=str, allow_nan=False))
     else:
         _out(render_report(report))
 
@@ -55,9 +55,10 @@ def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) 
     return OK
 
 
-def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
+def score_command(folder: RunFolder, data: Dataset, as_json: bool,
+                  accept_changes: bool = False) -> int:
     """Re-score ``folder`` from its kept databases, print the report; returns the exit code."""
-    rescored = rescore_run(folder, data)
+    rescored = rescore_run(folder, data, accept_changes=accept_changes)
     for item in rescored:
         if item.result is None:
             _err(f"{item.task_id}: not re-scorable: {item.reason}")
@@ -93,5 +94,6 @@ def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) 
         result = score_database(db, gold, params)
     except ScoringError as exc:
         raise UserError(f"cannot score: {exc}") from None
-    _out(json.dumps(to_json(result), indent=2, default=str) if as_json else render_text(result))
+    _out(json.dumps(to_json(result), indent=2, default=str, allow_nan=False) if as_json
+         else render_text(result))
     return OK if result.passed else FAILED

@@ -37,6 +37,7 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
+    checks.append(_pdeathsig())
     checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
     return checks
 
@@ -84,6 +85,19 @@ def _libfaketime() -> Check:
         return Check("libfaketime", True, str(find_library()))
     except Spider2LocalError as exc:
         return Check("libfaketime", False, str(exc))
+
+
+def _pdeathsig() -> Check:
+    """Children that die with the runner after a kill -9 (proc/run.py); without it they live
+    until the next command on the run reaps them, so it only warns."""
+    from spider2local.proc.run import pdeathsig_wrapper
+
+    wrapper = pdeathsig_wrapper()
+    if wrapper:
+        return Check("children die with the runner", True, " ".join(wrapper), required=False)
+    return Check("children die with the runner", False,
+                 "no `setpriv --pdeathsig` (util-linux >= 2.33, Linux): after a kill -9, dbt "
+                 "lives on until the next command on the run", required=False)
 
 
 def _clock_selftest() -> list[Check]:

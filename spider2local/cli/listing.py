@@ -6,15 +6,17 @@ from typing import Any
 
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.report.table import render_table
-from spider2local.suite.model import DateMethod
+from spider2local.suite.model import DateMethod, DateSource
 
 
 def _date_text(task: TaskSpec) -> str:
-    s = task.settings
-    if s.date is None:
-        return f"{task.date} (default)" if s.date_method is not DateMethod.CLOCK_INDEPENDENT \
-            else f"{task.date} (clock-independent)"
-    return f"{task.date} ({s.date_method or 'set'})"
+    """The date ``run`` will use (``TaskSpec.date``) and whose it is."""
+    method = task.settings.date_method
+    if task.date_source is DateSource.TASK:
+        return f"{task.date} ({method or 'set'})"
+    if method is DateMethod.CLOCK_INDEPENDENT:
+        return f"{task.date} (default; clock-independent)"
+    return f"{task.date} (default)"
 
 
 def listing_text(data: Dataset) -> str:
@@ -23,6 +25,12 @@ def listing_text(data: Dataset) -> str:
     runnable = sum(t.runnable for t in data.tasks)
     table = render_table(("task", "status", "fake date", "graded tables"), rows, max_width=70)
     return f"{table}\n\n{len(data.tasks)} tasks, {runnable} runnable ({data.root})"
+
+
+def warning_lines(data: Dataset) -> list[str]:
+    """The dataset's file-level warnings (skipped lines, evaluations without a task) as printed
+    on stderr by ``list`` and at the start of ``run``."""
+    return [f"warning: {warning}" for warning in data.warnings]
 
 
 def listing_json(data: Dataset) -> dict[str, Any]:
@@ -38,6 +46,7 @@ def listing_json(data: Dataset) -> dict[str, Any]:
             "excluded": t.excluded,
             "note": t.settings.note,
             "fake_date": t.date.isoformat(),
+            "date_source": t.date_source,
             "date_method": t.settings.date_method,
             "date_evidence": t.settings.date_evidence,
             "graded_tables": list(t.graded_tables),

@@ -7,9 +7,16 @@ on the right date. Evidence, strongest first:
   project on a copy of the gold database, ``dbt run --select <model>``) equals its gold table;
 * **date-spine**: a gold table of such a model holds consecutive days ending on the build date
   (the probe build measures any offset the project adds, e.g. "up to yesterday");
-* **month-spine**: consecutive month starts: this fixes the month, not the day;
+* **month-spine**: consecutive month starts: this fixes the month, not the day. The whole month
+  is recorded in the evidence and its FIRST day chosen (unless a stronger candidate narrows it);
 * **age-column**: an integer column plus a date column of the same row is one constant date
   ("days since" recomputed against its source date).
+
+A spine built by ``dbt_utils.date_spine`` (or dbt's own copy) whose ``end_date`` reads the clock
+excludes its end: a daily spine ending on D-1 was built on D, a month spine ending in the month
+before D's was built in D's month. The heuristics apply that (see :class:`SpineEnd`), so the
+unverified shortcut (``--no-verify``, ``audit``) gives the day the gold was built, not the one
+before.
 
 Projects that never read the clock (:mod:`spider2local.clock.reads`) get no date at all. A task
 with clock reads but no evidence gets no date either: a guess without a reason is worse than
@@ -30,12 +37,13 @@ import duckdb
 
 from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
-from spider2local.clock.reads import ClockScan, scan_clock_reads, unshipped_models
+from spider2local.clock.reads import ClockScan, SpineEnd, scan_clock_reads, unshipped_models
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
-from spider2local.dbtproject.files import profile_db_path
+from spider2local.dbtproject.files import confine_profile, profile_db_path
+from spider2local.safepath import child
 from spider2local.suite.edit import DateRecord
-from spider2local.suite.model import Confidence, DateMethod
+from spider2local.suite.model import Confidence, DateMethod, DateSource, Suite
 
 BUILD_TIMEOUT = 300.0
 _PRIORITY = {DateMethod.DATE_SPINE: 3, DateMethod.AGE_COLUMN: 2, DateMethod.MONTH_SPINE: 1}
@@ -52,6 +60,8 @@ class Candidate:
     window: tuple[dt.date, dt.date]
     """Every date in this range explains the evidence equally well."""
     detail: str
+    last: dt.date
+    """The gold column's last value (a probe rebuild's last value is compared with it)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
     assert task.gold is not None
     if not scan.reads_clock:
         return _clock_free(task, task.gold.db, task.gold.params.condition_tabs)
-    candidates = gold_candidates(task.gold.db, scan.models)
+    candidates = gold_candidates(task.gold.db, scan.models, scan)
     if not candidates:
         return Derivation(task.id, None, None,
                           f"{scan.summary(2)}; no date spine, month spine or age column in the "
@@ -115,24 +125,31 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
     if verified:
         lo, hi = cand.window
         how = (f"rebuilding {cand.model} at {cand.date} reproduces its gold table"
-               + (f" (so does any date in {lo}..{hi}; chose the latest)" if lo != hi else ""))
+               + (f" (any date in {lo}..{hi} explains the spine; chose the first)"
+                  if lo != hi else ""))
         method = DateMethod.VERIFIED if lo == hi else cand.method
         return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}",
                           Confidence.HIGH)
     confidence = Confidence.MEDIUM if cand.method in (DateMethod.DATE_SPINE,
                                                       DateMethod.AGE_COLUMN) else Confidence.LOW
+    lo, hi = cand.window
+    window = (f"; any date in {lo}..{hi} explains it, chose the first (nothing narrows it)"
+              if lo != hi else "")
     return Derivation(task, cand.date, cand.method,
-                      f"{reads}; {cand.detail}; not verified by a rebuild", confidence)
+                      f"{reads}; {cand.detail}{window}; not verified by a rebuild", confidence)
 
 
-def gold_candidates(gold_db: Path, models: Iterable[str]) -> list[Candidate]:
-    """Heuristic candidates from the gold tables named like ``models``, best first."""
+def gold_candidates(gold_db: Path, models: Iterable[str],
+                    scan: ClockScan | None = None) -> list[Candidate]:
+    """Heuristic candidates from the gold tables named like ``models``, best first. ``scan``
+    tells which models end a ``date_spine`` at the clock (an exclusive end)."""
     found: list[Candidate] = []
     with duckdb.connect(str(gold_db), read_only=True) as con:
         tables = _tables(con)
         for model in models:
             if model.lower() in tables:
-                found += _table_candidates(con, tables[model.lower()], model)
+                spine = scan.spine_end(model) if scan is not None else None
+                found += _table_candidates(con, tables[model.lower()], model, spine)
     return sorted(found, key=lambda c: -_PRIORITY[c.method])
 
 
@@ -151,11 +168,13 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]
     return [(str(r[0]), str(r[1]).upper()) for r in con.execute(f"describe {table}").fetchall()]
 
 
-def _table_candidates(con: duckdb.DuckDBPyConnection, table: str, model: str) -> list[Candidate]:
+def _table_candidates(con: duckdb.DuckDBPyConnection, table: str, model: str,
+                      spine_end: SpineEnd | None = None) -> list[Candidate]:
     cols = _columns(con, table)
     dates = [n for n, t in cols if t == "DATE" or t.startswith("TIMESTAMP")]
     ints = [n for n, t in cols if t in ("INTEGER", "BIGINT", "SMALLINT", "HUGEINT", "TINYINT")]
-    found = [c for d in dates if (c := _spine(con, table, model, d)) is not None]
+    found = [_exclusive_end(c, spine_end) for d in dates
+             if (c := _spine(con, table, model, d)) is not None]
     found += [c for d in dates for i in ints if (c := _age(con, table, model, d, i)) is not None]
     return found
 
@@ -172,13 +191,46 @@ def _spine(con: duckdb.DuckDBPyConnection, table: str, model: str,
     lo, hi, n, firsts = row
     if (hi - lo).days + 1 == n:
         return Candidate(DateMethod.DATE_SPINE, model, col, hi, (hi, hi),
-                         f"gold {model}.{col} is a daily spine {lo}..{hi}")
+                         f"gold {model}.{col} is a daily spine {lo}..{hi}", hi)
     months = (hi.year - lo.year) * 12 + hi.month - lo.month + 1
     if firsts and months == n:
-        end = _month_end(hi)
-        return Candidate(DateMethod.MONTH_SPINE, model, col, end, (hi, end),
-                         f"gold {model}.{col} is a month spine {lo}..{hi}")
+        return Candidate(DateMethod.MONTH_SPINE, model, col, hi, (hi, _month_end(hi)),
+                         f"gold {model}.{col} is a month spine {lo}..{hi}", hi)
     return None
+
+
+def _exclusive_end(cand: Candidate, spine: SpineEnd | None) -> Candidate:
+    """Apply ``date_spine``'s exclusive end: the spine stops one period (plus the end's own
+    offset) before the build date. Without such a call, or with an end this module cannot
+    read, the candidate stays (the verified rebuild measures any offset)."""
+    if spine is None:
+        return cand
+    call = f"{spine.where} date_spine(datepart={spine.datepart!r}) ends at the clock"
+    if spine.offset is None:
+        return replace(cand, detail=f"{cand.detail}; {call} through an expression not read "
+                                    "here: date taken as the spine's end")
+    last = cand.last
+    periods = 1 - spine.offset
+    if cand.method is DateMethod.DATE_SPINE and spine.datepart == "day":
+        day = last + dt.timedelta(days=periods)
+        return replace(cand, date=day, window=(day, day),
+                       detail=f"{cand.detail}; {call}{_plus(spine.offset)}, excluding it: "
+                              f"built on {day}")
+    if cand.method is DateMethod.MONTH_SPINE and spine.datepart == "month":
+        start = _add_months(last, periods)
+        return replace(cand, date=start, window=(start, _month_end(start)),
+                       detail=f"{cand.detail}; {call}{_plus(spine.offset)}, excluding its "
+                              f"month: built in {start:%Y-%m}")
+    return cand
+
+
+def _plus(offset: int) -> str:
+    return f" {offset:+d} {'period' if abs(offset) == 1 else 'periods'}" if offset else ""
+
+
+def _add_months(first: dt.date, months: int) -> dt.date:
+    index = first.year * 12 + first.month - 1 + months
+    return dt.date(index // 12, index % 12 + 1, 1)
 
 
 def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
@@ -192,7 +244,7 @@ def _age(con: duckdb.DuckDBPyConnection, table: str, model: str, date_col: str,
         return None
     day = row[1]
     return Candidate(DateMethod.AGE_COLUMN, model, int_col, day, (day, day),
-                     f"gold {model}.{date_col} + {int_col} is {day} on all {row[2]} rows")
+                     f"gold {model}.{date_col} + {int_col} is {day} on all {row[2]} rows", day)
 
 
 def _month_end(day: dt.date) -> dt.date:
@@ -223,11 +275,10 @@ def _shift(cand: Candidate, built_max: dt.date) -> Candidate:
     """The candidate moved by the offset the probe build measured."""
     if cand.method is DateMethod.MONTH_SPINE:
         probe_months = built_max.year * 12 + built_max.month
-        gold_months = cand.window[0].year * 12 + cand.window[0].month
-        months = cand.date.year * 12 + cand.date.month - 1 + gold_months - probe_months
-        start = dt.date(months // 12, months % 12 + 1, 1)
-        return replace(cand, date=_month_end(start), window=(start, _month_end(start)))
-    day = cand.date + (cand.window[1] - built_max)
+        gold_months = cand.last.year * 12 + cand.last.month
+        start = _add_months(cand.date.replace(day=1), gold_months - probe_months)
+        return replace(cand, date=start, window=(start, _month_end(start)))
+    day = cand.date + (cand.last - built_max)
     return replace(cand, date=day, window=(day, day))
 
 
@@ -246,9 +297,13 @@ def _same_table(con: duckdb.DuckDBPyConnection, table: str, gold_table: str) -> 
 
 def _scratch_project(task: TaskSpec, tmp: Path) -> Path | None:
     """A copy of the project (no databases, no build output) on a copy of the gold database."""
-    project = tmp / task.id
+    project = child(tmp, task.id)
     shutil.copytree(task.project_dir, project, symlinks=True,
                     ignore=shutil.ignore_patterns("*.duckdb", "*.duckdb.wal", "target", "logs"))
+    try:  # else the gold copy below, and dbt, would write where the profile names: the dataset
+        confine_profile(project, task.project_dir)
+    except ValueError:
+        return None
     target = profile_db_path(project)
     if target is None or task.gold is None:
         return None
@@ -281,6 +336,29 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
 async def derive_all(tasks: Sequence[TaskSpec], *, verify: bool = True) -> list[Derivation]:
     """Derive every task that has gold, one at a time (each rebuild is a dbt process)."""
     return [await derive_task(t, verify=verify) for t in tasks if t.has_gold]
+
+
+def undated_clock_readers(tasks: Iterable[TaskSpec]) -> tuple[TaskSpec, ...]:
+    """The tasks whose shipped SQL reads the clock but which run at the suite default date
+    (nothing recorded for them: no date, and not marked clock-independent)."""
+    return tuple(t for t in tasks
+                 if t.date_source is DateSource.DEFAULT
+                 and t.settings.date_method is not DateMethod.CLOCK_INDEPENDENT
+                 and t.project_dir.is_dir() and scan_clock_reads(t.project_dir).reads_clock)
+
+
+def undated_warning(tasks: Iterable[TaskSpec], suite: Suite, *, limit: int = 8) -> str | None:
+    """One line for ``run`` and ``list`` (stderr): which clock-reading tasks run at the suite
+    default and how to record their own dates; ``None`` when there are none. A date that
+    ``audit`` merely suggests is never used, so this is the only place the gap shows."""
+    undated = undated_clock_readers(tasks)
+    if not undated:
+        return None
+    ids = [t.id for t in undated]
+    shown = ", ".join(ids[:limit]) + (f" (+{len(ids) - limit} more)" if len(ids) > limit else "")
+    return (f"{len(ids)} task(s) read the clock but have no date in {suite.path}, so their dbt "
+            f"runs at the suite default {suite.defaults.date}: {shown}; record their dates with "
+            "`spider2local derive-dates` (or set [tasks.<id>] date by hand)")
 
 
 def derivation_rows(derivations: Sequence[Derivation]) -> list[tuple[str, str, str, str, str]]:

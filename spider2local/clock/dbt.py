@@ -3,13 +3,15 @@
 dbt runs as a subprocess, never through ``dbtRunner``: the Python API keeps global adapter state
 (two invocations cannot run at once in one process) and cannot be put under a fake clock.
 Whether dbt is faked is decided by ``env``: pass ``Clock.agent_env(...)`` and "dbt" resolves to
-the shim on that PATH (faked for run/build/..., real for deps/parse), or ``Clock.faked_env(...)``
-to preload it directly. Every path dbt writes (target, logs) stays inside the workspace.
+the shim on that PATH (faked for every command but ``deps`` and ``--version``), or
+``Clock.faked_env(...)`` to preload it directly. Every path dbt writes (target, logs) stays inside
+the workspace, and dbt's partial-parse cache is only reused on the date it was made at.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
@@ -18,10 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local.clock.faketime import TELEMETRY_ENV, find_real_dbt
+from spider2local.clock.faketime import TELEMETRY_ENV, env_date, find_real_dbt
 from spider2local.exceptions import ClockError, DbtError
 from spider2local.proc.run import run_process
 from spider2local.resources import faketime_dir
+
+PARSE_CACHE = "partial_parse.msgpack"
+"""dbt's partial-parse cache in the target folder (dbt-core's ``PARTIAL_PARSE_FILE_NAME``)."""
+PARSE_DATE_STAMP = "spider2local-parse-date"
+"""Beside the cache: the date (YYYY-MM-DD) the dbt processes that wrote it saw."""
 
 ERROR_STATUSES = frozenset({"error", "fail", "runtime error"})
 """run_results statuses that mean a node did not do its job (``warn`` and ``skipped`` do not)."""
@@ -146,6 +153,26 @@ def dbt_path_env(project_dir: Path, log_path: Path) -> dict[str, str]:
     }
 
 
+def forget_parse_cache_of_other_dates(target: Path, date: dt.date) -> None:
+    """Delete dbt's partial-parse cache unless it was made on ``date``, then record ``date``.
+
+    Partial parsing reuses what parse-time Jinja computed (a ``config(alias=...)`` reading
+    ``modules.datetime``), and nothing dbt hashes to validate the cache (cli vars, profile and
+    target names, connection keys, dbt_project.yml, env vars used there) changes with the clock,
+    so dbt itself would reuse a cache made under another date. A cache without a stamp has an
+    unknown date (a real-clock parse, or one shipped with the project): it goes too.
+    """
+    stamp = target / PARSE_DATE_STAMP
+    try:
+        recorded = stamp.read_text(encoding="utf-8").strip()
+    except OSError:
+        recorded = None
+    if recorded != date.isoformat():
+        (target / PARSE_CACHE).unlink(missing_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(date.isoformat() + "\n", encoding="utf-8")
+
+
 def _keep_logs(logs_dir: Path, subcommand: str, stdout: str, run_results: Path | None) -> None:
     """Store this invocation's console log (and run_results copy) under a fresh number."""
     logs_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +181,16 @@ def _keep_logs(logs_dir: Path, subcommand: str, stdout: str, run_results: Path |
     (logs_dir / f"{stem}.jsonl").write_text(stdout, encoding="utf-8")
     if run_results is not None:
         shutil.copyfile(run_results, logs_dir / f"{stem}.run_results.json")
+
+
+def _date_seen(executable: str, env: Mapping[str, str]) -> dt.date:
+    """The date the dbt started as ``executable`` with ``env`` lives in (for the parse cache):
+    the shim's date when ``executable`` is the shim, else the preloaded clock, else today."""
+    shim = faketime_dir() / "dbt"
+    with contextlib.suppress(OSError):
+        if Path(executable).samefile(shim):
+            return env_date(env, through_shim=True) or dt.date.today()
+    return env_date(env, through_shim=False) or dt.date.today()
 
 
 def _prepare(project_dir: Path, logs_dir: Path | None) -> tuple[Path, Path, Path]:
@@ -183,6 +220,7 @@ async def run_dbt(
     """
     executable = resolve_dbt(dbt_executable, env)
     project_dir, log_path, run_results = _prepare(project_dir, logs_dir)
+    forget_parse_cache_of_other_dates(run_results.parent, _date_seen(executable, env))
     command = [executable, *args]
     child_env = {**env, **dbt_path_env(project_dir, log_path)}
     try:

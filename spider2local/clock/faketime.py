@@ -137,6 +137,26 @@ def strip_fake_clock(env: Mapping[str, str]) -> dict[str, str]:
     return clean
 
 
+def env_date(env: Mapping[str, str], *, through_shim: bool) -> datetime.date | None:
+    """The fake date a process started with ``env`` sees (``None``: the real clock).
+
+    ``through_shim``: the process is the dbt shim, which fakes with ``SPIDER2LOCAL_FAKE_DATE``
+    (its unfaked ``deps`` never parses, so the answer only matters for commands it fakes);
+    otherwise the clock is faked only by a libfaketime preload with an ``@date`` spec.
+    """
+    try:
+        if through_shim:
+            return datetime.date.fromisoformat(env.get(FAKE_DATE_ENV, ""))
+        preloaded = any("libfaketime" in Path(item).name
+                        for item in env.get("LD_PRELOAD", "").split(":") if item)
+        spec = env.get("FAKETIME", "")
+        if preloaded and spec.startswith("@"):
+            return datetime.date.fromisoformat(spec[1:].split()[0])
+    except (ValueError, IndexError):
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class Clock:
     """A task's fixed date and the library that fakes it."""

@@ -32,6 +32,11 @@ CLOCK_PATTERN = re.compile(
 """Every way we know of to read the clock in DuckDB SQL or dbt Jinja (``dbt.current_timestamp()``
 and ``current_timestamp_backcompat`` match ``current_timestamp\\w*``)."""
 
+_DATE_SPINE = re.compile(r"\b(?:dbt_utils|dbt)\s*\.\s*date_spine\s*\(")
+"""``dbt_utils.date_spine(...)`` and dbt-core's copy ``dbt.date_spine(...)`` (same semantics)."""
+_SPINE_PARAMS = ("datepart", "start_date", "end_date")
+_DATEADD = re.compile(r"dateadd\s*\(\s*(?:datepart\s*=\s*)?[\\'\"]*\s*(\w+)\s*[\\'\"]*\s*,"
+                      r"\s*(?:interval\s*=\s*)?[\\'\"]*\s*(-?\d+)\s*[\\'\"]*\s*,", re.IGNORECASE)
 _COMMENT = re.compile(r"\{#.*?#\}|/\*.*?\*/|--[^\n]*", re.DOTALL)
 _MACRO = re.compile(r"\{%-?\s*macro\s+(\w+)\s*\((.*?)\{%-?\s*endmacro", re.DOTALL)
 _CALL = re.compile(r"\b(\w+)\s*\(")
@@ -55,6 +60,25 @@ class ClockHit:
 
 
 @dataclass(frozen=True)
+class SpineEnd:
+    """A ``date_spine`` call whose ``end_date`` reads the clock.
+
+    The macro generates ``datediff(start_date, end_date, datepart)`` periods from
+    ``start_date`` (dbt-core's and dbt_utils' ``default__date_spine``): the end is excluded, so
+    a daily spine built on D ends at D-1 and a monthly one at the month before D's.
+    """
+
+    model: str
+    datepart: str
+    """``day``, ``month``, ...: lower case, as the call names it."""
+    offset: int | None
+    """Periods the end adds to the clock (``dbt.dateadd('day', 1, 'current_date')``: 1); 0 for
+    the clock itself; ``None`` when the end is some other expression of the clock."""
+    where: str
+    """``models/x.sql:3``, for the evidence text."""
+
+
+@dataclass(frozen=True)
 class ClockScan:
     """The verdict for one project."""
 
@@ -63,6 +87,12 @@ class ClockScan:
     """Hits in models (directly or through macros): these make the output depend on the date."""
     unused: tuple[ClockHit, ...]
     """Hits in macros that no model calls (reported, but they do not read the clock)."""
+    spines: tuple[SpineEnd, ...] = ()
+    """Date spines in models that end at the clock (their end date is exclusive)."""
+
+    def spine_end(self, model: str) -> SpineEnd | None:
+        """The first clock-ended ``date_spine`` of ``model`` (matched case-insensitively)."""
+        return next((s for s in self.spines if s.model.lower() == model.lower()), None)
 
     @property
     def reads_clock(self) -> bool:
@@ -100,14 +130,16 @@ def scan_clock_reads(project: Path) -> ClockScan:
     bodies = _macro_bodies(sources)
     clock_macros = _clock_macros(bodies)
     hits: list[ClockHit] = []
+    spines: list[SpineEnd] = []
     model_calls: set[str] = set()
     for src in (s for s in sources if s.is_model):
         hits += _direct_hits(src)
         hits += _macro_hits(src, clock_macros)
+        spines += _spine_ends(src)
         model_calls |= _calls(src.code)
     used = _reachable(model_calls, bodies)
     unused = [hit for name, macro in bodies.items() if name not in used for hit in macro.hits]
-    return ClockScan(project, tuple(hits), tuple(unused))
+    return ClockScan(project, tuple(hits), tuple(unused), tuple(spines))
 
 
 def unshipped_models(project: Path, names: Iterable[str]) -> tuple[str, ...]:
@@ -136,6 +168,72 @@ def _macro_hits(src: _Source, clock_macros: dict[str, list[ClockHit]]) -> list[C
     return [ClockHit(src.path, n, clock_macros[m.group(1)][0].match, lines[n - 1].strip(),
                      via=m.group(1))
             for m, n in _matches(pattern, src.code)]
+
+
+def _spine_ends(src: _Source) -> list[SpineEnd]:
+    """``date_spine`` calls of a model whose ``end_date`` argument reads the clock."""
+    found = []
+    for m, line in _matches(_DATE_SPINE, src.code):
+        args = _call_args(src.code, m.end())
+        end = args.get("end_date", "")
+        if not CLOCK_PATTERN.search(end):
+            continue
+        datepart = args.get("datepart", "").strip().strip("\"'").strip().lower()
+        found.append(SpineEnd(src.path.stem, datepart, _end_offset(end, datepart),
+                              f"{src.path}:{line}"))
+    return found
+
+
+def _call_args(code: str, start: int) -> dict[str, str]:
+    """The arguments of the call whose ``(`` ends just before ``start``, by parameter name.
+
+    Hand-written rather than a Jinja parse: only the top-level commas matter (outside quotes
+    and brackets), and a call cut off by the end of the file just yields fewer arguments.
+    """
+    args: list[str] = []
+    depth, quote = 0, ""
+    current: list[str] = []
+    for char in code[start:]:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            args.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    args.append("".join(current))
+    named: dict[str, str] = {}
+    for position, arg in enumerate(a.strip() for a in args):
+        key, eq, value = arg.partition("=")
+        if eq and key.strip() in _SPINE_PARAMS and not value.startswith("="):
+            named[key.strip()] = value.strip()
+        elif position < len(_SPINE_PARAMS):
+            named.setdefault(_SPINE_PARAMS[position], arg)
+    return named
+
+
+def _end_offset(end: str, datepart: str) -> int | None:
+    """How many ``datepart`` periods ``end`` adds to the clock: 0 for a bare clock read, N for
+    ``dateadd(<datepart>, N, <clock>)``, ``None`` for anything else (a rebuild measures it)."""
+    text = end.strip().strip("\"'").strip()
+    bare = CLOCK_PATTERN.fullmatch(text) or re.fullmatch(
+        r"(?:\{\{\s*)?(?:dbt\s*\.\s*)?current_timestamp\s*\(\s*\)(?:\s*\}\})?"
+        r"|cast\s*\(\s*(?:current_date|current_timestamp|now\s*\(\s*\))\s+as\s+date\s*\)",
+        text, re.IGNORECASE)
+    if bare:
+        return 0
+    add = _DATEADD.search(text)
+    if add is not None and add.group(1).lower() == datepart:
+        return int(add.group(2))
+    return None
 
 
 def _matches(pattern: re.Pattern[str], code: str, start: int = 0,

@@ -24,7 +24,7 @@ from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
-from spider2local.suite.model import Confidence, DateMethod
+from spider2local.suite.model import Confidence, DateMethod, DateSource
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,20 @@ class TaskAudit:
     """Packages setup copied from sibling tasks (``dbt_utils: retail001 exact 1.1.1``)."""
     reads_clock: bool
     clock_reads: tuple[str, ...]
-    date: str | None
+    date: str
+    """The date ``run`` will use (``Suite.run_date``): nothing else is ever used."""
+    date_source: DateSource
+    """``task`` (its own, written by derive-dates or by hand) or ``default`` (the suite's)."""
     date_method: DateMethod | None
     date_evidence: str | None
     date_confidence: Confidence | None
-    date_source: str
-    """``suite`` (written by derive-dates or by hand), ``derived`` (now, without a rebuild)."""
+    """What the suite file records about the task's date (``None``: nothing)."""
+    suggested_date: str | None
+    """When the suite records nothing: the date derive-dates would write (heuristics only, no
+    rebuild). Suggested, NOT used until written into the suite file."""
+    suggested_method: DateMethod | None
+    suggested_evidence: str | None
+    suggested_confidence: Confidence | None
     graded: tuple[GradedTable, ...]
     passes_with_no_work: bool | None = None
     """With --baseline: does the untouched start database already pass? None when unknown."""
@@ -67,7 +75,7 @@ async def audit_dataset(data: Dataset, *, baseline: bool = False) -> list[TaskAu
 
 async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
     scan = await anyio.to_thread.run_sync(scan_clock_reads, task.project_dir)
-    date, method, evidence, confidence, source = await _date_info(task)
+    suggestion = await _suggestion(task)
     supplied = tuple(f"{name}: {text}"
                      for name, text in packages.supplied_packages(task.project_dir).items())
     passed, note = await _baseline(task) if baseline else (None, None)
@@ -77,23 +85,26 @@ async def audit_task(task: TaskSpec, *, baseline: bool = False) -> TaskAudit:
         + tuple(str(p) for p in task.problems),
         supplied=supplied, reads_clock=scan.reads_clock,
         clock_reads=tuple(h.describe() for h in scan.hits),
-        date=date, date_method=method, date_evidence=evidence, date_confidence=confidence,
-        date_source=source, graded=await anyio.to_thread.run_sync(graded_tables, task),
+        date=task.date.isoformat(), date_source=task.date_source,
+        date_method=task.settings.date_method, date_evidence=task.settings.date_evidence,
+        date_confidence=task.settings.date_confidence,
+        suggested_date=suggestion[0], suggested_method=suggestion[1],
+        suggested_evidence=suggestion[2], suggested_confidence=suggestion[3],
+        graded=await anyio.to_thread.run_sync(graded_tables, task),
         passes_with_no_work=passed, baseline_note=note,
     )
 
 
-async def _date_info(task: TaskSpec) -> tuple[str | None, DateMethod | None, str | None,
-                                               Confidence | None, str]:
+async def _suggestion(task: TaskSpec) -> tuple[str | None, DateMethod | None, str | None,
+                                                Confidence | None]:
+    """What derive-dates would record, for a task the suite says nothing about."""
     s = task.settings
     if s.date_method is not None or s.date is not None:
-        return (s.date.isoformat() if s.date else None, s.date_method, s.date_evidence,
-                s.date_confidence, "suite")
+        return None, None, None, None
     if not task.has_gold:
-        return None, None, "no gold to date against", None, "derived"
+        return None, None, "no gold to date against", None
     d = await derive_task(task, verify=False)
-    return (d.date.isoformat() if d.date else None, d.method, d.evidence, d.confidence,
-            "derived")
+    return d.date.isoformat() if d.date else None, d.method, d.evidence, d.confidence
 
 
 def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
@@ -165,7 +176,8 @@ def summary(audits: Sequence[TaskAudit]) -> dict[str, Any]:
         "tasks": len(audits), "runnable": sum(a.runnable for a in audits),
         "has_gold": sum(a.has_gold for a in audits),
         "read_clock": sum(a.reads_clock for a in audits),
-        "dated": sum(a.date is not None for a in audits),
+        "dated": sum(a.date_source is DateSource.TASK for a in audits),
+        "suggested": sum(a.suggested_date is not None for a in audits),
     }
     if any(a.passes_with_no_work is not None for a in audits):
         out["pass_with_no_work"] = sum(bool(a.passes_with_no_work) for a in audits)
@@ -175,7 +187,7 @@ def summary(audits: Sequence[TaskAudit]) -> dict[str, Any]:
 def audit_text(audits: Sequence[TaskAudit]) -> str:
     rows = [(a.id, "runnable" if a.runnable else (a.problems[0] if a.problems else "no"),
              "yes" if a.reads_clock else "no",
-             f"{a.date or '-'} {a.date_method or ''} ({a.date_source})".strip(),
+             _date_text(a),
              ", ".join(g.name + ("" if g.in_gold else " (not in gold)") for g in a.graded),
              _free(a)) for a in audits]
     table = render_table(["task", "status", "clock", "date", "graded", "free"], rows)
@@ -184,7 +196,22 @@ def audit_text(audits: Sequence[TaskAudit]) -> str:
     lines += [f"{a.id}: supplied {s}" for a in audits for s in a.supplied]
     lines += [f"{a.id}: clock {a.clock_reads[0]}" for a in audits if a.clock_reads]
     lines += [f"{a.id}: date evidence: {a.date_evidence}" for a in audits if a.date_evidence]
+    lines += [f"{a.id}: suggested date evidence: {a.suggested_evidence}"
+              for a in audits if a.suggested_evidence]
+    if any(a.suggested_date is not None for a in audits):
+        lines.append("suggested dates are not used until written: `spider2local derive-dates`")
     return "\n".join(lines)
+
+
+def _date_text(a: TaskAudit) -> str:
+    """The date run will use and whose it is, then any suggestion (clearly not in use)."""
+    whose = str(a.date_method or "set") if a.date_source is DateSource.TASK else (
+        "default; clock-independent" if a.date_method is DateMethod.CLOCK_INDEPENDENT
+        else "default")
+    text = f"{a.date} ({whose})"
+    if a.suggested_date is not None:
+        text += f"; suggested {a.suggested_date}, unused"
+    return text
 
 
 def _free(a: TaskAudit) -> str:

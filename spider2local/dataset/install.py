@@ -28,6 +28,7 @@ import duckdb
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
+from spider2local.safepath import name_problem
 
 
 class FileKind(StrEnum):
@@ -170,7 +171,7 @@ def task_ids(root: Path) -> set[str] | None:
     found = False
     for name in (TASKS_FILE, EVAL_FILE):
         try:
-            text = (root / name).read_text(encoding="utf-8")
+            text = (root / name).read_text(encoding="utf-8-sig")
         except OSError:
             continue
         found = True
@@ -209,7 +210,7 @@ def _task_members(zf: zipfile.ZipFile, tasks: set[str] | None, skipped: list[str
         if info.is_dir() or not parts:
             continue
         top = parts[0]
-        not_task = (len(parts) < 2 or top == "__MACOSX" or top.startswith(".")
+        not_task = (len(parts) < 2 or top == "__MACOSX" or name_problem(top) is not None
                     or (tasks is not None and top not in tasks))
         if not_task:
             key = top if len(parts) > 1 else info.filename

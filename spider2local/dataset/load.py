@@ -28,7 +28,9 @@ from spider2local.dbtproject import files as projectfiles
 from spider2local.dbtproject import packages
 from spider2local.evaluation.params import EvalConfigError, EvalParams, parse_eval
 from spider2local.exceptions import DatasetError
+from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
 from spider2local.suite.model import SAMPLE, Suite
+from spider2local.workspace.copy import links_outside
 
 
 def resolve_root(suite: Suite) -> Path:
@@ -52,7 +54,7 @@ def load_dataset(suite: Suite) -> Dataset:
                            fix="point --dataset at the spider2-dbt folder (it holds examples/)")
     warnings: list[str] = []
     entries = list(_read_jsonl(tasks_file, warnings))
-    evals = _read_evals(root / EVAL_FILE, warnings)
+    evals = read_evals(root / EVAL_FILE, warnings)
     specs: list[TaskSpec] = []
     seen: set[str] = set()
     for line_no, entry in entries:
@@ -81,10 +83,17 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
         problems.append(Problem(ProblemKind.INSTRUCTION,
                                 f"no instruction in {tasks_file.name} (line {line_no})"))
         instruction = ""
-    project = root / "examples" / tid
+    project = root / "examples" / tid  # the id is a plain name (checked by _read_jsonl)
     start_db = None
-    if not project.is_dir():
+    if (outside := _outside(root / "examples", tid)) is not None:
+        problems.append(Problem(ProblemKind.PROJECT, f"project folder {outside}"))
+    elif not project.is_dir():
         problems.append(Problem(ProblemKind.PROJECT, f"project folder examples/{tid} missing"))
+    elif links := links_outside(project):
+        more = f" (+{len(links) - 1} more)" if len(links) > 1 else ""
+        problems.append(Problem(ProblemKind.PROJECT,
+                                f"symlink leads outside the task folder: examples/{tid}/"
+                                f"{links[0]}{more} (replace it with the file it points at)"))
     else:
         start_db, start_problems = find_start_db(project)
         problems += start_problems
@@ -93,12 +102,15 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
                                *packages.missing_packages(project))]
     params, gold = _gold_for(root, tid, evals, problems)
     settings = suite.settings(tid)
-    solution = settings.solution or root / "solutions" / tid
+    solution = settings.solution or (root / "solutions" / tid
+                                     if _outside(root / "solutions", tid) is None else None)
+    date, date_source = suite.run_date(tid)
     return TaskSpec(
         id=tid, instruction=instruction, project_dir=project, start_db=start_db, gold=gold,
-        settings=settings, date=settings.date or suite.defaults.date,
+        settings=settings, date=date, date_source=date_source,
         graded_tables=params.condition_tabs if params is not None else (),
-        problems=tuple(problems), solution_dir=solution if solution.is_dir() else None,
+        problems=tuple(problems),
+        solution_dir=solution if solution is not None and solution.is_dir() else None,
     )
 
 
@@ -114,6 +126,10 @@ def _gold_for(root: Path, tid: str, evals: dict[str, Any],
         problems.append(Problem(ProblemKind.EVAL, f"evaluation config: {exc.reason}"))
         return None, None
     gold_dir = root / "evaluation_suite" / "gold" / tid
+    outside = _outside(gold_dir.parent, tid) or _outside(gold_dir, params.gold)
+    if outside is not None:
+        problems.append(Problem(ProblemKind.GOLD, f"gold file {outside}"))
+        return params, None
     db = gold_dir / params.gold
     if not db.is_file():
         others = sorted(p.name for p in gold_dir.glob("*.duckdb")) if gold_dir.is_dir() else []
@@ -126,6 +142,16 @@ def _gold_for(root: Path, tid: str, evals: dict[str, Any],
         problems.append(Problem(ProblemKind.GOLD, f"gold database {problem}"))
         return params, None
     return params, Gold(db, params)
+
+
+def _outside(parent: Path, name: str) -> str | None:
+    """Why ``parent / name`` is refused (see :func:`spider2local.safepath.child`), else None:
+    a per-task problem, so one task's symlink out of the dataset never stops the load."""
+    try:
+        child(parent, name)
+    except UnsafePath as exc:
+        return f"{name}: {exc.message}"
+    return None
 
 
 def find_start_db(project: Path) -> tuple[Path | None, list[Problem]]:
@@ -155,7 +181,9 @@ def find_start_db(project: Path) -> tuple[Path | None, list[Problem]]:
 
 def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a byte-order mark (Windows editors write one) once made the first line
+        # invalid JSON, and the first task vanished from `run` without a word.
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"cannot read: {exc}", path=path) from None
     for no, line in enumerate(lines, start=1):
@@ -169,11 +197,16 @@ def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str
         if not isinstance(obj, dict) or not isinstance(obj.get("instance_id"), str):
             warnings.append(f"{path}:{no}: no instance_id; line skipped")
             continue
+        problem = name_problem(obj["instance_id"])
+        if problem is not None:  # it would become a folder name: see spider2local.safepath
+            warnings.append(f"{path}:{no}: instance_id {problem}; line skipped ({NAME_FIX})")
+            continue
         yield no, obj
 
 
-def _read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
-    """Map task id to its raw ``evaluation`` object (parsed per task by :func:`_gold_for`)."""
+def read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
+    """Map task id to its raw ``evaluation`` object (parsed per task by :func:`_gold_for`).
+    The first record of an id wins, here and in the integrity guard that re-reads the file."""
     if not path.is_file():
         warnings.append(f"{path}: missing; no task can be scored")
         return {}

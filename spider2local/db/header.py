@@ -47,11 +47,41 @@ def max_storage_version() -> int:
     return version
 
 
+HEADER_BYTES = 3 * 4096
+"""The main header and the two database headers that precede the first block."""
+DEFAULT_BLOCK_BYTES = 262144
+"""DuckDB's block allocation size; files of older versions leave the header field at 0."""
+
+
+def expected_size(header: bytes) -> int | None:
+    """The smallest size a complete file with these first :data:`HEADER_BYTES` can have, or
+    ``None`` when the headers do not say (too short to tell, or values we do not recognise).
+
+    Each database header (at 4096 and 8192) is a checksum, then uint64s: iteration, meta block,
+    free list, block count, block allocation size. The one with the higher iteration is current;
+    every block it counts lies after the three headers. A file cut short (a failed download, a
+    full disk) opens and lists its tables, and only fails, as a plain "failed 0/1", when dbt
+    or the scorer reads the missing blocks."""
+    if len(header) < HEADER_BYTES:
+        return None
+    current = max((struct.unpack_from("<6Q", header, offset) for offset in (4096, 8192)),
+                  key=lambda fields: fields[1])
+    blocks, block_size = int(current[4]), int(current[5]) or DEFAULT_BLOCK_BYTES
+    if block_size & (block_size - 1) or not 4096 <= block_size <= 1 << 28 or blocks > 1 << 40:
+        return None
+    return HEADER_BYTES + blocks * block_size
+
+
 def duckdb_file_problem(path: Path) -> str | None:
-    """Why ``path`` is not a DuckDB file this installation can read, or ``None``."""
+    """Why ``path`` is not a DuckDB file this installation can read, or ``None``.
+
+    Checked from the first :data:`HEADER_BYTES` and the file size only: opening each file
+    read-only to be sure costs 30-40 ms (measured on the real start databases), about 5 s for
+    the loader on the whole dataset, and takes a lock a running dbt collides with."""
     try:
         with path.open("rb") as fh:
-            header = fh.read(20)
+            header = fh.read(HEADER_BYTES)
+        size = path.stat().st_size
     except OSError as exc:
         return f"{path.name} unreadable: {exc.strerror}"
     version = storage_version(header)
@@ -64,4 +94,9 @@ def duckdb_file_problem(path: Path) -> str | None:
     if version < MIN_STORAGE_VERSION:
         return (f"{path.name} was written by an older DuckDB (storage version {version}); "
                 f"this spider2local reads {MIN_STORAGE_VERSION} to {newest}")
+    if size < HEADER_BYTES:
+        return f"{path.name} is truncated ({size} bytes, shorter than DuckDB's headers)"
+    expected = expected_size(header)
+    if expected is not None and size < expected:
+        return f"{path.name} is truncated ({size} bytes; its header says {expected})"
     return None

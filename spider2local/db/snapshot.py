@@ -59,7 +59,7 @@ class DbSnapshot:
         return None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        return json.dumps(asdict(self), indent=2, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> DbSnapshot:

@@ -47,11 +47,20 @@ def project_config(project: Path) -> tuple[dict[str, Any] | None, str | None]:
     return (None, f"dbt_project.yml unparsable ({error})") if error else (data, None)
 
 
+PROFILE_FIX = "use a path relative to the project, such as ./<name>.duckdb"
+
+
 def profile_target(project: Path, cfg: dict[str, Any]) -> tuple[Path | None, str | None]:
-    """The DuckDB file the project's profile writes to (relative paths are relative to the
-    project, where dbt runs), or the problem when profiles.yml names none; ``(None, None)`` when
-    the project has no profiles.yml at all (then only a lone ``*.duckdb`` can stand in for it).
-    The same (value, problem) shape as :func:`project_config`."""
+    """The DuckDB file the project's profile writes to, as a path inside the project, or the
+    problem when profiles.yml names none or names one outside the project; ``(None, None)``
+    when the project has no profiles.yml at all (then only a lone ``*.duckdb`` can stand in for
+    it). The same (value, problem) shape as :func:`project_config`.
+
+    profiles.yml is untrusted input: an absolute path (or ``~``, or ``../``) pointing at the
+    dataset's own start database once let dbt in the workspace write into the dataset. A path
+    leaving the project, in any duckdb output or ``attach`` of the profile, refuses the task;
+    one that names a file inside the project in such a way is rewritten to the workspace copy
+    by :func:`confine_profile`. Relative paths are relative to the project, where dbt runs."""
     path = project / "profiles.yml"
     if not path.is_file():
         return None, None
@@ -61,10 +70,80 @@ def profile_target(project: Path, cfg: dict[str, Any]) -> tuple[Path | None, str
     name = cfg.get("profile")
     if not isinstance(name, str) or not name:
         return None, "dbt_project.yml names no profile"
+    for value in _duckdb_paths(profiles.get(name)):
+        if _inside(project, project, value) is None:
+            return None, f"profiles.yml path {value!r} is outside the project ({PROFILE_FIX})"
     db = _output_path(profiles.get(name))
     if db is None:
         return None, f"profiles.yml has no duckdb path for profile {name}"
-    return (db if db.is_absolute() else project / db), None
+    return _inside(project, project, db), None
+
+
+def confine_profile(copy: Path, original: Path) -> bool:
+    """Rewrite the duckdb paths of ``copy``'s profiles.yml that name files of ``original`` (the
+    dataset's project) absolutely, through ``~`` or through ``..``, to the same file relative
+    to the copy, so dbt in the copy writes the copy. Returns whether the file changed.
+
+    The loader has refused every project whose profile leads outside it
+    (:func:`profile_target`); a path that still does raises :class:`ValueError`."""
+    path = copy / "profiles.yml"
+    if not path.is_file():
+        return False
+    profiles, error = load_yaml(path)
+    if error is not None or not isinstance(profiles, dict):
+        return False
+    changed = False
+    for holder in _path_holders(profiles):
+        value = holder["path"]
+        if Path(value).parts[:1] == (".",) or not _rewritten(value):
+            continue
+        inside = _inside(original, original, value)
+        if inside is None:
+            raise ValueError(f"{path}: path {value!r} leads outside the project")
+        holder["path"] = "./" + inside.relative_to(original).as_posix()
+        changed = True
+    if changed:
+        path.write_text(yaml.safe_dump(profiles, sort_keys=False), encoding="utf-8")
+    return changed
+
+
+def _rewritten(value: str) -> bool:
+    """Whether a duckdb path must be rewritten to stay in a copy of the project."""
+    written = Path(value)
+    return written.is_absolute() or value.startswith("~") or ".." in written.parts
+
+
+def _inside(project: Path, base: Path, value: str | Path) -> Path | None:
+    """``project / rel`` for the file ``value`` names (relative to ``base``, ``~`` expanded,
+    symlinks followed) when it is inside ``project``; ``None`` when it leads outside."""
+    try:
+        real = (base / Path(value).expanduser()).resolve()
+        return project / real.relative_to(project.resolve())
+    except (ValueError, OSError, RuntimeError):
+        return None
+
+
+def _path_holders(profiles: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every duckdb output (and ``attach`` entry) of every profile that has a string path."""
+    holders = []
+    for profile in profiles.values():
+        outputs = profile.get("outputs") if isinstance(profile, dict) else None
+        for output in outputs.values() if isinstance(outputs, dict) else ():
+            if not isinstance(output, dict) or output.get("type", "duckdb") != "duckdb":
+                continue
+            attach = output.get("attach")
+            entries = [output, *(attach if isinstance(attach, list) else ())]
+            holders += [e for e in entries if isinstance(e, dict) and _local(e.get("path"))]
+    return holders
+
+
+def _duckdb_paths(profile: Any) -> list[str]:
+    return [h["path"] for h in _path_holders({"p": profile})]
+
+
+def _local(value: Any) -> bool:
+    """A string path of a local file (not ``:memory:``, not a MotherDuck or URL target)."""
+    return isinstance(value, str) and bool(value) and value != ":memory:" and ":" not in value[:8]
 
 
 def _output_path(profile: Any) -> Path | None:

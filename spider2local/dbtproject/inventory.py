@@ -90,7 +90,7 @@ class ProjectScan:
         return tuple(m for m in self.models if m.status is not ModelStatus.COMPLETE)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        return json.dumps(asdict(self), indent=2, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> ProjectScan:

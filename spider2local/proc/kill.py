@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ POLL = 0.05
 """Seconds between two checks: nothing notifies us when a process that is not our child
 exits, so we poll; each check is a /proc walk, so not much faster than this."""
 SHM_DIR = Path("/dev/shm")
+_hurried = threading.Event()
+
+
+def hurry() -> None:
+    """From now on, kills skip their grace: SIGKILL at once (the user asked twice to stop).
+
+    Process-wide on purpose: it is what a second Ctrl-C means, for every kill in progress and
+    every one still to come in the shutdown. Kills already past their SIGTERM stop waiting at
+    their next poll."""
+    _hurried.set()
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ def _policy(find: Finder, grace: float, kill_wait: float) -> Generator[float, No
     # say) is left to finish its work until the grace ends, as with a killpg.
     _send(left, signal.SIGTERM, signalled)
     deadline = time.monotonic() + grace
-    while (left := _found(find)) and time.monotonic() < deadline:
+    while (left := _found(find)) and time.monotonic() < deadline and not _hurried.is_set():
         yield POLL
     deadline = time.monotonic() + kill_wait
     while left:

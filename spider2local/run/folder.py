@@ -16,7 +16,6 @@ import datetime as dt
 import hashlib
 import json
 import platform
-import re
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,11 +28,12 @@ from spider2local.exceptions import UserError
 from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
+from spider2local.safepath import NAME_FIX, child, name_problem
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
 DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
                 "numpy", "click", "libfaketime")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -47,9 +47,8 @@ def now_iso() -> str:
 
 def check_run_id(run_id: str) -> str:
     """Run ids become folder names: refuse anything that could escape the runs folder."""
-    if not _RUN_ID.fullmatch(run_id) or run_id in {".", ".."}:
-        raise UserError(f"--run-id {run_id!r} is not a plain folder name",
-                        fix="use letters, digits, '.', '_' and '-' only")
+    if name_problem(run_id) is not None:
+        raise UserError(f"--run-id {run_id!r} is not a plain folder name", fix=NAME_FIX)
     return run_id
 
 
@@ -103,7 +102,9 @@ class RunFolder:
         return self.root / MANIFEST
 
     def task_dir(self, task_id: str) -> Path:
-        return self.root / task_id
+        """The task's folder, checked to stay inside the run folder: :meth:`reset_task` deletes
+        it, and an id such as ``../x`` once deleted a folder next to the run."""
+        return child(self.root, task_id)
 
     def result_path(self, task_id: str) -> Path:
         return self.task_dir(task_id) / RESULT
@@ -121,8 +122,8 @@ class RunFolder:
             return found
         for path in sorted(self.root.glob(f"*/{RESULT}")):
             result = load_result(path)
-            if result is not None:
-                found[result.task_id] = result
+            if result is not None and result.task_id == path.parent.name:
+                found[result.task_id] = result  # another task's id: corrupt, so unfinished
         return found
 
     def reset_task(self, task_id: str) -> Path:
@@ -140,11 +141,24 @@ class RunFolder:
         return folder
 
     def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest; ``None`` when the folder has none. A run.json that exists but is not
+        one (truncated, edited, wrong types) raises :class:`UserError` naming it: reports,
+        re-scores and resumes read it, and used to print a traceback or silently count none
+        of the run's tasks."""
         try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = self.manifest_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
-        return data if isinstance(data, dict) else None
+        except OSError as exc:
+            raise _bad_manifest(self.manifest_path, exc.strerror or str(exc)) from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise _bad_manifest(self.manifest_path, f"not valid JSON ({exc})") from None
+        problem = manifest_problem(data)
+        if problem is not None:
+            raise _bad_manifest(self.manifest_path, problem)
+        return dict(data)
 
     def create(self) -> None:
         """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
@@ -158,6 +172,51 @@ class RunFolder:
             write_json_atomic(self.manifest_path, dict(manifest))
         except OSError as exc:
             raise _unwritable(self.manifest_path, exc) from None
+
+
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "agent": (str,), "model": (str, type(None)), "settings": (dict,),
+    "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)), "tasks": (list,),
+    "sessions": (list,), "started_at": (str, type(None)), "finished_at": (str, type(None)),
+}
+_TASK_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "fake_date": (str,), "tables": (int,), "skipped": (str, type(None)),
+}
+
+
+def manifest_problem(data: Any) -> str | None:
+    """Why ``data`` is not a run.json of ours (one phrase), or ``None``. Keys may be absent
+    (older runs wrote fewer); those present must have the types every reader assumes."""
+    if not isinstance(data, dict):
+        return f"not a JSON object but {type(data).__name__}"
+    for key, types in _MANIFEST_TYPES.items():
+        if key in data and not _typed(data[key], types):
+            return f"{key!r} is {type(data[key]).__name__}, not {_names(types)}"
+    for number, task in enumerate(data.get("tasks", ()), start=1):
+        if not isinstance(task, dict) or not isinstance(task.get("id"), str):
+            return f"tasks entry {number} is not an object with an id"
+        if (problem := name_problem(task["id"])) is not None:
+            return f"tasks entry {number}: id {problem}"
+        for key, types in _TASK_TYPES.items():
+            if key in task and not _typed(task[key], types):
+                return f"tasks entry {number}: {key!r} is {type(task[key]).__name__}, " \
+                       f"not {_names(types)}"
+    if not all(isinstance(s, dict) for s in data.get("sessions", ())):
+        return "sessions must be a list of objects"
+    return None
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _bad_manifest(path: Path, problem: str) -> UserError:
+    return UserError(f"not a usable {MANIFEST}: {problem}", path=path,
+                     fix="restore it, or pass another run folder")
 
 
 def _unwritable(path: Path, exc: OSError) -> UserError:

@@ -6,6 +6,10 @@ advisory ``flock`` on ``<run>/.lock``, held for the whole invocation, prevents t
 drops the lock when its holder dies, even by SIGKILL, so a killed run never blocks its resume;
 the file itself only records the holder's pid for the error message and is never deleted (a
 deleted lock file could be locked twice through two different inodes).
+
+Taking the lock is also the moment to clean up after an invocation that was killed: every
+command on a run takes it, and holding it proves that invocation is gone
+(:func:`spider2local.run.stale.recover_run`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from contextlib import contextmanager
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
 from spider2local.run.layout import LOCK
+from spider2local.run.stale import recover_run
 
 
 def _holder(fd: int) -> str:
@@ -46,6 +51,7 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
                             fix="wait for it to finish, or pick another --run-id") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        recover_run(folder.root)
         yield
     finally:
         os.close(fd)  # releases the lock

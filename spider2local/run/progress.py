@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -18,6 +18,7 @@ import anyio
 
 from spider2local.run.contract import UsageMeter
 from spider2local.run.results import Stage, TaskResult
+from spider2local.run.resume import is_finished
 
 REFRESH = 0.5
 
@@ -40,6 +41,7 @@ class Progress:
         self.running: dict[str, _Running] = {}
         self._drawn = 0
         self._t0 = time.monotonic()
+        self.broken = False
 
     # -- events ---------------------------------------------------------------------------
     def run_started(self, run_id: str, *, todo: int, already_done: Sequence[str],
@@ -68,6 +70,8 @@ class Progress:
         tables = f" {result.tables_passed}/{result.tables_total} tables" \
             if result.tables_total else ""
         error = f" [{result.error.stage.value}: {result.error.message}]" if result.error else ""
+        if not is_finished(result):
+            error += " (a fault of the machine: not scored; a resume re-runs it)"
         took = result.durations.get("total", 0.0)
         self._log(f"{result.task_id}: {result.status.value}{tables} in {took:.1f}s{error}",
                   force=True)
@@ -85,10 +89,10 @@ class Progress:
             return
         try:
             while True:
-                self._redraw()
+                self._write(self._redraw)
                 await anyio.sleep(REFRESH)
         finally:
-            self._clear()
+            self._write(self._clear)
 
     def _event(self, task_id: str, what: str) -> None:
         if not self.live:
@@ -97,12 +101,26 @@ class Progress:
     def _log(self, text: str, *, force: bool = False) -> None:
         if self.quiet and not force:
             return
-        self._clear()
         stamp = time.monotonic() - self._t0
-        self.stream.write(f"[{stamp:7.1f}s] {text}\n")
+        self._write(lambda: self._print(f"[{stamp:7.1f}s] {text}\n"))
+
+    def _print(self, line: str) -> None:
+        self._clear()
+        self.stream.write(line)
         if self.live:
             self._redraw()
         self.stream.flush()
+
+    def _write(self, action: Callable[[], None]) -> None:
+        """Run a write to the stream; a stream that is gone (the terminal closed, SIGHUP: EIO)
+        is dropped for good instead of raising into the runner, which must still stop its
+        tasks and write run.json."""
+        if self.broken:
+            return
+        try:
+            action()
+        except (OSError, ValueError):  # ValueError: write to a closed file
+            self.broken = True
 
     def _redraw(self) -> None:
         self._clear()

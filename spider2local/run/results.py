@@ -20,12 +20,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 2
-"""2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own field.
-1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/``agent``."""
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
+SCHEMA_VERSION = 3
+"""3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
+``integrity``; ``isolation`` (also written by late version-2 files).
+2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
+field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
+``agent``."""
+READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -102,7 +106,12 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"
     """The task's deadline was reached."""
     INFRASTRUCTURE = "infrastructure"
-    """API overloaded or rate-limited, CLI crash: the machine's fault, not the agent's."""
+    """The machine's fault, not the agent's: API overloaded or rate-limited, CLI crash, a full
+    disk, a permission refused, a database locked by another process
+    (:func:`spider2local.run.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
+    INTEGRITY = "integrity"
+    """What the task is scored against (its gold file, its evaluation record, the scorer's
+    source) changed after the run fingerprinted it: not scored, the message names the change."""
     EXCEPTION = "exception"
     """An unexpected exception in one of our stages; its class is in ``TaskError.exception``
     and its whole traceback in the task folder's ``error.txt``."""
@@ -114,8 +123,9 @@ class TaskError:
     kind: ErrorKind
     message: str
     exception: str | None = None
-    """The exception's class name (``ScoringError``, ``OSError``) when ``kind`` is
-    ``exception``: kept apart so code asks the kind and people still see the class."""
+    """The exception's class name (``ScoringError``, ``OSError``) when an exception ended the
+    stage (kind ``exception``, or ``infrastructure`` for a machine fault): kept apart so code
+    asks the kind and people still see the class."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], version: int) -> TaskError:
@@ -137,7 +147,8 @@ class TaskResult:
     durations: Mapping[str, float] = field(default_factory=dict)
     """Seconds per step, as the runner times them: ``prepare``, ``agent`` (its dbt runs
     included), ``checkpoint`` and ``score`` (the :class:`Stage` values), ``collect`` (artifacts),
-    ``cleanup`` (workspace removal) and ``total``; a step that never ran is absent."""
+    ``scan`` (the integrity scan), ``cleanup`` (workspace removal) and ``total``; a step that
+    never ran is absent."""
     usage: Usage = field(default_factory=Usage)
     passed: bool | None = None
     tables_passed: int = 0
@@ -149,6 +160,11 @@ class TaskResult:
     model: str | None = None
     verified: bool | None = None
     """Whether the agent's verifier ran (Claude agent only)."""
+    integrity: Integrity | None = None
+    """What the scan of the agent's traces found (:mod:`spider2local.integrity.scan`);
+    ``None`` when the task was never scanned (a result older than schema 3)."""
+    integrity_evidence: tuple[Evidence, ...] = ()
+    """Why a task is ``suspect``: the first hits (source, line, rule, excerpt)."""
     isolation: str | None = None
     """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
     (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
@@ -158,6 +174,8 @@ class TaskResult:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        data["integrity"] = None if self.integrity is None else self.integrity.value
+        data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
         if self.error is not None:
             data["error"]["stage"] = self.error.stage.value
             data["error"]["kind"] = self.error.kind.value
@@ -170,13 +188,46 @@ class TaskResult:
         version = data.get("schema_version")
         if version not in READABLE_VERSIONS:
             raise ValueError(f"result schema {version} is not one of {READABLE_VERSIONS}")
+        problem = _result_problem(data)
+        if problem is not None:
+            raise TypeError(f"result.json: {problem}")
         fields = dict(data)
         fields["schema_version"] = SCHEMA_VERSION
         fields["status"] = Status(fields["status"])
         fields["usage"] = Usage(**fields.get("usage", {}))
         err = fields.get("error")
         fields["error"] = None if err is None else TaskError.from_json(err, version)
+        found = fields.get("integrity")
+        fields["integrity"] = None if found is None else Integrity(found)
+        fields["integrity_evidence"] = tuple(Evidence.from_json(e) for e in
+                                             fields.get("integrity_evidence") or ())
         return cls(**fields)
+
+
+_NUMBER = (int, float)
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,), "agent": (str,), "fake_date": (str,), "started_at": (str,),
+    "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
+    "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
+    "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
+    "verified": (bool, type(None)),
+}
+
+
+def _result_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a result file's fields have types no reader can use (a hand-edited or corrupt file);
+    ``None`` when they are fine. Such a file counts as unfinished: resume re-runs the task."""
+    for key, types in _RESULT_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, types)
+                            or (isinstance(value, bool) and bool not in types)):
+            return f"{key} is {type(value).__name__}"
+    numbers = [*data.get("durations", {}).values(),
+               *(v for k, v in data.get("usage", {}).items() if k != "by_model")]
+    if not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool))
+               for v in numbers):
+        return "durations and usage must hold numbers"
+    return None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -186,7 +237,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            # allow_nan=False: NaN or Infinity is not JSON, and no reader of ours accepts it
+            json.dump(data, fh, indent=2, sort_keys=False, default=str, allow_nan=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())

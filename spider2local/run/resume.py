@@ -5,7 +5,8 @@ prompts, skills or limits would mix verdicts of two different experiments under 
 so the resume is refused with the differences spelled out. The isolation compared is the one
 actually used (``auto`` resolves per machine): a run made without isolation (or before it was
 recorded) cannot be continued in a sandbox, nor the reverse. Tasks selected by earlier
-invocations stay in the manifest (the union), so the report still shows them.
+invocations stay in the manifest (the union), so the report still shows them. Which results a
+resume keeps is :func:`is_finished`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,20 @@ from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
+from spider2local.run.results import ErrorKind, Status, TaskResult
 
 _Getter = Callable[[Mapping[str, Any]], Any]
 
 
 def _settings(key: str) -> _Getter:
     return lambda m: (m.get("settings") or {}).get(key)
+
+
+def _sandboxed(mode: Any) -> Any:
+    """The isolation as far as verdicts care: "not-needed" (an agent that runs no untrusted
+    code) and a manifest from before isolation was recorded both ran without a sandbox, so they
+    compare equal to "none"; a reference run made before this field existed stays resumable."""
+    return "none" if mode in (None, "none", "not-needed") else mode
 
 
 MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
@@ -31,7 +40,7 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("skills hash", lambda m: m.get("skills_sha256")),
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
-    ("isolation", lambda m: (m.get("settings") or {}).get("isolation", "none")),
+    ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
 
@@ -62,3 +71,16 @@ def merged_tasks(previous: Mapping[str, Any] | None,
     merged = {t["id"]: dict(t) for t in earlier or [] if isinstance(t, dict) and "id" in t}
     merged.update({t["id"]: dict(t) for t in current})
     return [merged[tid] for tid in sorted(merged)]
+
+
+def is_finished(result: TaskResult) -> bool:
+    """Whether a resume keeps ``result`` (the one rule of what is finished).
+
+    Everything with a result file is finished except a fault of the machine that left no
+    verdict (status ``error``, kind ``infrastructure``: a full disk, a locked gold database, an
+    API that never answered): nothing was learnt about the agent, so the task runs again once
+    the machine is fixed. A verdict reached despite such an error (an API that failed after
+    some turns) is kept, as the benchmark scores whatever the agent left.
+    """
+    return not (result.status is Status.ERROR and result.error is not None
+                and result.error.kind is ErrorKind.INFRASTRUCTURE)

@@ -5,6 +5,11 @@ it cannot catch leaves one behind, with whatever was running inside it (a backgr
 locking the database, a Claude CLI). The task's folder in the run folder names that workspace
 (``workspace.json``, and each ``attempt`` line of ``transcript.jsonl``), and nothing else does:
 so before that folder is cleared for a re-run, its workspaces are reaped and deleted.
+
+And not only then: :func:`recover_run` does it for every unfinished task as soon as any command
+takes the run's lock (``run`` resuming it, ``score RUN_DIR``), so a dbt left running by a
+killed runner does not wait for a resume that may never come, nor for that task to be selected
+again; it also removes the /dev/shm files the killed processes left (:mod:`..proc.shm`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import json
 from pathlib import Path
 
 from spider2local.proc.reap import reap
-from spider2local.run.layout import TRANSCRIPT, WORKSPACE_PREFIX, WORKSPACE_RECORD
+from spider2local.proc.shm import remove_leftovers
+from spider2local.run.layout import RESULT, TRANSCRIPT, WORKSPACE_PREFIX, WORKSPACE_RECORD
 from spider2local.workspace.copy import remove_tree
 
 
@@ -52,4 +58,24 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
         except OSError:
             continue
         removed.append(root)
+    return removed
+
+
+def recover_run(run_root: Path) -> list[Path]:
+    """Reap and remove the workspaces of every task of the run without a result (the ones a
+    killed runner was working on), then the shared-memory files killed processes left.
+
+    Only called with the run's lock held (:func:`spider2local.run.lock.run_lock`): then no
+    live invocation owns those workspaces. A finished task's workspace is left alone (it was
+    removed before its result was written, or kept on purpose with ``--keep``).
+    """
+    removed: list[Path] = []
+    try:
+        task_dirs = sorted(p for p in run_root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        task_dirs = []
+    for task_dir in task_dirs:
+        if not (task_dir / RESULT).exists():
+            removed += remove_stale_workspaces(task_dir)
+    remove_leftovers()
     return removed

@@ -117,16 +117,12 @@ def unified_diff(old: str, new: str, path: Path) -> str:
 
 def dry_run_diff(suite: Suite, target: Path, new: str) -> str:
     """What ``--dry-run`` prints: the diff against the file that would be edited, or, when a new
-    ``./tasks.toml`` would be seeded from the bundled suite, against the bundled suite itself,
-    labelled as such (so the seeded dataset root shows, and nothing claims a file that does not
-    exist yet is "current")."""
+    ``./tasks.toml`` would be created, the whole new file as an addition (nothing claims a file
+    that does not exist yet is "current")."""
     if target == suite.path:
         return unified_diff(suite.path.read_text(encoding="utf-8"), new, target)
-    old = suite.path.read_text(encoding="utf-8")
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
-                                        new.splitlines(keepends=True),
-                                        fromfile=f"{suite.path} (bundled suite)",
-                                        tofile=f"{target} (new file)"))
+    return "".join(difflib.unified_diff([], new.splitlines(keepends=True),
+                                        fromfile="/dev/null", tofile=f"{target} (new file)"))
 
 
 def write_suite(path: Path, text: str) -> None:
@@ -141,27 +137,33 @@ def write_suite(path: Path, text: str) -> None:
     partial.replace(path)
 
 
+NEW_SUITE_HEADER = """\
+# spider2local suite file, written by spider2local because none was here: the dataset root
+# and what the command found. Every other setting (run defaults, subsets, notes) is the
+# built-in default; see README.md, "The suite file".
+schema = 1
+"""
+
+
 def write_target(suite: Suite, cwd: Path) -> tuple[Path, str]:
     """Where edits to ``suite`` go, and the text they start from.
 
     The embedded default suite belongs to the installation (inside site-packages for a wheel),
-    so edits to it go to a new ``./tasks.toml`` seeded from it instead, with the ``--dataset`` in
-    use recorded as its root so later commands need no ``--dataset``. Any other suite file, and
-    the repo's own ``tasks.toml`` when run from the repo, is edited in place.
+    so edits to it go to a new ``./tasks.toml`` instead. That new file holds the ``--dataset``
+    in use (so later commands need no ``--dataset``) and nothing else of the embedded suite:
+    its sample tasks, dates and subsets describe the bundled sample, and copied next to a real
+    dataset they would name tasks that are not there (``run --subset smoke`` failed). Any
+    other suite file, and the repo's own ``tasks.toml`` when run from the repo, is edited in
+    place.
     """
-    text = suite.path.read_text(encoding="utf-8")
     local = (cwd / "tasks.toml").resolve()
     if suite.path != bundled_suite_path().resolve() or local == suite.path:
-        return suite.path, text
+        return suite.path, suite.path.read_text(encoding="utf-8")
     if local.exists():
         raise SuiteError("exists but the bundled suite is in use", path=local,
                          fix="pass --suite tasks.toml to edit it")
-    if isinstance(suite.dataset, Path):
-        doc = _parse(text, local)
-        dataset = doc.get("dataset")
-        if dataset is None:
-            dataset = tomlkit.table()
-            doc["dataset"] = dataset
-        dataset["root"] = str(suite.dataset)
-        text = tomlkit.dumps(doc)
-    return local, text
+    doc = _parse(NEW_SUITE_HEADER, local)
+    dataset = tomlkit.table()
+    dataset["root"] = str(suite.dataset)
+    doc["dataset"] = dataset
+    return local, tomlkit.dumps(doc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
+from spider2local.safepath import NAME_FIX, name_problem
 from spider2local.sandbox.isolation import Isolation
 from spider2local.suite import tomlerror
 from spider2local.suite.model import (
@@ -52,7 +54,7 @@ def load_suite(path: Path) -> Suite:
     except OSError as exc:
         raise SuiteError(f"cannot read suite file: {exc.strerror}", path=path) from None
     try:
-        text = raw_bytes.decode("utf-8")
+        text = raw_bytes.decode("utf-8-sig")  # a byte-order mark is not a TOML error
     except UnicodeDecodeError as exc:
         raise SuiteError(f"not valid TOML: {exc}", path=path, fix=tomlerror.SYNTAX_FIX) from None
     try:
@@ -75,6 +77,9 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
     dataset: str | Path = SAMPLE if root_value == SAMPLE else _resolve(path, root_value)
     defaults = _parse_defaults(r, r.table(data, "run"))
     tasks_tbl = r.table(data, "tasks")
+    for tid in tasks_tbl:
+        if (problem := name_problem(tid)) is not None:
+            raise r.error(f"tasks.{tid}", f"task id {problem}", NAME_FIX)
     tasks = {tid: _parse_task(r, tid, r.table(tasks_tbl, tid, key=f"tasks.{tid}"))
              for tid in tasks_tbl}
     subsets = _parse_subsets(r, r.table(data, "subsets"))
@@ -94,7 +99,8 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         agent=r.get(tbl, "agent", str, d.agent, key="run.agent"),
         retries=r.non_negative(tbl, "retries", d.retries, "run.retries"),
         date=r.date(tbl, "date", "run.date") or d.date,
-        max_budget_usd=r.get(tbl, "max_budget_usd", (int, float), None, key="run.max_budget_usd"),
+        max_budget_usd=r.positive(tbl, "max_budget_usd", (int, float), None,
+                                  "run.max_budget_usd"),
         verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
         skills=None if skills is None else r.strings(skills, "run.skills"),
         isolation=r.choice(tbl, "isolation", Isolation, "run.") or d.isolation,
@@ -179,8 +185,9 @@ class _Reader:
 
     def positive(self, tbl: dict[str, Any], name: str, typ: Any, default: Any, key: str) -> Any:
         value = self.get(tbl, name, typ, default, key=key)
-        if value is not None and value <= 0:
-            raise self.error(key, f"must be positive, not {value}", None)
+        if value is not None and (value <= 0 or not math.isfinite(value)):
+            # TOML spells nan and inf; neither is a limit, and NaN once reached run.json
+            raise self.error(key, f"must be positive and finite, not {value}", None)
         return value
 
     def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:

@@ -35,6 +35,15 @@ class DateMethod(StrEnum):
     """The project never reads the clock: any date gives the same result."""
 
 
+class DateSource(StrEnum):
+    """Whose date a task runs at (:meth:`Suite.run_date` decides; every command shows it)."""
+
+    TASK = "task"
+    """The task's own ``date`` in the suite file."""
+    DEFAULT = "default"
+    """The suite's ``[run] date``: the task has none of its own."""
+
+
 class Confidence(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"
@@ -95,6 +104,14 @@ class Suite:
 
     def settings(self, task_id: str) -> TaskSettings:
         return self.tasks.get(task_id, TaskSettings())
+
+    def run_date(self, task_id: str) -> tuple[dt.date, DateSource]:
+        """The one answer to "which date will this task's dbt see": its own date in the suite
+        file, else the suite default. Nothing derived on the fly counts: a date is used only
+        once written (``derive-dates``), so ``run``, ``list`` and ``audit`` always agree."""
+        own = self.settings(task_id).date
+        return (own, DateSource.TASK) if own is not None else (self.defaults.date,
+                                                                DateSource.DEFAULT)
 
     def with_dataset(self, dataset: str | Path | None) -> Suite:
         """Return a copy whose dataset root is overridden (the ``--dataset`` option)."""

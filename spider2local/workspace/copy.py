@@ -16,6 +16,8 @@ import shutil
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from spider2local.exceptions import DatasetError
+
 FICLONE = 0x40049409
 """Linux ioctl: make ``dst`` a copy-on-write clone of ``src`` (btrfs, xfs, overlay on those)."""
 CLONE_MIN_BYTES = 1 << 20
@@ -41,14 +43,56 @@ def _clone(src: Path, dst: Path) -> bool:
         return False
 
 
+class LinkOutside(DatasetError):
+    """A symlink in a tree being copied leads outside it (or nowhere: a loop)."""
+
+
+def links_outside(root: Path, skip: Collection[str] = ()) -> list[str]:
+    """Every symlink under ``root`` that does not resolve inside ``root``, as ``"rel -> target"``
+    (sorted; symlinked folders are not entered; ``skip`` names top-level entries left out). The
+    rule :func:`copy_tree` enforces, asked up front by the dataset loader so such a task is
+    refused before any work starts.
+
+    A task folder is data: a link in it to ``/`` once started copying the root file system into
+    a workspace, and links to files elsewhere put them into the workspace and the run artifacts.
+    """
+    found = []
+    base = root.resolve()
+    for folder, dirs, files in os.walk(root):  # never follows symlinked folders
+        if Path(folder) == root:
+            dirs[:] = [d for d in dirs if d not in skip]
+            files = [f for f in files if f not in skip]
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            if path.is_symlink() and (target := _outside(path, base)) is not None:
+                found.append(f"{path.relative_to(root).as_posix()} -> {target}")
+    return sorted(found)
+
+
+def _outside(link: Path, base: Path) -> str | None:
+    """Where ``link`` leads when that is outside ``base`` (or a loop), else ``None``."""
+    try:
+        real = link.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return "a symlink loop"
+    return None if real.is_relative_to(base) else str(link.readlink())
+
+
 def copy_tree(src: Path, dst: Path, *, skip: Collection[str] = (),
               forbidden: Sequence[Path] = ()) -> tuple[int, int]:
     """Copy ``src`` into ``dst`` (merged over whatever is there); return (files, bytes).
 
     ``skip`` names top-level entries of ``src`` left out. Entries that are, or resolve into, a
     ``forbidden`` path are left out too (a symlink to the gold must not smuggle it in).
-    Symlinks are copied as the content they point at; a symlink loop is followed once.
+    A symlink that resolves inside ``src`` is copied as the content it points at (a folder
+    reached twice, as through a link to an ancestor, is copied once); one that leads outside
+    ``src``, or into a loop, raises :class:`LinkOutside` naming it, before anything is copied.
     """
+    outside = links_outside(src, skip)
+    if outside:
+        raise LinkOutside(f"symlink leads outside the folder: {outside[0]}"
+                          + (f" (+{len(outside) - 1} more)" if len(outside) > 1 else ""),
+                          path=src, fix="replace the link with the file it points at")
     counts = [0, 0]
     _copy_dir(src, dst, set(skip), tuple(p.resolve() for p in forbidden), set(), counts)
     return counts[0], counts[1]

@@ -13,9 +13,11 @@ Everything here is synchronous file work; the runner calls it in a worker thread
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import time
@@ -30,6 +32,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
+from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.dbtproject.paths import project_paths
 from spider2local.exceptions import DatasetError, ScoringError, UserError
@@ -43,6 +46,8 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.run.results import write_json_atomic
+from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 
 CONTEXT_DIR = ".spider2local"
@@ -103,7 +108,7 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
     skill_dirs = _skill_sources(skills, skills_root)
     start_db = _start_db(task)
     artifacts.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{task.id}-", dir=parent)).resolve()
+    root = _make_recorded(task, artifacts, parent)
     try:
         return _fill(task, root, start_db, artifacts.resolve(), skill_dirs)
     except BaseException:
@@ -111,12 +116,36 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
         raise
 
 
+def _make_recorded(task: TaskSpec, artifacts: Path, parent: Path | None) -> Path:
+    """Create the workspace folder, after recording where it will be (``workspace.json``).
+
+    Record first, then create: a ``kill -9`` between the two leaves a record of a folder that
+    does not exist (harmless), never a folder nobody knows about, which the next command on
+    the run could not find to remove (:mod:`spider2local.run.stale`). Hence a chosen name and
+    ``mkdir`` rather than ``mkdtemp``, whose name is only known once the folder exists.
+    """
+    base = Path(parent if parent is not None else tempfile.gettempdir()).resolve()
+    for _ in range(100):
+        root = base / f"{WORKSPACE_PREFIX}{task.id}-{secrets.token_hex(6)}"
+        write_json_atomic(artifacts / WORKSPACE_RECORD, {"task": task.id, "root": str(root)})
+        try:
+            root.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return root
+    raise FileExistsError(errno.EEXIST, "no free workspace name", str(base))
+
+
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
           skill_dirs: Mapping[str, Path]) -> Workspace:
     started = time.monotonic()
-    project = root / task.id
+    project = child(root, task.id)
     forbidden = _forbidden_paths(task)
     stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
+    try:  # an absolute profile path would send dbt into the dataset's own database
+        confine_profile(project, task.project_dir)
+    except ValueError as exc:
+        raise DatasetError(str(exc), fix=PROFILE_FIX) from None
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
@@ -289,4 +318,4 @@ def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int
     summary = {"task": task.id, "root": str(root), "files": stats[0], "bytes": stats[1],
                "skills": sorted(skill_dirs), "problems": list(problems),
                "date": task.date.isoformat(), "seconds": round(seconds, 3)}
-    path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    path.write_text(json.dumps(summary, indent=2, allow_nan=False), encoding="utf-8")

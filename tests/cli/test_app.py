@@ -189,3 +189,51 @@ def test_score_a_file_that_is_not_duckdb(shared_dataset: Path, tmp_path: Path) -
     notdb.write_text("a log, not a database\n")
     assert_one_line_error(run_cli("score", str(notdb), "--gold", str(gold), "--tables", "mrr"),
                           "cannot score: run3.out is not a DuckDB file")
+
+
+def test_every_command_shows_the_date_run_will_use(tiny_dataset: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    """One source of truth: until derive-dates writes a date, list, audit and run all use the
+    suite default; audit only suggests the derived date, and list and run warn about it."""
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli
+
+    root = tiny_dataset("d001", "plain001", gold_tables={"dim_days": (
+        "select cast(range as date) as d from "
+        "range(date '2024-01-01', date '2024-03-10', interval 1 day)")})
+    (root / "examples" / "d001" / "models" / "dim_days.sql").write_text(
+        "select cast(range as date) as d from range(date '2024-01-01', current_date, "
+        "interval 1 day)\n")
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f"schema = 1\n[dataset]\nroot = {json.dumps(str(root))}\n"
+                     "[run]\ndate = 2024-09-15\n")
+    base = ["--suite", str(suite)]
+
+    def invoke(*args: str) -> tuple[dict, str]:  # type: ignore[type-arg]
+        out = CliRunner().invoke(cli, [*base, *args])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.stdout), out.stderr
+
+    listed, list_err = invoke("list", "--json")
+    dates = {t["id"]: (t["fake_date"], t["date_source"]) for t in listed["tasks"]}
+    assert dates["d001"] == ("2024-09-15", "default")
+    assert "1 task(s) read the clock but have no date" in list_err
+    assert "d001" in list_err and "plain001" not in list_err
+    assert "spider2local derive-dates" in list_err and list_err.count("\n") == 1
+    audited, _ = invoke("audit", "--json")
+    row = {t["id"]: t for t in audited["tasks"]}["d001"]
+    assert (row["date"], row["date_source"]) == ("2024-09-15", "default")
+    assert (row["suggested_date"], row["suggested_method"]) == ("2024-03-09", "date-spine")
+    text = CliRunner().invoke(cli, [*base, "audit"]).stdout
+    assert "2024-09-15 (default); suggested 2024-03-09, unused" in text
+
+    derived = CliRunner().invoke(cli, [*base, "derive-dates", "--no-verify"])
+    assert derived.exit_code == 0, derived.output
+    listed, list_err = invoke("list", "--json")
+    dates = {t["id"]: (t["fake_date"], t["date_source"]) for t in listed["tasks"]}
+    assert dates["d001"] == ("2024-03-09", "task") and "warning" not in list_err
+    audited, _ = invoke("audit", "--json")
+    row = {t["id"]: t for t in audited["tasks"]}["d001"]
+    assert (row["date"], row["date_source"], row["suggested_date"]) == (
+        "2024-03-09", "task", None)

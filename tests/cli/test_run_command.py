@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from spider2local.dataset.sample import build as sample_build
+from spider2local.proc.kill import faketime_leftovers
 from spider2local.run.results import load_result, save_result
-from tests.helpers import ReferenceRun
+from tests.helpers import ReferenceRun, hold_lock, tiny_disk_prefix
 
 SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
 SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
@@ -30,10 +31,10 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def spawn(*args: str, cwd: Path) -> subprocess.Popen[bytes]:
+def spawn(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     log = (cwd / "runner.log").open("wb")
     return subprocess.Popen([sys.executable, "-m", "spider2local", *args], cwd=cwd,
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def results(run_dir: Path) -> dict[str, dict[str, object]]:
@@ -86,12 +87,12 @@ def dbt_workspaces(root: int) -> set[str]:
     return found
 
 
-def wait_for(predicate: object, limit: float, what: str) -> None:
+def wait_for(predicate: object, limit: float, what: str, poll: float = 0.1) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
             return
-        time.sleep(0.1)
+        time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -410,3 +411,130 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     assert manifest["interrupted"] is True
     assert results(tmp_path / "runs" / "i") == {}
     assert "--run-id i to resume" in log
+
+
+def test_run_warns_once_about_clock_reading_tasks_at_the_default_date(
+        shared_dataset: Path, tmp_path: Path) -> None:
+    # The bundled suite records no date for mrr001, whose util_months reads the clock: the run
+    # uses the suite default, and says so before it starts (list does too).
+    proc = cli("run", "mrr001", "playbook001", "--dataset", str(shared_dataset), "--agent",
+               "noop", "--runs-dir", "runs", "--run-id", "w", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "read the clock" in line]
+    assert len(warnings) == 1 and "mrr001" in warnings[0] and "playbook001" not in warnings[0]
+    assert "suite default 2024-09-15" in warnings[0] and "derive-dates" in warnings[0]
+    manifest = json.loads((tmp_path / "runs" / "w" / "run.json").read_text())
+    assert {t["id"]: t["fake_date"] for t in manifest["tasks"]}["mrr001"] == "2024-09-15"
+
+
+@pytest.mark.slow
+def test_full_disk_and_locked_gold_are_infrastructure_then_resume_scores_4_of_4(
+        tmp_path: Path) -> None:
+    sample = tmp_path / "sample"
+    shutil.copytree(sample_build.ensure_built(), sample)  # its gold is locked below: a copy
+    args = ("run", "--agent", "reference", "--jobs", "2", "--dataset", str(sample),
+            "--runs-dir", "runs", "--run-id", "f", "--retries", "0")
+    run_dir = tmp_path / "runs" / "f"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    # 1. Workspaces on a 64 KiB disk: every copy of a task fails with ENOSPC.
+    tiny = tmp_path / "tiny"
+    full = subprocess.run([*tiny_disk_prefix(tiny, "64k"), sys.executable, "-m", "spider2local",
+                           *args], cwd=tmp_path, env={**env, "TMPDIR": str(tiny)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert full.returncode == 0, full.stderr
+    assert "Traceback" not in full.stderr
+    first = results(run_dir)
+    assert sorted(first) == sorted(SAMPLE_IDS)
+    for tid, result in first.items():
+        assert result["status"] == "error" and result["passed"] is None, tid
+        assert result["error"]["kind"] == "infrastructure", tid  # type: ignore[index]
+        assert "No space left on device" in result["error"]["message"], tid  # type: ignore[index]
+    # 2. Space is back, but another process holds one task's gold database.
+    gold = next((sample / "evaluation_suite" / "gold" / "gym001").glob("*.duckdb"))
+    with hold_lock(gold):
+        locked = cli(*args, cwd=tmp_path)
+    assert locked.returncode == 0, locked.stderr
+    second = results(run_dir)
+    assert {t: r["status"] for t, r in second.items()} == {
+        "bakery001": "passed", "fleet001": "passed", "gym001": "error", "library001": "passed"}
+    assert second["gym001"]["error"]["kind"] == "infrastructure"  # type: ignore[index]
+    assert "gym001" in locked.stderr and "a resume re-runs it" in locked.stderr
+    # 3. The fault is gone: the resume re-runs gym001 only, and the run scores 4/4.
+    final = cli(*args, cwd=tmp_path)
+    assert final.returncode == 0, final.stderr
+    third = results(run_dir)
+    assert {r["status"] for r in third.values()} == {"passed"}
+    assert {t: third[t] for t in ("bakery001", "fleet001", "library001")} == \
+        {t: second[t] for t in ("bakery001", "fleet001", "library001")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals", [(signal.SIGHUP,), (signal.SIGINT, signal.SIGINT)],
+                         ids=["sighup", "ctrl-c-twice"])
+def test_a_hangup_or_a_double_ctrl_c_is_one_clean_shutdown(
+        tmp_path: Path, signals: tuple[signal.Signals, ...]) -> None:
+    runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
+                   "--runs-dir", "runs", "--run-id", "h", cwd=tmp_path)
+    try:
+        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
+        children = descendants(runner.pid)
+        for sig in signals:  # a second Ctrl-C 50 ms after the first: during the shutdown
+            runner.send_signal(sig)
+            time.sleep(0.05)
+        code = runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log = (tmp_path / "runner.log").read_text()
+    assert code == 130, log
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    assert children and not [cmdline(p) for p in children if alive(p)]
+    manifest = json.loads((tmp_path / "runs" / "h" / "run.json").read_text())
+    assert manifest["interrupted"] is True and manifest["finished_at"]
+    assert "--run-id h to resume" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["prepare", "dbt", "score"])
+def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
+        tmp_path: Path, kill_leftovers: set[int], moment: str) -> None:
+    workspaces = tmp_path / "ws"
+    workspaces.mkdir()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TMPDIR": str(workspaces)}
+    args = ("run", "bakery001", "fleet001", "--agent", "reference", "--jobs", "1", "--keep-db",
+            "--runs-dir", "runs", "--run-id", "k")
+    log = tmp_path / "runner.log"
+    runner = spawn(*args, cwd=tmp_path, env=env)
+    def leaked() -> list[Path]:  # the tasks' workspaces (other temp folders are not recorded)
+        return [p for tid in ("bakery001", "fleet001")
+                for p in workspaces.glob(f"spider2local-{tid}-*")]
+
+    reached = {"prepare": lambda: bool(leaked()),
+               "dbt": lambda: bool(dbt_workspaces(runner.pid)),
+               "score": lambda: ": score" in log.read_text()}[moment]
+    try:
+        wait_for(reached, 120, moment, poll=0.005)
+        kill_leftovers |= descendants(runner.pid)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    kill_leftovers |= descendants(runner.pid)
+    shm = {p for pid in kill_leftovers for p in faketime_leftovers(pid)}
+    time.sleep(1.0)  # /dev/shm files younger than a second are never removed (proc.shm)
+    # 1. The next command on the run, whichever it is (here: re-scoring it), cleans up.
+    cli("score", "runs/k", cwd=tmp_path, env=env)
+    assert leaked() == [], moment
+    assert not [cmdline(p) for p in kill_leftovers if alive(p)], moment
+    assert not [p for p in shm if p.exists()], moment
+    # 2. The resume finishes and scores every task once.
+    proc = cli(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    final = results(tmp_path / "runs" / "k")
+    assert {t: r["status"] for t, r in final.items()} == {"bakery001": "passed",
+                                                         "fleet001": "passed"}
+    for tid in final:
+        lines = (tmp_path / "runs" / "k" / tid / "transcript.jsonl").read_text().splitlines()
+        assert sum(json.loads(x)["kind"] == "attempt" for x in lines) == 1, tid
+    assert leaked() == []

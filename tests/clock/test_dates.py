@@ -65,10 +65,74 @@ def test_heuristics_without_rebuild(tiny_dataset: Callable[..., Path], tmp_path:
         "noise": "select date '2024-01-01' + cast(i * i as integer) as d, i from range(5) r(i)"})
     found = {c.model: c for c in gold_candidates(gold, _scan_for(tmp_path, "months", "ages",
                                                                 "noise"))}
-    assert (found["months"].method, found["months"].window) == (
-        "month-spine", (dt.date(2024, 2, 1), dt.date(2024, 2, 29)))
+    assert (found["months"].method, found["months"].window, found["months"].date) == (
+        "month-spine", (dt.date(2024, 2, 1), dt.date(2024, 2, 29)), dt.date(2024, 2, 1))
     assert (found["ages"].method, found["ages"].date) == ("age-column", dt.date(2024, 5, 1))
     assert "noise" not in found
+
+
+DBT_UTILS_SPINE = """{{{{ config(materialized='table') }}}}
+with spine as (
+    {{{{ dbt_utils.date_spine(
+        datepart="{part}",
+        start_date="cast('2024-01-01' as date)",
+        end_date="{end}"
+    ) }}}}
+)
+select cast(date_{part} as date) as date_{part} from spine
+"""
+"""The shape of real projects' spines (dbt_utils is vendored by the real tasks, not here: the
+unverified shortcut reads only the text, and the rebuild test below uses dbt-core's own copy)."""
+
+
+@pytest.mark.parametrize(("part", "end", "gold_end", "built"), [
+    # gold spine ends 2024-09-13: the macro excludes its end, so it was built on the 14th
+    ("day", "current_date", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    ("day", "{{ dbt.current_timestamp() }}", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    ("day", "dbt.current_timestamp()", "date '2024-09-14'", dt.date(2024, 9, 14)),
+    # an end one day past the clock includes the build date itself
+    ("day", "{{ dbt.dateadd('day', 1, 'current_date') }}", "date '2024-09-14'",
+     dt.date(2024, 9, 13)),
+    # a month spine ending August was built in September: its first day is chosen
+    ("month", "current_date", "date '2024-09-01'", dt.date(2024, 9, 1)),
+])
+def test_date_spine_end_is_exclusive_without_a_rebuild(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, part: str, end: str, gold_end: str,
+        built: dt.date) -> None:
+    gold = (f"select cast(range as date) as date_{part} from "
+            f"range(date '2024-01-01', {gold_end}, interval 1 {part})")
+    task = _clock_task(tiny_dataset, "s001", DBT_UTILS_SPINE.format(part=part, end=end), gold,
+                       model="util_days")
+    d = _derive(task, verify=False)
+    assert (d.date, d.method) == (built, f"{'date' if part == 'day' else 'month'}-spine")
+    assert "models/util_days.sql:3 date_spine(datepart='" + part + "') ends at the clock" \
+        in d.evidence
+    # the same date from both commands that take the shortcut
+    suite = tmp_path / "tasks.toml"
+    root = json.dumps(str(task.project_dir.parents[1]))
+    suite.write_text(f"schema = 1\n[dataset]\nroot = {root}\n")
+    audit = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--json"])
+    assert audit.exit_code == 0, audit.output
+    (row,) = json.loads(audit.output)["tasks"]
+    assert row["suggested_date"] == built.isoformat()
+    wet = CliRunner().invoke(cli, ["--suite", str(suite), "derive-dates", "--no-verify"])
+    assert wet.exit_code == 0, wet.output
+    assert load_suite(suite).settings("s001").date == built
+
+
+@pytest.mark.slow
+def test_real_dbt_date_spine_is_verified_at_the_build_date(
+        tiny_dataset: Callable[..., Path]) -> None:
+    """dbt-core ships the same macro as ``dbt.date_spine``: built on 2024-09-14 by real dbt it
+    ends on the 13th, and the derivation verifies the 14th directly."""
+    model = DBT_UTILS_SPINE.format(part="day", end="current_date").replace("dbt_utils.", "dbt.")
+    task = _clock_task(tiny_dataset, "s002", model,
+                       SPINE.format(end="date '2024-09-14'").replace(" as d ", " as date_day "),
+                       model="util_days")
+    assert _derive(task, verify=False).date == dt.date(2024, 9, 14)
+    d = _derive(task)
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 9, 14), "verified", "high")
+    assert "rebuilding util_days at 2024-09-14 reproduces its gold table" in d.evidence
 
 
 def _scan_for(tmp: Path, *models: str):  # type: ignore[no-untyped-def]
@@ -118,9 +182,12 @@ def test_real_tasks(shared_dataset: Path) -> None:
     mrr, playbook = data.get("mrr001"), data.get("playbook001")
     assert mrr is not None and playbook is not None
     assert _derive(playbook).method == "clock-independent"
-    d = _derive(mrr)
-    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 31), "month-spine", "high")
-    assert "any date in 2024-08-01..2024-08-31" in d.evidence
+    d = _derive(mrr)  # the rebuild at the window's first day reproduces the gold
+    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 1), "month-spine", "high")
+    assert "any date in 2024-08-01..2024-08-31 explains the spine; chose the first" in d.evidence
+    quick = _derive(mrr, verify=False)
+    assert (quick.date, quick.method) == (dt.date(2024, 8, 1), "month-spine")
+    assert "any date in 2024-08-01..2024-08-31 explains it, chose the first" in quick.evidence
 
 
 def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path],
@@ -142,9 +209,12 @@ def test_cli_dry_run_prints_a_diff_then_writes(tiny_dataset: Callable[..., Path]
     assert suite.read_text().startswith("# mine")
 
 
-def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
+def test_cli_on_the_bundled_suite_writes_a_new_suite_of_root_and_dates_only(
         tiny_dataset: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ./tasks.toml the new file holds the dataset root and the derived dates, nothing
+    of the bundled suite: its sample tasks and subsets (smoke = bakery001, fleet001) named
+    tasks the real dataset does not have, so `run --subset smoke` failed there."""
     root = tiny_dataset("c001")  # its models never read the clock: no dbt run needed
     work = tmp_path / "work"
     work.mkdir()
@@ -152,15 +222,19 @@ def test_cli_dry_run_on_the_bundled_suite_previews_the_seeded_file(
     args = ["--dataset", str(root), "derive-dates", "--no-verify"]
     dry = CliRunner().invoke(cli, [*args, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert f"--- {bundled_suite_path().resolve()} (bundled suite)" in dry.output
-    assert f"+++ {work / 'tasks.toml'} (new file)" in dry.output
-    assert "(current)" not in dry.output
+    assert "--- /dev/null" in dry.output and f"+++ {work / 'tasks.toml'} (new file)" in dry.output
+    assert "(current)" not in dry.output and "bakery001" not in dry.output
     assert f"+root = {json.dumps(str(root))}" in dry.output
     assert not (work / "tasks.toml").exists()
     wet = CliRunner().invoke(cli, args)
     assert wet.exit_code == 0, wet.output
     seeded = load_suite(work / "tasks.toml")
     assert seeded.dataset == root and seeded.settings("c001").date_method == "clock-independent"
+    assert set(seeded.tasks) == {"c001"} and dict(seeded.subsets) == {}
+    assert seeded.defaults == load_suite(bundled_suite_path()).defaults
+    listed = CliRunner().invoke(cli, ["list"])  # the new file is now the suite in use
+    assert listed.exit_code == 0 and "1 tasks, 1 runnable" in listed.stdout, listed.output
+    assert listed.stderr == ""
 
 
 def test_unshipped_graded_models_cap_clock_independence_on_the_sample_suite() -> None:

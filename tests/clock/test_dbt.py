@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from spider2local.clock.dbt import DbtResult, parse_run_results, resolve_dbt, run_dbt
-from spider2local.clock.faketime import Clock, find_library, find_real_dbt
+from spider2local.clock.faketime import Clock, find_library, find_real_dbt, strip_fake_clock
 from spider2local.exceptions import DbtError
 from spider2local.resources import faketime_dir
 
@@ -183,3 +183,30 @@ def _log_dates(result: DbtResult) -> set[datetime.date]:
         if line.startswith("{"):
             dates.add(datetime.date.fromisoformat(json.loads(line)["info"]["ts"][:10]))
     return dates
+
+
+@pytest.mark.slow
+async def test_a_parse_cache_of_another_date_is_never_reused(tmp_path: Path) -> None:
+    """dbt validates its partial-parse cache by nothing the clock changes: a cache written by a
+    real-clock parse (or under another task date, as derive-dates' rebuilds at two dates in one
+    scratch project do) would make the next faked run build what that other date computed."""
+    project = make_project(tmp_path / "p", {"stamp": "{{ config(alias='m_' ~ "
+                                                     "modules.datetime.date.today().year) }}\n"
+                                                     "select 1 as x"})
+    real_env = {**strip_fake_clock(os.environ), "DBT_PROFILES_DIR": str(project)}
+    with anyio.fail_after(DBT_LIMIT):  # not run_dbt: this cache must carry no date stamp
+        parsed = await anyio.run_process([str(find_real_dbt()), "parse"], cwd=project,
+                                         env=real_env, check=False)
+    assert parsed.returncode == 0, parsed.stdout[-2000:]
+    assert (project / "target" / "partial_parse.msgpack").is_file()
+    other = datetime.date(2021, 7, 1)
+    for clock, env in ((Clock(FAKE_DATE, find_library()), "faked"),
+                       (Clock(other, find_library()), "agent")):
+        run_env = (clock.faked_env(os.environ) if env == "faked"
+                   else clock.agent_env(os.environ, faketime_dir()))
+        result = await run_dbt(project, ["run"], env=run_env, timeout=DBT_LIMIT)
+        assert result.ok, result.stdout_tail[-2000:]
+        tables = {str(r[0]) for r in query(project / "tiny.duckdb",
+                                           "select table_name from information_schema.tables")}
+        assert f"m_{clock.date.year}" in tables, (env, tables)
+    assert f"m_{datetime.date.today().year}" not in tables

@@ -86,6 +86,10 @@ def test_shim_is_committed_executable() -> None:
     ["run-operation", "my_macro"], ["docs", "generate"], ["list"], ["retry"],
     ["--debug", "run"], ["--log-level", "debug", "run"], ["--log-format=json", "build"],
     ["-t", "parse", "compile"], ["run", "--select", "debug"],
+    # Every command that parses, and any subcommand the shim has never heard of: the real
+    # clock is an allow-list (deps, bare dbt), so a new dbt subcommand is faked by default.
+    ["parse"], ["debug"], ["ls"], ["source", "freshness"], ["clone"], ["clean"], ["init"],
+    ["--log-level", "info", "parse"], ["some-future-subcommand"], ["run", "deps"],
 ])
 def test_faked_subcommands_run_under_the_task_date(stub: Path, args: list[str]) -> None:
     done = run_shim(args, shim_env(stub))
@@ -98,8 +102,8 @@ def test_faked_subcommands_run_under_the_task_date(stub: Path, args: list[str]) 
 
 
 @pytest.mark.parametrize("args", [
-    ["deps"], ["parse"], ["debug"], ["--version"], ["-v"], ["--help"], [],
-    ["--log-level", "info", "deps"], ["--debug", "debug"],
+    ["deps"], ["--version"], ["-v"], ["--help"], [], ["--log-level", "info", "deps"],
+    ["--debug", "deps"], ["--project-dir", "run", "deps"],
 ])
 def test_unfaked_commands_see_the_real_clock(stub: Path, args: list[str]) -> None:
     # Inherited fake-clock settings must not leak into unfaked commands. The inherited preload
@@ -142,33 +146,39 @@ def _log_dates(stdout: str) -> set[str]:
             for line in stdout.splitlines() if line.startswith("{")}
 
 
+STAMP_MODEL = ("{{ config(alias='m_' ~ modules.datetime.date.today().year, "
+               "meta={'seen': modules.datetime.date.today().isoformat()}) }}\nselect 1 as x")
+"""Reads the clock at parse time: the table's name and the manifest record the year dbt saw."""
+
+
+def _tables(database: Path) -> set[str]:
+    with duckdb.connect(str(database), read_only=True) as con:
+        return {str(r[0]) for r in con.execute("select table_name from information_schema.tables"
+                                               " where table_name like 'm_%'").fetchall()}
+
+
 @pytest.mark.slow
-def test_real_dbt_through_path_fakes_run_but_not_parse(tmp_path: Path) -> None:
-    # A parse-time macro call records the date dbt's Jinja saw into the manifest: `parse`
-    # must see today, `run` (a faked command) the task's date, in its Jinja, in the table it
-    # builds and in its own JSON log timestamps. One real dbt per branch of the shim: which
-    # subcommand takes which branch (compile and the rest faked, deps unfaked) is proven above
-    # for every subcommand, with a stand-in that reports the date it sees.
-    project = make_project(tmp_path / "p", {
-        "today": "select current_date as d",
-        "stamp": "{{ config(meta={'seen': modules.datetime.date.today().isoformat()}) }}\n"
-                 "select 1 as x",
-    })
-    env = Clock(FAKE_DATE, find_library()).agent_env(os.environ, faketime_dir())
-    env["DBT_PROFILES_DIR"] = str(project)
-    manifest = project / "target" / "manifest.json"
-
-    def dbt(*args: str) -> tuple[str, str]:
-        done = subprocess.run(["dbt", *args, "--log-format", "json"], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=LIMIT, check=False)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        seen = json.loads(manifest.read_text())["nodes"]["model.tiny.stamp"]["config"]["meta"]
-        (dates,) = _log_dates(done.stdout)
-        return seen["seen"], dates
-
-    parsed, parse_log = dbt("parse", "--no-partial-parse")
-    assert parsed in real_today() and parse_log in real_today()
-    ran, run_log = dbt("run", "--no-partial-parse")
-    assert ran == run_log == FAKE_DATE.isoformat()
-    with duckdb.connect(str(project / "tiny.duckdb"), read_only=True) as con:
-        assert con.execute("select d from today").fetchall() == [(FAKE_DATE,)]
+def test_parse_then_run_builds_what_run_alone_builds(tmp_path: Path) -> None:
+    # The issue's case: `dbt parse` on the real clock wrote a partial-parse cache, and the faked
+    # `dbt run` after it reused it and built m_<real year>. With partial parsing left on (dbt's
+    # default), parse-then-run must build exactly what run alone builds: the fake year, in the
+    # table, in the manifest and in dbt's own log timestamps.
+    built: list[tuple[set[str], str, set[str]]] = []
+    for name, steps in (("alone", [["run"]]), ("after-parse", [["parse"], ["run"]])):
+        project = make_project(tmp_path / name, {"stamp": STAMP_MODEL, "today":
+                                                 "select current_date as d"})
+        env = Clock(FAKE_DATE, find_library()).agent_env(os.environ, faketime_dir())
+        env["DBT_PROFILES_DIR"] = str(project)
+        logs: set[str] = set()
+        for args in steps:
+            done = subprocess.run(["dbt", *args, "--log-format", "json"], cwd=project, env=env,
+                                  capture_output=True, text=True, timeout=LIMIT, check=False)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            logs |= _log_dates(done.stdout)
+        manifest = json.loads((project / "target" / "manifest.json").read_text())
+        built.append((_tables(project / "tiny.duckdb"),
+                      manifest["nodes"]["model.tiny.stamp"]["config"]["meta"]["seen"], logs))
+        with duckdb.connect(str(project / "tiny.duckdb"), read_only=True) as con:
+            assert con.execute("select d from today").fetchall() == [(FAKE_DATE,)]
+    assert built[0] == built[1] == ({f"m_{FAKE_DATE.year}"}, FAKE_DATE.isoformat(),
+                                    {FAKE_DATE.isoformat()})

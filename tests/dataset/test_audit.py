@@ -64,8 +64,10 @@ def test_findings_per_task(tiny_dataset: Callable[..., Path]) -> None:
                                "(dbt deps needs the network)")
     clock = audits["clock001"]
     assert clock.reads_clock and clock.clock_reads == ("models/orders.sql:1 now(",)
-    assert clock.date_source == "derived" and "date unknown" in str(clock.date_evidence)
-    assert not work.reads_clock and work.date_method == "clock-independent"
+    assert clock.date_source == "default" and clock.date_evidence is None
+    assert clock.suggested_date is None and "date unknown" in str(clock.suggested_evidence)
+    assert not work.reads_clock and work.suggested_method == "clock-independent"
+    assert work.date_method is None  # suggested, not recorded
     subsets = suggested_subsets(list(audits.values()))
     assert subsets["free"] == ["free001"]
     assert subsets["needs-work"] == ["work001", "clock001", "wide001"]
@@ -78,7 +80,8 @@ def test_suite_dates_are_reported_as_such(tiny_dataset: Callable[..., Path]) -> 
     raw = load_suite(_suite_file(root, '[tasks.a001]\ndate = 2024-05-05\ndate_method = "manual"\n'))
     data = load_dataset(Suite(suite.path, root, raw.defaults, raw.tasks))
     (audit,) = anyio.run(lambda: audit_dataset(data))
-    assert (audit.date, audit.date_method, audit.date_source) == ("2024-05-05", "manual", "suite")
+    assert (audit.date, audit.date_method, audit.date_source) == ("2024-05-05", "manual", "task")
+    assert audit.suggested_date is None and audit.suggested_method is None
     assert audit.passes_with_no_work is None  # no --baseline
 
 
@@ -95,7 +98,7 @@ def test_cli_json_and_write_subsets(tiny_dataset: Callable[..., Path]) -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["summary"] == {"tasks": 6, "runnable": 4, "has_gold": 5, "read_clock": 1,
-                               "dated": 0, "pass_with_no_work": 1}
+                               "dated": 0, "suggested": 0, "pass_with_no_work": 1}
     assert sum(t["has_gold"] for t in data["tasks"]) == 5
     text = CliRunner().invoke(cli, ["--suite", str(suite), "audit", "--baseline",
                                     "--write-subsets"])
@@ -115,7 +118,10 @@ def test_real_tasks(shared_dataset: Path) -> None:
     assert tasks["playbook001"]["passes_with_no_work"] and tasks["mrr001"]["passes_with_no_work"]
     assert not tasks["playbook001"]["reads_clock"]
     assert tasks["mrr001"]["clock_reads"] == ["models/utils/util_months.sql:10 current_date"]
-    assert "month spine 2018-01-01..2024-08-01" in tasks["mrr001"]["date_evidence"]
+    mrr = tasks["mrr001"]
+    assert "month spine 2018-01-01..2024-08-01" in mrr["suggested_evidence"]
+    assert (mrr["date"], mrr["date_source"], mrr["suggested_date"]) == (
+        "2024-09-15", "default", "2024-08-01")
 
 
 def test_corrupt_gold_is_named_not_called_missing(tiny_dataset: Callable[..., Path]) -> None:

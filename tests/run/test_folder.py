@@ -23,6 +23,7 @@ from spider2local.run.folder import (
 from spider2local.run.layout import WORKSPACE_PREFIX as PREFIX
 from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.stale import recorded_workspaces
+from spider2local.safepath import UnsafePath
 
 
 def result(task_id: str, status: Status = Status.PASSED) -> TaskResult:
@@ -144,3 +145,35 @@ def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) ->
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"settings": {"jobs": 1}, "tasks": 5}', "'tasks' is int, not list"),
+    ('{"tasks": [5]}', "tasks entry 1 is not an object with an id"),
+    ('{"tasks": [{"id": "a001", "tables": true}]}', "tasks entry 1: 'tables' is bool, not int"),
+    ('{"tasks": [{"id": "../a001"}]}', "tasks entry 1: id '../a001' is not a plain folder name"),
+    ('{"settings": "x"}', "'settings' is str, not dict"),
+    ('{"sessions": 5}', "'sessions' is int, not list"),
+    ('{"sessions": [1]}', "sessions must be a list of objects"),
+    ("[]", "not a JSON object but list"),
+    ('{"tasks": [', "not valid JSON"),
+])
+def test_a_broken_run_json_is_a_user_error_naming_it(tmp_path: Path, text: str,
+                                                     problem: str) -> None:
+    folder = RunFolder(tmp_path)
+    assert folder.read_manifest() is None  # no run.json: a new run
+    folder.manifest_path.write_text(text)
+    with pytest.raises(UserError) as info:
+        folder.read_manifest()
+    assert str(info.value).startswith(f"{folder.manifest_path}: not a usable run.json: {problem}")
+
+
+def test_task_dir_stays_inside_the_run_folder(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    folder.root.mkdir()
+    assert folder.task_dir("a001") == folder.root / "a001"
+    (folder.root / "out").symlink_to(tmp_path)
+    for bad in ("../x", "..", "a/b", "out"):
+        with pytest.raises(UnsafePath):
+            folder.reset_task(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

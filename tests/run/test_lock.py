@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -87,3 +88,29 @@ def test_execute_run_refuses_a_run_in_use_and_touches_nothing(
     proc.wait()
     outcome = anyio.run(execute_run, plan, progress)
     assert list(outcome.ran) == ["t1"]
+
+
+def test_taking_the_lock_recovers_what_a_killed_invocation_left(tmp_path: Path) -> None:
+    """Any command on the run (it takes the lock) reaps and removes the workspaces of the
+    unfinished tasks; a finished task's kept workspace and non-workspaces are left alone."""
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    folder.create()
+    stale = tmp_path / "spider2local-a-dead"
+    (stale / "a").mkdir(parents=True)
+    kept = tmp_path / "spider2local-b-kept"
+    kept.mkdir()
+    foreign = tmp_path / "not-a-workspace"
+    foreign.mkdir()
+    for tid, root in (("a", stale), ("b", kept), ("c", foreign)):
+        folder.task_dir(tid).mkdir()
+        (folder.task_dir(tid) / "workspace.json").write_text(json.dumps({"root": str(root)}))
+    (folder.task_dir("b") / "result.json").write_text("{}")
+    orphan = subprocess.Popen(["sleep", "300"], cwd=stale / "a", start_new_session=True)
+    try:
+        with run_lock(folder):
+            assert orphan.wait(5) == -signal.SIGTERM
+            assert not stale.exists()
+            assert kept.is_dir() and foreign.is_dir()
+    finally:
+        orphan.kill()
+        orphan.wait()

@@ -63,6 +63,16 @@ def test_isolation_compared_is_the_mode_used_and_old_runs_had_none(tmp_path: Pat
         check_resumable(sandboxed, unisolated, folder)
 
 
+def test_a_reference_run_made_before_isolation_was_recorded_still_resumes(
+        tmp_path: Path) -> None:
+    """Agents that run no untrusted code record "not-needed"; a manifest without the field
+    ran without a sandbox too, so the two are the same experiment."""
+    folder = RunFolder.at(tmp_path, "r")
+    not_needed = {**BASE, "settings": {**BASE["settings"], "isolation": "not-needed"}}
+    check_resumable(BASE, not_needed, folder)
+    check_resumable(not_needed, BASE, folder)
+
+
 def test_merged_tasks_keep_earlier_selections() -> None:
     previous = {"tasks": [{"id": "b", "tables": 1}, {"id": "a", "tables": 2}]}
     merged = merged_tasks(previous, [{"id": "c", "tables": 3}, {"id": "a", "tables": 5}])

@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
+from tests.helpers import hold_lock, tiny_disk_prefix
 
 
 def quiet() -> Progress:
@@ -420,3 +422,92 @@ def _cmdline(entry: Path) -> str:
         return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", "t2")
+    suite = Suite(tmp_path / "tasks.toml", root)
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data, ["t1", "t2"]), settings(), WriterAgent,
+                   suite.path, "sha", root)
+    gold = data.get("t1").gold  # type: ignore[union-attr]
+    assert gold is not None
+    with hold_lock(gold.db):  # another process holds t1's gold read-write
+        first = anyio.run(execute_run, plan, quiet())
+    t1 = first.ran["t1"]
+    assert t1.status is Status.ERROR and t1.passed is None and t1.score is None
+    assert t1.error is not None and t1.error.kind is ErrorKind.INFRASTRUCTURE
+    assert t1.error.stage is Stage.SCORE and "lock" in t1.error.message
+    assert "Could not set lock" in (folder.task_dir("t1") / "error.txt").read_text()
+    assert first.ran["t2"].status is Status.PASSED
+    # The fault is gone: the resume runs t1 again (only t1) and scores it.
+    second = anyio.run(execute_run, plan, quiet())
+    assert second.already_done == ("t2",) and list(second.ran) == ["t1"]
+    assert second.ran["t1"].status is Status.PASSED and second.ran["t1"].error is None
+
+
+FULL_DISK_SCRIPT = """
+import io, sys
+from pathlib import Path
+import anyio
+from spider2local.dataset.load import load_dataset
+from spider2local.run.folder import RunFolder
+from spider2local.run.progress import Progress
+from spider2local.run.runner import run_tasks
+from spider2local.suite.model import Suite
+from tests.run.test_runner import WriterAgent, settings
+
+root, runs = Path(sys.argv[1]), Path(sys.argv[2])
+tasks = list(load_dataset(Suite(root.parent / "tasks.toml", root)).tasks)
+filler = runs / "filler"
+
+class Filler(WriterAgent):
+    # Does its work, then fills the run folder's disk: its result cannot be saved.
+    async def run(self, ctx):
+        outcome = await super().run(ctx)
+        if ctx.task.id == "t1":
+            try:
+                with filler.open("wb") as fh:
+                    while True:
+                        fh.write(b"x" * 65536)
+            except OSError:
+                pass
+            ctx.transcript.append("text", "written on a full disk")
+        else:  # t2 is still working when t1 ends, and must not be cancelled by it
+            while not Operator.freed:
+                await anyio.sleep(0.05)
+        return outcome
+
+class Operator(Progress):
+    # Frees the space once told what is full, as a person reading stderr would.
+    freed = False
+    def note(self, task_id, message):
+        super().note(task_id, message)
+        if "result not saved" in message:
+            filler.unlink()
+            Operator.freed = True
+
+progress = Operator(sys.stderr, live=False)
+done = anyio.run(run_tasks, tasks, RunFolder.at(runs, "r"), settings(), Filler, progress)
+print(sorted(done))
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_the_result_stops_that_task_only_and_says_what_is_full(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    root = tiny_dataset("t1", "t2")
+    runs = tmp_path / "runs"
+    proc = subprocess.run([*tiny_disk_prefix(runs, "1m"), sys.executable, "-c",
+                           FULL_DISK_SCRIPT, str(root), str(runs)],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip() == "['t2']"  # t2 was kept, and finished after t1's fault
+    lines = [x for x in proc.stderr.splitlines() if "result not saved" in x]
+    assert len(lines) == 1 and "t1" in lines[0], proc.stderr
+    assert f"{runs}/r/t1/" in lines[0] and "No space left on device" in lines[0]
+    assert "t2: passed" in proc.stderr

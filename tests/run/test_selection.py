@@ -8,7 +8,7 @@ from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.run.selection import Shard, parse_shard, select_tasks
-from spider2local.suite.model import Suite, TaskSettings
+from spider2local.suite.model import DateSource, Suite, TaskSettings
 from tests.helpers import write_task
 
 IDS = ("t05", "t01", "t03", "t02", "t04", "t06", "t07")
@@ -93,3 +93,30 @@ def test_parse_shard(text: str, expected: Shard) -> None:
 def test_parse_shard_rejects(text: str) -> None:
     with pytest.raises(UserError, match="--shard"):
         parse_shard(text)
+
+
+def test_twenty_thousand_ids_keep_order_duplicates_and_shards(tmp_path_factory:
+                                                              pytest.TempPathFactory) -> None:
+    """Behaviour on a big input (the speed is measured in benchmarks/bench_selection.py: the
+    old lookup scanned the task list per id, 27 s for 20,000 ids)."""
+    import datetime as dt
+    from pathlib import Path
+
+    from spider2local.dataset.task import TaskSpec
+
+    ids = [f"t{i:05d}" for i in range(20_000)]
+    tasks = tuple(TaskSpec(id=tid, instruction="x", project_dir=Path("/none"), start_db=None,
+                           gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15),
+                           date_source=DateSource.DEFAULT)
+                  for tid in reversed(ids))
+    dup = TaskSpec(id=ids[5], instruction="second", project_dir=Path("/none"), start_db=None,
+                   gold=None, settings=TaskSettings(), date=dt.date(2024, 9, 15),
+                   date_source=DateSource.DEFAULT)
+    big = Dataset(Path("/none"), Suite(Path("s.toml"), "sample"), (*tasks, dup))
+    assert big.get(ids[5]) is tasks[len(ids) - 6]  # the first of duplicates, as before
+    everything = select_tasks(big, [*ids, *ids[:100]])  # repeated ids select once
+    assert everything.ids == tuple(ids)
+    shards = [select_tasks(big, shard=Shard(k, 7)).ids for k in range(1, 8)]
+    assert sorted(tid for shard in shards for tid in shard) == ids
+    assert shards[2][:2] == (ids[2], ids[9])
+    assert select_tasks(big, shard=Shard(3, 7), limit=3).ids == (ids[2], ids[9], ids[16])

@@ -130,7 +130,7 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     (project / "logs" / "dbt.log").write_text("old")
     (project / "dbt_packages" / "pkg" / "dbt_project.yml").write_text("name: pkg\n")
     (project / "shop.duckdb.wal").write_bytes(b"")
-    (project / "gold_link.duckdb").symlink_to(root / "evaluation_suite/gold/t1/shop.duckdb")
+    (project / "models" / "link.sql").symlink_to(project / "models" / "schema.yml")
     for path in [*project.rglob("*"), project]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~0o222)  # read-only, like the shared dataset
@@ -138,8 +138,9 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     task = load(root).tasks[0]
     ws = prepare_workspace(task, artifacts=tmp_path / "art", parent=tmp_path)
     names = {p.relative_to(ws.project_dir).as_posix() for p in ws.project_dir.rglob("*")}
-    assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml"} <= names
-    assert not names & {"target", "logs", "dbt_modules", "gold_link.duckdb"}
+    assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml", "models/link.sql"} <= names
+    assert not names & {"target", "logs", "dbt_modules"}
+    assert not (ws.project_dir / "models" / "link.sql").is_symlink()  # a link inside: content
     assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*"))
     assert_isolated(task, ws)
     cleanup_workspace(ws)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 import time
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from spider2local.run.layout import QUERIES
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.workspace.prepare import Workspace
 
+log = logging.getLogger(__name__)
 __all__ = ["QueryLimits", "QueryResult", "QueryService", "refusal", "statements"]
 
 
@@ -67,13 +69,17 @@ def _cell(value: Any, limit: int) -> str:
 
 
 def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
-    """Append one line to ``queries.jsonl``: what ran, how many rows, how long, what failed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Append one line to ``queries.jsonl``: what ran, how many rows, how long, what failed.
+    A disk that refuses the line (full) is logged, never raised into the agent's tool call."""
     line = {"t": round(time.time(), 3), "tool": tool, "sql": sql, "rows": len(result.rows),
             "truncated": result.truncated, "duration": round(result.duration, 3),
             "error": result.error}
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line, default=str) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, default=str) + "\n")
+    except OSError as exc:  # a full disk loses the audit line, never the agent's query
+        log.warning("%s: query not audited: %s", path, exc.strerror or exc)
 
 
 def child_command() -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import duckdb
 
-from spider2local.agents.claude.dbtools import QueryLimits, QueryService
+from spider2local.agents.claude.dbtools import QueryLimits, QueryResult, QueryService, audit
 from spider2local.workspace.prepare import Workspace
 
 FAKE_DATE = dt.date(2024, 3, 17)
@@ -145,3 +145,8 @@ def test_a_slow_query_is_stopped_at_its_deadline(tmp_path: Path) -> None:
         service.query, "SELECT count(*) FROM range(100000000000) a")
     assert is_error and "longer than 2 s" in text
     assert time.monotonic() - started < 8
+
+
+def test_a_full_disk_loses_the_audit_line_not_the_query() -> None:
+    # /dev/full: every write fails with ENOSPC, as on a full disk.
+    audit(Path("/dev/full"), "query", "SELECT 1", QueryResult(columns=("x",), rows=((1,),)))

@@ -1,0 +1,99 @@
+"""Is an error the machine's fault? The one classifier every place that records a task error asks.
+
+A full disk, a permission refused on our own folders, a database locked by another process, too
+many open files or no memory say nothing about the agent's work: scoring such a task would turn
+a fault of the machine into a verdict (a reference run that should pass 4/4 stayed 0/4 after the
+disk was freed). So a task that fails this way is recorded with ``ErrorKind.INFRASTRUCTURE``,
+never scored, and run again by a resume (:func:`spider2local.run.resume.is_finished`).
+
+The exception is walked with its causes (``raise ... from``) and contexts, because ours wrap
+the OS's: a ScoringError "cannot checkpoint" carries DuckDB's IO error, which carries the text
+"No space left on device". DuckDB's errors have no errno, only their message, so for them (and
+for the output of a dbt process, which is text by then) the message is what is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections.abc import Iterator
+
+from spider2local.db.locks import DatabaseLocked, is_lock_error
+
+MACHINE_ERRNOS = frozenset({
+    errno.ENOSPC,  # no space left on device
+    errno.EDQUOT,  # disk quota exceeded
+    errno.EROFS,  # read-only file system
+    errno.EACCES,  # permission denied
+    errno.EPERM,  # operation not permitted
+    errno.EMFILE,  # too many open files (this process)
+    errno.ENFILE,  # too many open files (the system)
+    errno.ENOMEM,  # cannot allocate memory
+})
+"""OS errors that no change to a task or to the agent's work can cause or cure."""
+
+_MACHINE_TEXT = re.compile(
+    r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files"
+    r"|Cannot allocate memory|Out of Memory Error|failed to allocate data of size")
+"""How the same faults read in DuckDB's messages and in a dbt process's output (the OS's
+strerror texts, and DuckDB's out-of-memory wording)."""
+_PERMISSION_TEXT = re.compile(r"Permission denied|Operation not permitted")
+
+
+def names_machine_fault(text: str) -> bool:
+    """True when ``text`` (a dbt process's output, an error message) reports a full disk, a
+    read-only file system, too many open files or no memory.
+
+    Permission and lock messages are left out on purpose: in free text they may be about a
+    file the agent's own SQL tried to read, or a lock its own background dbt holds.
+    """
+    return _MACHINE_TEXT.search(text) is not None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then its causes and contexts, each once (a cycle in the chain is possible)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+
+
+def _is_duckdb(exc: BaseException) -> bool:
+    # Read by module rather than isinstance so this module never imports duckdb (the agent's
+    # query child and every CLI call import the run package).
+    return type(exc).__module__.split(".")[0] in {"duckdb", "_duckdb"}
+
+
+def is_machine_fault(exc: BaseException) -> bool:
+    """True when ``exc`` or anything it wraps is a fault of the machine: an OS error in
+    :data:`MACHINE_ERRNOS`, :class:`MemoryError`, a DuckDB file locked by another process
+    (:func:`spider2local.db.locks.is_lock_error`, the one owner of that test), or a DuckDB
+    error whose message reports one of those faults."""
+    for err in _chain(exc):
+        if isinstance(err, MemoryError | DatabaseLocked):
+            return True
+        if isinstance(err, OSError) and err.errno in MACHINE_ERRNOS:
+            return True
+        if is_lock_error(err):
+            return True
+        if _is_duckdb(err) and (names_machine_fault(str(err))
+                                or _PERMISSION_TEXT.search(str(err))):
+            return True
+    return False
+
+
+def describe(exc: BaseException) -> str:
+    """The message recorded for a machine fault: the innermost OS or DuckDB text (what is
+    full, which path), prefixed by our own one-line context when that says something else."""
+    inner = [e for e in _chain(exc) if isinstance(e, OSError) or _is_duckdb(e)]
+    outer = str(exc) or type(exc).__name__
+    if not inner or inner[0] is exc or str(inner[0]) in outer:
+        return outer
+    return f"{outer}: {inner[0]}"
