@@ -296,6 +296,16 @@ class Watch:
     runs_dir: Path | None = None
     suite_file: Path | None = None
 
+    def off_limits(self, task: TaskSpec) -> tuple[Path, ...]:
+        """What of the runner's lies outside the workspace and is none of ``task``'s agent's
+        business: the dataset (gold and eval file with it), the gold folder, the runs folder,
+        the suite file, spider2local's cache. The one list for both guards: the sandbox hides
+        each of them (``AgentContext.off_limits``) and the scan (:meth:`protected`) calls a
+        task suspect that names one."""
+        gold = task.gold.db.parent if task.gold is not None else None
+        found = (task.dataset_root, gold, self.runs_dir, self.suite_file, default_cache_dir())
+        return tuple(dict.fromkeys(Path(p) for p in found if p is not None))
+
     def protected(self, task: TaskSpec, workspace: Path, project: Path,
                   artifacts: Path) -> Protected:
         return Protected.for_task(

@@ -80,6 +80,8 @@ class _Attempt:
     ws: Ws | None = None
     baseline: dict[str, str] = field(default_factory=dict)
     """The project's files as prepared (what the integrity scan leaves out)."""
+    off_limits: tuple[Path, ...] = ()
+    """What the agent must not reach (``guard.Watch.off_limits``), handed to its context."""
 
     def timed(self, stage: str, seconds: float) -> None:
         self.durations[stage] = round(self.durations.get(stage, 0.0) + seconds, 3)
@@ -147,7 +149,8 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
-                       transcript=transcript, isolation=settings.isolation)
+                       transcript=transcript, isolation=settings.isolation,
+                       off_limits=state.off_limits)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
@@ -283,7 +286,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     except OSError as exc:
         progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
         return None
-    state = _Attempt(task, artifacts)
+    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task))
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(task.id)
     outcome, timed_out = AgentOutcome(), False

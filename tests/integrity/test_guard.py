@@ -104,3 +104,20 @@ def test_the_scorer_is_imported_before_any_agent_starts() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "True"
+
+
+def test_off_limits_is_one_list_for_the_sandbox_and_the_scan(task: TaskSpec,
+                                                            tmp_path: Path) -> None:
+    """What the sandbox hides and what the scan calls suspect come from one decision: every
+    folder the watch puts off limits is one the scan flags when an agent names it."""
+    runs, suite = tmp_path / "runs", tmp_path / "tasks.toml"
+    watch = guard.Watch(guard.Fingerprints({}), runs_dir=runs, suite_file=suite)
+    limits = watch.off_limits(task)
+    assert task.dataset_root in limits and runs in limits and suite in limits
+    assert task.gold is not None and task.gold.db.parent in limits
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert not any(ws == p or p in ws.parents for p in limits)
+    prot = watch.protected(task, ws, ws, runs / "r" / task.id)
+    for folder in limits:
+        assert prot.outside(str(folder / "x.duckdb")), folder
