@@ -222,7 +222,10 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     if target.exists():
         shutil.rmtree(target)
     files = 0
-    for folder, dirs, names in os.walk(ws.project_dir):  # never enters symlinked folders
+    # os.walk follows a symlinked top: a project folder the agent swapped for a link to / is
+    # not walked at all (every file would be refused by the guard anyway, after a long walk)
+    tops = [] if ws.project_dir.is_symlink() else [ws.project_dir]
+    for folder, dirs, names in (step for top in tops for step in os.walk(top)):
         here = Path(folder)
         if here == ws.project_dir:
             dirs[:] = [d for d in dirs if d not in ARTIFACT_SKIP]
