@@ -34,13 +34,22 @@ class TableRead:
 
 
 class Database:
-    """A DuckDB file opened read-only (never created, never written, never locked for writing)."""
+    """A DuckDB file opened read-only (never created, never written, never locked for writing).
 
-    def __init__(self, path: Path) -> None:
+    ``untrusted`` (an agent's result): external access off. A result's views are the agent's
+    SQL, run here by the scorer outside any sandbox; ``SELECT * FROM '<gold>.duckdb'`` in a view
+    reads another DuckDB file by its path (duckdb 1.5, measured), so a graded "table" could be
+    the gold itself, and ``read_text`` any file of the runner's.
+    """
+
+    def __init__(self, path: Path, *, untrusted: bool = False) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such DuckDB file")
         self.path = path
-        self._con = duckdb.connect(str(path), read_only=True)
+        # Only a changed setting is passed: DuckDB refuses a second connection to one file
+        # with another configuration (the gold scored against itself, a raw reader beside us)
+        self._con = duckdb.connect(str(path), read_only=True,
+                                   config={"enable_external_access": False} if untrusted else {})
 
     def __enter__(self) -> Database:
         return self

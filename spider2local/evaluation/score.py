@@ -37,7 +37,8 @@ def score_database(result_db: Path, gold_db: Path, params: EvalParams) -> TaskSc
     _check_params(params, gold_db)
     gold_reads = _read_gold(gold_db, params.condition_tabs)
     try:
-        reads, relations = _read_result(result_db, params.condition_tabs)
+        reads, relations = _read_result(result_db, params.condition_tabs,
+                                        untrusted=not _same_file(result_db, gold_db))
     except _Unopenable as exc:
         tables = tuple(TableScore(name, False, len(gold.frame), None, error=exc.reason)
                        for name, gold in zip(params.condition_tabs, gold_reads, strict=True))
@@ -136,12 +137,12 @@ class _Unopenable(Exception):
         self.reason = reason
 
 
-def _read_result(result_db: Path,
-                 tables: Sequence[str]) -> tuple[list[TableRead], list[str]]:
+def _read_result(result_db: Path, tables: Sequence[str], *,
+                 untrusted: bool = True) -> tuple[list[TableRead], list[str]]:
     """Every graded table of the result (and, if one is missing, the names present); raises
     :class:`_Unopenable` with the reason when the file cannot be opened at all."""
     try:
-        result = Database(result_db)
+        result = Database(result_db, untrusted=untrusted)
     except Exception as exc:
         raise _Unopenable(f"cannot open result database {result_db}: {exc}".splitlines()[0]) \
             from exc
@@ -179,3 +180,12 @@ def _check_params(params: EvalParams, gold_db: Path) -> None:
         raise ScoringError(f"{gold_db}: condition_tabs, condition_cols and ignore_orders have "
                            f"different lengths ({len(params.condition_tabs)}, "
                            f"{len(params.condition_cols)}, {len(params.ignore_orders)})")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The gold scored against itself (a dataset check, no agent's file): DuckDB opens one
+    file only once per configuration, so it is opened as gold, with the gold's settings."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -290,15 +291,20 @@ def project_baseline(project: Path) -> dict[str, str]:
 
 
 def _project_files(project: Path) -> Iterator[tuple[Path, str]]:
+    """Plain files only: reading a FIFO the agent left would block the runner for ever (its
+    writer died with the sandbox), and a project folder replaced by a symlink to ``/`` would
+    walk the runner's whole file system (``os.walk`` follows a symlinked top)."""
+    if project.is_symlink():
+        return
     for dirpath, _dirs, files in os.walk(project):  # symlinked folders are not followed
         for name in files:
             path = Path(dirpath) / name
             try:
-                if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
-                    continue
+                info = path.lstat()
             except OSError:
                 continue
-            yield path, path.relative_to(project).as_posix()
+            if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_FILE_BYTES:
+                yield path, path.relative_to(project).as_posix()
 
 
 def _digest(path: Path) -> str | None:

@@ -63,6 +63,7 @@ from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
 from spider2local.workspace import prepare as ws_mod
+from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
 
 AgentFactory = Callable[[], Agent]
@@ -185,11 +186,15 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dic
 
     task, ws = state.task, state.ws
     assert ws is not None
-    if ws.database.is_file():
+    if ws.database.exists() or ws.database.is_symlink():
         progress.stage(task.id, Stage.CHECKPOINT)
         try:
             with _Stopwatch(state, "checkpoint"):
-                await in_thread(ws_mod.checkpoint_database, ws.database)
+                await in_thread(ws_mod.checkpoint_database, ws.database, root=ws.root)
+        except OutsideWorkspace as exc:  # the agent's doing: no verdict from that file
+            return {"status": Status.FAILED, "passed": False,
+                    "tables_total": len(task.gold.params.condition_tabs) if task.gold else 0,
+                    "error": TaskError(Stage.CHECKPOINT, ErrorKind.AGENT, str(exc))}
         except Exception as exc:
             return _error(state, Stage.CHECKPOINT, exc)
     if task.gold is None:

@@ -49,6 +49,7 @@ from spider2local.run.layout import (
 from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
+from spider2local.workspace.guard import OutsideWorkspace, is_workspace_file, workspace_file
 
 CONTEXT_DIR = ".spider2local"
 """Inside the project: scan.json and snapshot.json for the agent (dbt ignores the folder)."""
@@ -80,9 +81,11 @@ class Workspace:
     artifacts: Path
     """This task's folder in the run folder (transcript, queries, dbt logs)."""
     scan_path: Path | None = None
-    """JSON project scan (models declared in YML: complete / stub / missing)."""
+    """JSON project scan (models declared in YML: complete / stub / missing). The runner's own
+    copy in ``artifacts``: the agent's copy in the project is the agent's to replace."""
     snapshot_path: Path | None = None
-    """JSON snapshot of the start database (tables, row counts, columns and types)."""
+    """JSON snapshot of the start database (tables, row counts, columns and types); also the
+    runner's copy in ``artifacts``."""
     problems: tuple[str, ...] = ()
     """Found while preparing (packages not vendored, unparsable YML); the work may still run."""
 
@@ -152,11 +155,12 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     snapshot = snapshot_database(project / start_db)
     context = project / CONTEXT_DIR
     context.mkdir(exist_ok=True)
-    scan_path, snapshot_path = context / "scan.json", context / "snapshot.json"
-    for path, text in ((scan_path, scan.to_json()), (snapshot_path, snapshot.to_json())):
-        path.write_text(text, encoding="utf-8")
-    (artifacts / SCAN).write_text(scan.to_json(), encoding="utf-8")
-    (artifacts / START_SNAPSHOT).write_text(snapshot.to_json(), encoding="utf-8")
+    for name, text in (("scan.json", scan.to_json()), ("snapshot.json", snapshot.to_json())):
+        (context / name).write_text(text, encoding="utf-8")
+    # The runner reads its own copies (the agent can replace the project's with a symlink)
+    scan_path, snapshot_path = artifacts / SCAN, artifacts / START_SNAPSHOT
+    scan_path.write_text(scan.to_json(), encoding="utf-8")
+    snapshot_path.write_text(snapshot.to_json(), encoding="utf-8")
     problems = (*packages.missing_packages(project), *scan.problems)
     for private in (HOME_DIR, TMP_DIR):
         (root / private).mkdir()
@@ -208,29 +212,54 @@ def cleanup_workspace(ws: Workspace) -> None:
 
 def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     """Copy the final project text files, the project's last dbt log and run_results (to
-    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts."""
+    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts.
+
+    Only plain files of the workspace are copied (:mod:`.guard`): symlinks are never followed
+    (one to ``/`` would walk the runner's whole file system; one to a file outside would copy
+    it into the run folder), and a text file larger than :data:`ARTIFACT_MAX_BYTES` is left
+    out (a sparse file the size of the disk would fill it)."""
     target = ws.artifacts / PROJECT_FILES
     if target.exists():
         shutil.rmtree(target)
     files = 0
-    for path in sorted(ws.project_dir.rglob("*")):
-        rel = path.relative_to(ws.project_dir)
-        if rel.parts[0] in ARTIFACT_SKIP or path.suffix not in ARTIFACT_SUFFIXES:
-            continue
-        if path.is_file():
+    # os.walk follows a symlinked top: a project folder the agent swapped for a link to / is
+    # not walked at all (every file would be refused by the guard anyway, after a long walk)
+    tops = [] if ws.project_dir.is_symlink() else [ws.project_dir]
+    for folder, dirs, names in (step for top in tops for step in os.walk(top)):
+        here = Path(folder)
+        if here == ws.project_dir:
+            dirs[:] = [d for d in dirs if d not in ARTIFACT_SKIP]
+        dirs.sort()
+        for name in sorted(names):
+            path = here / name
+            if path.suffix not in ARTIFACT_SUFFIXES or not _small_plain(ws.root, path):
+                continue
+            rel = path.relative_to(ws.project_dir)
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel)
+            shutil.copyfile(path, target / rel, follow_symlinks=False)
             files += 1
-    _collect_dbt_files(ws.project_dir, ws.artifacts / DBT_LOGS)
+    _collect_dbt_files(ws, ws.artifacts / DBT_LOGS)
     database = None
-    if keep_db and ws.database.is_file():
-        checkpoint_database(ws.database)
+    if keep_db and is_workspace_file(ws.root, ws.database):
+        checkpoint_database(ws.database, root=ws.root)
         database = ws.artifacts / RESULT_DB
         fast_copy(ws.database, database)
     return CollectedArtifacts(project=target, files=files, database=database)
 
 
-def _collect_dbt_files(project: Path, target: Path) -> None:
+ARTIFACT_MAX_BYTES = 10 * 1024 * 1024
+"""A project text file (or dbt log) larger than this is not kept: no real model, YML or log of
+one task comes near it, and a sparse file the size of the disk would fill the run folder."""
+
+
+def _small_plain(root: Path, path: Path) -> bool:
+    try:
+        return workspace_file(root, path).st_size <= ARTIFACT_MAX_BYTES
+    except (OSError, OutsideWorkspace):
+        return False
+
+
+def _collect_dbt_files(ws: Workspace, target: Path) -> None:
     """Keep the last dbt log and run_results an agent's own ``dbt`` calls left in the project.
 
     The Claude agent runs dbt through Bash, so its logs stay in the workspace and would vanish
@@ -238,20 +267,27 @@ def _collect_dbt_files(project: Path, target: Path) -> None:
     overwritten.
     """
     for source, name in PROJECT_DBT_FILES:
-        if (project / source).is_file() and not (target / name).exists():
+        path = ws.project_dir / source
+        if _small_plain(ws.root, path) and not (target / name).exists():
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(project / source, target / name)
+            shutil.copyfile(path, target / name, follow_symlinks=False)
 
 
-def checkpoint_database(db: Path) -> None:
+def checkpoint_database(db: Path, *, root: Path) -> None:
     """Fold the WAL into ``db`` so the file alone is complete (what gets scored and kept).
 
-    A just-killed dbt may still hold the lock for a moment: retry briefly. Raises
+    ``db`` must be a plain file in the workspace ``root`` (:mod:`.guard`): this opens it
+    read-write, and a symlink the agent left would open gold or the dataset instead. External
+    access is off: the file's views and macros are the agent's SQL, run here outside the
+    sandbox. A just-killed dbt may still hold the lock for a moment: retry briefly. Raises
     :class:`ScoringError` when the file is missing (opening it would create an empty one),
-    stays locked, or is not a DuckDB file.
+    stays locked, or is not a DuckDB file; :class:`OutsideWorkspace` (a ScoringError) when it
+    is not a plain file of the workspace.
     """
-    if not db.is_file():
-        raise ScoringError(f"{db}: result database missing")
+    try:
+        workspace_file(root, db)
+    except FileNotFoundError:
+        raise ScoringError(f"{db}: result database missing") from None
     try:
         retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
     except DatabaseLocked as locked:
@@ -262,7 +298,7 @@ def checkpoint_database(db: Path) -> None:
 
 
 def _checkpoint(db: Path) -> None:
-    con = duckdb.connect(str(db))
+    con = duckdb.connect(str(db), config={"enable_external_access": False})
     try:
         con.execute("CHECKPOINT")
     finally:

@@ -139,7 +139,7 @@ def test_replay_builds_with_dbt_and_reports_failures(
     logs = ctx.workspace.artifacts / "dbt"
     assert sorted(p.name for p in logs.glob("dbt-001-run*")) == [
         "dbt-001-run.jsonl", "dbt-001-run.run_results.json"]
-    checkpoint_database(ctx.workspace.database)
+    checkpoint_database(ctx.workspace.database, root=ctx.workspace.root)
     con = duckdb.connect(str(ctx.workspace.database), read_only=True)
     assert con.execute("SELECT id, amount FROM orders").fetchall() == [(1, 10)]
     con.close()

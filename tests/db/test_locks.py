@@ -133,7 +133,7 @@ def test_snapshot_reports_a_corrupt_file_as_unreadable_not_locked(tmp_path: Path
 def test_checkpoint_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path) -> None:
     bad = make_corrupt(tmp_path / "bad.duckdb")
     with pytest.raises(ScoringError, match=r"cannot checkpoint: .*Corrupt database file") as info:
-        checkpoint_database(bad)
+        checkpoint_database(bad, root=tmp_path)
     assert "locked" not in str(info.value)
 
 
@@ -144,7 +144,7 @@ def test_checkpoint_gives_up_on_a_lock_that_stays(tmp_path: Path,
     monkeypatch.setattr(prepare, "CHECKPOINT_LOCK_WAIT", LockWait(seconds=0.3, first_delay=0.05))
     db = make_duckdb(tmp_path / "held.duckdb", {"t": "SELECT 1 AS id"})
     with hold_lock(db), pytest.raises(ScoringError, match="still locked by another process"):
-        checkpoint_database(db)
+        checkpoint_database(db, root=tmp_path)
 
 
 def test_query_tool_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path) -> None:

@@ -182,3 +182,18 @@ def test_string_sort_quirk_is_reproduced(tmp_path: Path) -> None:
     in_order = _params("t", orders=(False,))
     assert score_database(result, gold, in_order).passed is True
     assert _reference(result, gold, in_order) == 1
+
+
+def test_a_result_view_reading_the_gold_file_by_its_path_does_not_pass(tmp_path: Path) -> None:
+    """duckdb reads a table of another DuckDB file named as a string (``FROM 'x.duckdb'``).
+    A result's views are the agent's SQL, run by the scorer outside the sandbox: with external
+    access on, a view over the gold path made the "table" the gold itself."""
+    gold = make_duckdb(tmp_path / "gold" / "shop.duckdb", {"orders": "SELECT 42 AS id"})
+    result = tmp_path / "result.duckdb"
+    con = duckdb.connect(str(result))
+    con.execute(f"CREATE VIEW orders AS SELECT * FROM '{gold}'")
+    con.execute("CREATE VIEW secret AS SELECT content FROM read_text('/etc/hostname')")
+    con.close()
+    params = EvalParams(gold="shop.duckdb", condition_tabs=("orders",), condition_cols=((),),
+                        ignore_orders=(True,))
+    assert not score_database(result, gold, params).passed

@@ -183,3 +183,29 @@ def test_this_task_s_own_run_folder_is_no_evidence_other_tasks_are(
     assert list(find_hits(f"{tmp_path}/runs/r1/t1", mine)) == []
     assert "runs folder" in rules(f"cat {tmp_path}/runs/r1/t2/result.json", mine)
     assert "runs folder" in rules(f"cat {tmp_path}/runs/r1/t1x/result.json", mine)
+
+
+def test_a_fifo_or_a_linked_project_left_by_the_agent_never_blocks_the_scan(
+        prot: Protected, tmp_path: Path) -> None:
+    """The scan runs after the sandbox is gone: reading a FIFO the agent left would wait for a
+    writer that died with it, for ever (the run hangs); a project folder swapped for a link to
+    ``/`` would walk the runner's whole file system."""
+    import os
+    import threading
+
+    project = prot.cwd
+    baseline = project_baseline(project)
+    os.mkfifo(project / "models" / "pipe.sql")
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(scan_task(
+        transcript=tmp_path / "none.jsonl", queries=tmp_path / "none2.jsonl", project=project,
+        baseline=baseline, prot=prot)), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():  # unblock the stuck reader so the test process can end
+        with (project / "models" / "pipe.sql").open("w"):
+            pass
+        pytest.fail("the scan blocked on a FIFO left in the project")
+    linked = tmp_path / "linked-project"
+    linked.symlink_to("/")
+    assert project_baseline(linked) == {}

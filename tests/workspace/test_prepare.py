@@ -299,7 +299,7 @@ def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
     con.close()
     wal = tmp_path / "x.duckdb.wal"
     assert wal.exists()
-    checkpoint_database(db)
+    checkpoint_database(db, root=tmp_path)
     assert not wal.exists() or wal.stat().st_size == 0
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM t").fetchall() == [(1000,)]
@@ -314,15 +314,68 @@ def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    checkpoint_database(db)  # succeeds once the holder lets go
+    checkpoint_database(db, root=tmp_path)  # succeeds once the holder lets go
     proc.wait(timeout=30)
 
 
 def test_checkpoint_errors(tmp_path: Path) -> None:
     with pytest.raises(ScoringError, match="missing"):
-        checkpoint_database(tmp_path / "gone.duckdb")
+        checkpoint_database(tmp_path / "gone.duckdb", root=tmp_path)
     assert not (tmp_path / "gone.duckdb").exists()
     bad = tmp_path / "bad.duckdb"
     bad.write_bytes(b"garbage" * 1000)
     with pytest.raises(ScoringError, match="cannot checkpoint"):
-        checkpoint_database(bad)
+        checkpoint_database(bad, root=tmp_path)
+
+
+def test_collect_artifacts_copies_only_plain_files_of_the_workspace(
+        sample: Dataset, tmp_path: Path) -> None:
+    """What the agent leaves is copied by the runner, outside the sandbox: a symlink to a
+    runner-side file (its own environ, a secret), to ``/`` or to gold, a FIFO and a sparse file
+    the size of a disk must never reach the run folder (nor hang or fill it)."""
+    task = sample.tasks[0]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("RUNNER-SECRET")
+    (tmp_path / "w").mkdir()
+    ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path / "w")
+    models = ws.project_dir / "models"
+    (models / "kept.sql").write_text("select 1")
+    (models / "stolen.sql").symlink_to(secret)
+    (models / "environ.sql").symlink_to("/proc/self/environ")
+    (models / "everything").symlink_to("/")
+    os.mkfifo(models / "pipe.sql")
+    with (models / "huge.sql").open("wb") as fh:
+        fh.truncate(64 << 20)  # sparse: nothing on disk until copied (on main: copied densely)
+    (ws.project_dir / "logs").mkdir()
+    (ws.project_dir / "logs" / "dbt.log").symlink_to(secret)
+    gold = tmp_path / "gold.duckdb"
+    shutil.copyfile(ws.database, gold)
+    gold_bytes = gold.read_bytes()
+    ws.database.unlink()
+    ws.database.symlink_to(gold)
+    got = collect_artifacts(ws, keep_db=True)
+    copied = [p for p in (tmp_path / "a").rglob("*") if p.is_file()]
+    names = {p.name for p in copied}
+    assert "kept.sql" in names
+    assert not names & {"stolen.sql", "environ.sql", "pipe.sql", "huge.sql", "dbt.log"}, names
+    assert not any("RUNNER-SECRET" in p.read_text(errors="replace") for p in copied)
+    assert got.database is None and gold.read_bytes() == gold_bytes
+    assert not Path(f"{gold}.wal").exists()
+    cleanup_workspace(ws)
+
+
+def test_checkpoint_never_opens_a_file_outside_the_workspace(tmp_path: Path) -> None:
+    """The checkpoint opens read-write: through a symlink left by the agent that would be
+    gold (the dataset must never be opened writable)."""
+    gold = tmp_path / "gold.duckdb"
+    con = duckdb.connect(str(gold))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("CREATE TABLE t AS SELECT 1 AS i")
+    con.close()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "db.duckdb").symlink_to(gold)
+    with pytest.raises(ScoringError, match="symlink"):
+        checkpoint_database(ws / "db.duckdb", root=ws)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

@@ -83,12 +83,19 @@ def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
 
 
 def child_command() -> list[str]:
-    return [sys.executable, "-m", "spider2local.agents.claude.dbtools"]
+    """``-I`` (isolated mode): the child runs in the agent's project folder, and plain
+    ``python -m`` puts that folder first on ``sys.path``; a ``spider2local/`` (or ``json.py``)
+    the agent left there would then run as the runner, outside the sandbox (measured)."""
+    return [sys.executable, "-I", "-m", "spider2local.agents.claude.dbtools"]
 
 
-def child_request(database: Path, sql: str, max_rows: int, lock_wait: float) -> bytes:
+def child_request(database: Path, sql: str, max_rows: int, lock_wait: float,
+                  root: Path | None = None) -> bytes:
+    """``root`` (the workspace root): the database must be a plain file inside it
+    (:mod:`spider2local.workspace.guard`), checked by the child right around its open."""
     return json.dumps({"database": str(database), "sql": sql, "max_rows": max_rows,
-                       "lock_wait": lock_wait}).encode()
+                       "lock_wait": lock_wait,
+                       "root": None if root is None else str(root)}).encode()
 
 
 def parse_child_output(stdout: str, stderr: str, returncode: int) -> QueryResult:
@@ -117,8 +124,11 @@ class QueryService:
     """The agent's database tools for one workspace. Every method returns ``(text, is_error)``."""
 
     def __init__(self, database: Path, env: Mapping[str, str], audit_path: Path,
-                 scan_path: Path | None = None, limits: QueryLimits | None = None) -> None:
+                 scan_path: Path | None = None, limits: QueryLimits | None = None,
+                 root: Path | None = None) -> None:
         self.database = database
+        self.root = root
+        """The workspace root the database must stay a plain file in (None: not checked)."""
         self.env = dict(env)
         """The child's environment: the workspace env plus the libfaketime preload."""
         self.audit_path = audit_path
@@ -133,7 +143,7 @@ class QueryService:
         library = ws.env.get(LIBRARY_ENV)
         clock = Clock(date, Path(library) if library else find_library())
         return cls(ws.database, clock.faked_env(ws.env), ws.artifacts / QUERIES,
-                   ws.scan_path, limits)
+                   ws.scan_path, limits, root=ws.root)
 
     async def run_sql(self, sql: str, tool: str = "query") -> QueryResult:
         """Policy check, then the child process under the deadline; audited either way."""
@@ -151,7 +161,7 @@ class QueryService:
         proc = await run_process(
             child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
             input=child_request(self.database, sql, limits.max_rows,
-                                min(limits.lock_wait, limits.timeout / 2)))
+                                min(limits.lock_wait, limits.timeout / 2), self.root))
         if proc.timed_out:
             return QueryResult(error=f"the query ran longer than {limits.timeout:.0f} s and was "
                                      "stopped; narrow it (filters, LIMIT, fewer joins)")
@@ -199,17 +209,32 @@ def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
     """Child side: open read-only (retrying while dbt holds the lock) and fetch max_rows + 1."""
     import duckdb
 
+    from spider2local.workspace.guard import OutsideWorkspace, opened_by_us, workspace_file
+
+    database = Path(request["database"])
+    root = Path(request["root"]) if request.get("root") else None
+
     def connect() -> duckdb.DuckDBPyConnection:
-        return duckdb.connect(request["database"], read_only=True,
+        return duckdb.connect(str(database), read_only=True,
                               config={"enable_external_access": False})
 
     try:
+        if root is not None:
+            workspace_file(root, database)
         con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))
+    except FileNotFoundError:
+        return {"error": f"the task database {database.name} does not exist (dbt creates it; "
+                         "was it deleted?)"}
+    except OutsideWorkspace as exc:
+        return {"error": f"refused: {exc}"}
     except DatabaseLocked:
         return {"error": "the database is locked by another process (probably a running "
                          "dbt command); wait for it to finish and query again"}
     except duckdb.Error as exc:  # corrupt, unreadable: say what DuckDB said, at once
         return {"error": f"cannot open the database: {exc}"}
+    if root is not None and opened_by_us(root, database) is False:  # swapped after the check
+        con.close()
+        return {"error": f"refused: {database} was replaced while being opened"}
     try:
         cursor = con.execute(request["sql"])
         if cursor.description is None:

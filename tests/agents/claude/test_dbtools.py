@@ -150,3 +150,38 @@ def test_a_slow_query_is_stopped_at_its_deadline(tmp_path: Path) -> None:
 def test_a_full_disk_loses_the_audit_line_not_the_query() -> None:
     # /dev/full: every write fails with ENOSPC, as on a full disk.
     audit(Path("/dev/full"), "query", "SELECT 1", QueryResult(columns=("x",), rows=((1,),)))
+
+
+def test_a_package_the_agent_left_in_the_project_is_not_imported_by_the_child(
+        tmp_path: Path) -> None:
+    """The child runs in the project folder, outside the sandbox: ``python -m`` would import
+    a ``spider2local/`` left there before our own (the agent's code, run as the runner)."""
+    ws = make_workspace(tmp_path)
+    marker = tmp_path / "ran-outside"
+    (ws.project_dir / "spider2local").mkdir()
+    (ws.project_dir / "spider2local" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').write('pwned')\n")
+    (ws.project_dir / "json.py").write_text(f"open({str(marker)!r}, 'w').write('json')\n")
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+    text, is_err = anyio.run(service.query, "SELECT count(*) AS n FROM orders")
+    assert not marker.exists()
+    assert not is_err and "5" in text, text
+
+
+def test_a_database_replaced_by_a_link_to_another_file_is_refused(tmp_path: Path) -> None:
+    """The agent cannot see gold in its sandbox, but can name it in a symlink: the tool, which
+    runs outside, must not follow it (nor a hard link, nor a linked project folder)."""
+    ws = make_workspace(tmp_path)
+    gold = tmp_path / "gold.duckdb"
+    con = duckdb.connect(str(gold))
+    con.execute("CREATE TABLE orders AS SELECT 4242 AS id")
+    con.close()
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+    ws.database.unlink()
+    ws.database.symlink_to(gold)
+    text, is_err = anyio.run(service.query, "SELECT * FROM orders")
+    assert is_err and "4242" not in text and "symlink" in text, text
+    ws.database.unlink()
+    os.link(gold, ws.database)
+    text, is_err = anyio.run(service.query, "SELECT * FROM orders")
+    assert is_err and "4242" not in text and "hard link" in text, text

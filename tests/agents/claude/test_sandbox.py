@@ -130,3 +130,62 @@ def anyio_run(plan: object) -> object:
     import anyio
 
     return anyio.run(execute_run, plan, Progress(quiet=True))
+
+
+def test_what_the_agent_leaves_behind_never_reaches_outside_through_the_runner(
+        hostile_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox holds the agent, but the runner, outside it, later reads what the agent left
+    in its workspace: a symlink there (the path of gold can be guessed from upstream's layout
+    even when it is hidden) must not be followed by the checkpoint (which opens read-write),
+    the scorer, the project_scan tool or the artifacts; a ``spider2local/`` package in the
+    project must not be imported by the query tool's child (``python -m`` puts its cwd first on
+    sys.path: the agent's code would run outside the sandbox, as the runner)."""
+    root = hostile_dataset
+    gold = root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    eval_file = root / "evaluation_suite" / "gold" / "spider2_eval.jsonl"
+    before = digest([gold, eval_file])
+    marker = tmp_path / "ran-outside"
+    secret = tmp_path / "runner-secret.txt"
+    secret.write_text("RUNNER-SECRET-42")
+    plant = "\n".join([
+        "mkdir -p spider2local",
+        f"echo 'open({str(marker)!r}, \"w\").write(\"pwned\")' > spider2local/__init__.py",
+        "rm .spider2local/scan.json",
+        f"ln -s {eval_file} .spider2local/scan.json",
+        f"ln -s {secret} models/stolen.sql",
+        f"mkdir -p logs && ln -s {secret} logs/dbt.log",
+        "ln -s / models/everything",
+        "rm shop.duckdb",
+        f"ln -s {gold} shop.duckdb",
+        "ls -l . models",
+    ])
+    script = [reply(tool("Bash", command=plant)),
+              reply(tool("mcp__spider2__project_scan")),
+              reply(tool("mcp__spider2__query", sql="SELECT * FROM orders")),
+              reply("done")]
+    with FakeAnthropic({"t1": script}, route=lambda body: "t1") as fake:
+        for key, value in fake.env().items():
+            monkeypatch.setenv(key, value)
+        suite = load_suite(bundled_suite_path()).with_dataset(root)
+        plan = plan_run(suite, load_dataset(suite), ids=["t1"], agent="claude",
+                        runs_dir=tmp_path / "runs", run_id="left-behind", isolation="namespace",
+                        jobs=1, verify_rounds=0, timeout=120.0, retries=0,
+                        workspace_parent=None, keep_db=True)
+        outcome = anyio_run(plan)
+        seen = [text for r in fake.conversation_requests("t1")
+                for text in r.tool_results().values()]
+    task_dir = outcome.folder.root / "t1"  # type: ignore[attr-defined]
+    result = json.loads((task_dir / "result.json").read_text())
+    assert result["passed"] is not True and result["status"] != "passed", result
+    assert digest([gold, eval_file]) == before
+    assert not marker.exists(), "the agent's code ran outside the sandbox"
+    scan_answer, query_answer = seen[1], seen[2]
+    assert "condition_tabs" not in scan_answer, scan_answer
+    assert "42" not in query_answer, query_answer
+    kept = [p for p in task_dir.rglob("*") if p.is_file()]
+    assert not any("RUNNER-SECRET-42" in p.read_text(errors="replace") for p in kept
+                   if p.suffix != ".duckdb")
+    assert not (task_dir / "result.duckdb").exists() or \
+        digest([task_dir / "result.duckdb"]) != {str(task_dir / "result.duckdb"):
+                                                   before[str(gold)]}
+    assert len(kept) < 100, "the artifacts walked through a symlink to /"

@@ -240,7 +240,7 @@ def test_writes_builds_queries_verifies_and_passes(
     assert outcome.error is None and not outcome.infrastructure
     assert outcome.verified is True
     # Scored like the runner does: the official semantics on the built database.
-    checkpoint_database(ctx.workspace.database)
+    checkpoint_database(ctx.workspace.database, root=ctx.workspace.root)
     score = score_database(ctx.workspace.database, task.gold.db, task.gold.params)
     assert score.passed, score
     # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt.
