@@ -85,6 +85,11 @@ class Workspace:
     """JSON snapshot of the start database (tables, row counts, columns and types)."""
     problems: tuple[str, ...] = ()
     """Found while preparing (packages not vendored, unparsable YML); the work may still run."""
+    start_copy: Path | None = None
+    """A read-only copy of the start database, made before the agent runs, under
+    :data:`START_DIR` (hidden from a sandboxed agent): the query tool attaches it as ``start``
+    so the agent can compare what it built with what the project shipped, even after its first
+    ``dbt run`` overwrote the model tables in :attr:`database`."""
 
 
 @dataclass(frozen=True)
@@ -160,12 +165,36 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     problems = (*packages.missing_packages(project), *scan.problems)
     for private in (HOME_DIR, TMP_DIR):
         (root / private).mkdir()
+    start_copy = copy_start_database(project / start_db, root / START_DIR)
     env = workspace_env(task, os.environ, forbidden, root)
     _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
                    time.monotonic() - started)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
                      artifacts=artifacts, scan_path=scan_path, snapshot_path=snapshot_path,
-                     problems=problems)
+                     problems=problems, start_copy=start_copy)
+
+
+def copy_start_database(database: Path, folder: Path) -> Path:
+    """Copy the untouched start database (and its WAL, which holds committed data) into
+    ``folder`` and make both read-only; returns the copy.
+
+    Why a copy and not the dataset's file: the query child opens it while dbt and other tasks
+    run, and the dataset is never opened by anything the agent drives. Why under the workspace
+    root: it goes with the workspace (every cleanup path already covers the root), and the
+    sandbox hides ``folder`` behind a locked tmpfs, so the agent can neither read the path
+    directly nor put another file in its place; the query service also checks it is the file
+    it was (:class:`spider2local.agents.claude.dbtools.QueryService`).
+    """
+    folder.mkdir()
+    copy = folder / database.name
+    for source, target in ((database, copy),
+                           (database.with_name(database.name + ".wal"),
+                            copy.with_name(copy.name + ".wal"))):
+        if source.is_file():
+            fast_copy(source, target)
+            target.chmod(0o444)
+    folder.chmod(0o555)
+    return copy
 
 
 PASS_ENV = frozenset({
@@ -183,6 +212,8 @@ HOME_DIR = ".home"
 TMP_DIR = ".tmp"
 """Inside the workspace root: the agent's HOME and temp folder, so whatever it or its tools
 leave there (the Claude CLI's ``claude-<uid>/`` included) goes with the workspace."""
+START_DIR = ".start"
+"""Inside the workspace root: the read-only copy of the start database (not the agent's)."""
 
 
 def workspace_env(task: TaskSpec, base: Mapping[str, str], forbidden: Sequence[Path] = (),

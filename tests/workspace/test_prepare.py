@@ -141,7 +141,11 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml", "models/link.sql"} <= names
     assert not names & {"target", "logs", "dbt_modules"}
     assert not (ws.project_dir / "models" / "link.sql").is_symlink()  # a link inside: content
-    assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*"))
+    start = ws.root / wsmod.START_DIR  # the query tool's copy of the start database: read-only
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*")
+               if start not in p.parents and p != start)
+    assert {p.name for p in start.iterdir()} == {"shop.duckdb", "shop.duckdb.wal"}
+    assert not any(p.stat().st_mode & 0o222 for p in [start, *start.iterdir()])
     assert_isolated(task, ws)
     cleanup_workspace(ws)
     assert tree_digest(root) == before

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spider2local.agents.claude.sqlpolicy import refusal, statements
-from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
 
@@ -86,9 +86,23 @@ def child_command() -> list[str]:
     return [sys.executable, "-m", "spider2local.agents.claude.dbtools"]
 
 
-def child_request(database: Path, sql: str, max_rows: int, lock_wait: float) -> bytes:
+def child_request(database: Path, sql: str, max_rows: int, lock_wait: float,
+                  start: Path | None = None) -> bytes:
     return json.dumps({"database": str(database), "sql": sql, "max_rows": max_rows,
-                       "lock_wait": lock_wait}).encode()
+                       "lock_wait": lock_wait,
+                       "start": str(start) if start is not None else None}).encode()
+
+
+START = "start"
+"""The catalog name of the start database's read-only copy in every query."""
+
+
+def _fingerprint(path: Path | None) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def parse_child_output(stdout: str, stderr: str, returncode: int) -> QueryResult:
@@ -117,8 +131,14 @@ class QueryService:
     """The agent's database tools for one workspace. Every method returns ``(text, is_error)``."""
 
     def __init__(self, database: Path, env: Mapping[str, str], audit_path: Path,
-                 scan_path: Path | None = None, limits: QueryLimits | None = None) -> None:
+                 scan_path: Path | None = None, limits: QueryLimits | None = None,
+                 start: Path | None = None) -> None:
         self.database = database
+        self.start = start
+        """The start database's read-only copy, attached as ``start`` (None: not attached)."""
+        self._start_id = _fingerprint(start)
+        """Taken before the agent runs: a copy replaced or changed since is not attached (a
+        sandboxed agent cannot reach it; an unsandboxed one could)."""
         self.env = dict(env)
         """The child's environment: the workspace env plus the libfaketime preload."""
         self.audit_path = audit_path
@@ -133,7 +153,14 @@ class QueryService:
         library = ws.env.get(LIBRARY_ENV)
         clock = Clock(date, Path(library) if library else find_library())
         return cls(ws.database, clock.faked_env(ws.env), ws.artifacts / QUERIES,
-                   ws.scan_path, limits)
+                   ws.scan_path, limits, start=ws.start_copy)
+
+    def start_copy(self) -> Path | None:
+        """The copy to attach, when it is still the file made before the agent ran."""
+        if self.start is None or self._start_id is None \
+                or _fingerprint(self.start) != self._start_id:
+            return None
+        return self.start
 
     async def run_sql(self, sql: str, tool: str = "query") -> QueryResult:
         """Policy check, then the child process under the deadline; audited either way."""
@@ -151,7 +178,7 @@ class QueryService:
         proc = await run_process(
             child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
             input=child_request(self.database, sql, limits.max_rows,
-                                min(limits.lock_wait, limits.timeout / 2)))
+                                min(limits.lock_wait, limits.timeout / 2), self.start_copy()))
         if proc.timed_out:
             return QueryResult(error=f"the query ran longer than {limits.timeout:.0f} s and was "
                                      "stopped; narrow it (filters, LIMIT, fewer joins)")
@@ -200,8 +227,24 @@ def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
     import duckdb
 
     def connect() -> duckdb.DuckDBPyConnection:
-        return duckdb.connect(request["database"], read_only=True,
-                              config={"enable_external_access": False})
+        start = request.get("start")
+        if not start:
+            return duckdb.connect(request["database"], read_only=True,
+                                  config={"enable_external_access": False})
+        # Attach first, then turn external access off and lock the configuration: the other
+        # order cannot attach (measured on duckdb 1.5); afterwards no ATTACH, file read or
+        # setting change gets through, whatever the policy let pass.
+        con = duckdb.connect(request["database"], read_only=True)
+        try:
+            con.execute(f"ATTACH {literal(start)} AS {START} (READ_ONLY)")
+        except duckdb.Error as exc:
+            if is_lock_error(exc):
+                con.close()
+                raise
+            # e.g. the task database is itself named "start": queries go on without the copy
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return con
 
     try:
         con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))

@@ -198,6 +198,8 @@ class ClaudeAgent:
         hidden = [task.project_dir.parent.parent, ctx.workspace.artifacts.parent]
         if task.gold is not None:
             hidden += [task.gold.db.parent]
+        if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
+            hidden += [ctx.workspace.start_copy.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
                           hidden=hidden, unset_env=blanked(env))
         return Launcher(spec)
