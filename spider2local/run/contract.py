@@ -9,6 +9,7 @@ far. The run owns these types; agents (``spider2local.agents``) implement :class
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from spider2local.dataset.task import TaskSpec
@@ -27,6 +28,8 @@ class AgentLimits:
     max_budget_usd: float | None = None
     verify_rounds: int = 2
     skills: tuple[str, ...] = ()
+    thinking_budget: int | None = None
+    """Extended thinking tokens per reply (None: off)."""
 
 
 class UsageMeter:
@@ -49,6 +52,8 @@ class AgentContext:
     isolation: IsolationMode = IsolationMode.NONE
     """The run's isolation: ``namespace`` means the agent must start its processes inside the
     sandbox (:mod:`spider2local.sandbox`)."""
+    prompts: Path | None = None
+    """The prompt templates to use (``--prompts DIR``); None: the bundled ``prompts/``."""
 
 
 @dataclass(frozen=True)

@@ -125,13 +125,16 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
         state.ws = await in_thread(ws_mod.prepare_workspace, task, artifacts=state.artifacts,
                                    parent=settings.workspace_parent,
-                                   skills=task_skills(task, settings))
+                                   skills=task_skills(task, settings),
+                                   skills_root=settings.skills_dir,
+                                   templates=settings.templates)
     ws = state.ws
     assert ws is not None
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
-                       transcript=transcript, isolation=settings.isolation)
+                       transcript=transcript, isolation=settings.isolation,
+                       prompts=settings.prompts_dir)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)

@@ -330,3 +330,27 @@ def test_checkpoint_errors(tmp_path: Path) -> None:
     bad.write_bytes(b"garbage" * 1000)
     with pytest.raises(ScoringError, match="cannot checkpoint"):
         checkpoint_database(bad)
+
+
+def test_templates_are_written_only_when_asked_and_stay_stubs(shared_dataset: Path,
+                                                              tmp_path: Path) -> None:
+    task = next(t for t in load(shared_dataset).tasks if t.id == "playbook001")
+    plain = prepare_workspace(task, artifacts=tmp_path / "a1", parent=tmp_path)
+    with_templates = prepare_workspace(task, artifacts=tmp_path / "a2", parent=tmp_path,
+                                       templates=True)
+    try:
+        assert not (plain.project_dir / "models" / "cpa_and_roas.sql").exists()
+        written = with_templates.project_dir / "models" / "cpa_and_roas.sql"
+        text = written.read_text()
+        assert "cost_per_acquisition" in text and "TODO" in text
+        assert "{{ source('playbook', 'ad_spend') }}" in text
+        assert plain.scan_path is not None and with_templates.scan_path is not None
+        for ws in (plain, with_templates):
+            scan = ProjectScan.from_json(ws.scan_path.read_text())  # type: ignore[union-attr]
+            assert [(m.name, m.status) for m in scan.todo] == [
+                ("cpa_and_roas", "missing" if ws is plain else "stub")]
+        record = json.loads((tmp_path / "a2" / "workspace.json").read_text())
+        assert record["templates"] == ["models/cpa_and_roas.sql"]
+    finally:
+        cleanup_workspace(plain)
+        cleanup_workspace(with_templates)

@@ -31,9 +31,14 @@ MAX_COLUMNS = 40
 _VERDICT = re.compile(r"VERDICT:\s*(PASS|FAIL)\b", re.IGNORECASE)
 
 
+def template(name: str, root: Path | None = None) -> Template:
+    """The template ``name`` from ``root`` (``--prompts DIR``), else the bundled prompts/."""
+    return _template(root if root is not None else prompts_dir(), name)
+
+
 @cache
-def template(name: str) -> Template:
-    return Template((prompts_dir() / name).read_text(encoding="utf-8"))
+def _template(root: Path, name: str) -> Template:
+    return Template((root / name).read_text(encoding="utf-8"))
 
 
 def render_scan(scan: ProjectScan) -> str:
@@ -113,32 +118,33 @@ def render_setup_problems(problems: Sequence[str], shown: Sequence[str] = ()) ->
             "yourself):\n" + listed)
 
 
-def system_prompt(task: TaskSpec, ws: Workspace) -> str:
+def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
     scan_text = _read(ws.scan_path)
     parsed = ProjectScan.from_json(scan_text) if scan_text else None
     scan = render_scan(parsed) if parsed is not None \
         else "(no project scan available: read the YML files under models/)"
     setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
-    return template("agent.md").substitute(
+    return template("agent.md", root).substitute(
         instruction=task.instruction.strip(), date=task.date.isoformat(),
         project_dir=str(ws.project_dir), database_file=ws.database.name,
         scan=scan, database=_database_text(ws), setup_problems=setup)
 
 
-def verifier_prompt(task: TaskSpec, ws: Workspace) -> str:
+def verifier_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
     """The verifier's prompt: the same task, date and start-database facts the agent was given,
     so it can compare row counts with what the sources held before the work began."""
-    return template("verifier.md").substitute(instruction=task.instruction.strip(),
+    return template("verifier.md", root).substitute(instruction=task.instruction.strip(),
                                               date=task.date.isoformat(),
                                               database=_database_text(ws))
 
 
-def verify_request() -> str:
-    return template("verify_request.md").substitute()
+def verify_request(root: Path | None = None) -> str:
+    return template("verify_request.md", root).substitute()
 
 
-def fix_request(report: str) -> str:
-    return template("fix_request.md").substitute(report=report.strip() or "(empty report)")
+def fix_request(report: str, root: Path | None = None) -> str:
+    return template("fix_request.md", root).substitute(report=report.strip()
+                                                       or "(empty report)")
 
 
 def parse_verdict(report: str) -> bool | None:
