@@ -54,6 +54,10 @@ class AgentContext:
     sandbox (:mod:`spider2local.sandbox`)."""
     prompts: Path | None = None
     """The prompt templates to use (``--prompts DIR``); None: the bundled ``prompts/``."""
+    off_limits: tuple[Path, ...] = ()
+    """What the run keeps from the agent (the dataset, the gold folder, the runs folder, the
+    suite file, the cache; decided by :meth:`spider2local.integrity.guard.Watch.off_limits`):
+    a sandbox hides each, also where it lies under a folder the sandbox binds."""
 
 
 @dataclass(frozen=True)

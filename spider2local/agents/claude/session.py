@@ -205,10 +205,7 @@ class ClaudeAgent:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
         workspace, the Python environment and the system, and nothing of the runner: not the
         dataset (gold, eval file), the run folder, other workspaces or the home folder."""
-        task = ctx.task
-        hidden = [task.project_dir.parent.parent, ctx.workspace.artifacts.parent]
-        if task.gold is not None:
-            hidden += [task.gold.db.parent]
+        hidden = list(ctx.off_limits)
         if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
             hidden += [ctx.workspace.start_copy.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
