@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import duckdb
+import pytest
 
 from spider2local.agents.claude.dbtools import QueryLimits, QueryResult, QueryService, audit
 from spider2local.workspace.prepare import Workspace
@@ -153,6 +154,7 @@ def test_a_full_disk_loses_the_audit_line_not_the_query() -> None:
     audit(Path("/dev/full"), "query", "SELECT 1", QueryResult(columns=("x",), rows=((1,),)))
 
 
+@pytest.mark.slow
 def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
         shared_dataset: Path, tmp_path: Path) -> None:
     """On the real task: ``start.<table>`` answers with the database as shipped even after the
