@@ -24,7 +24,7 @@ from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
 from spider2local.sandbox.isolation import Isolation
 from spider2local.suite.load import default_suite_path, load_suite
-from spider2local.suite.model import Suite
+from spider2local.suite.model import MIN_THINKING_BUDGET, Suite
 
 if TYPE_CHECKING:
     from spider2local.dataset.task import Dataset
@@ -193,7 +193,16 @@ POSITIVE_FINITE = PositiveFinite()
                    "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
 @click.option("--max-turns", type=click.IntRange(min=1))
+@click.option("--thinking-budget", type=click.IntRange(min=MIN_THINKING_BUDGET),
+              help="Extended thinking tokens per model reply (default: the suite's; off).")
 @click.option("--model")
+@click.option("--templates", is_flag=True, default=None,
+              help="Give each declared model without SQL a starting file (its YML columns, "
+                   "its refs and a TODO), still listed as a stub.")
+@click.option("--prompts", "prompts_dir", type=click.Path(path_type=Path),
+              help="A prompts folder to use instead of the bundled one (A/B of two kits).")
+@click.option("--skills", "skills_dir", type=click.Path(path_type=Path),
+              help="A skills folder to use instead of the bundled one (A/B of two kits).")
 @click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)

@@ -17,7 +17,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from spider2local.dbtproject.files import load_yaml
+import yaml
+
+from spider2local.dbtproject.files import load_yaml, project_config
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
 
@@ -25,6 +27,9 @@ class ModelStatus(StrEnum):
     """How far a declared model's SQL is (a StrEnum: JSON and comparisons keep the words)."""
 
     COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    """SQL that stops mid-query (a CTE list with no final SELECT, a dangling comma): the
+    project's author left it unfinished, so it must be written like a stub, not left alone."""
     STUB = "stub"
     MISSING = "missing"
 
@@ -68,6 +73,10 @@ class MacroDecl:
     project's ``packages-install-path``)."""
     package: str | None = None
     """None for the project's own macros."""
+    body: str = ""
+    """The macro's definition, for the project's own macros only (capped at
+    :data:`MACRO_BODY_MAX`): what a model calling it really computes. Package macros are
+    many and documented upstream, so only their names are kept."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,23 @@ class ProjectScan:
     sources: tuple[SourceDecl, ...]
     macros: tuple[MacroDecl, ...]
     problems: tuple[str, ...] = ()
+    edges: tuple[tuple[str, str], ...] = ()
+    """``(model, what it refs)`` for every model file of the project, declared or not: which
+    models a model reads and which read it (its descendants must be rebuilt after it)."""
+    vars: tuple[tuple[str, str], ...] = ()
+    """``dbt_project.yml`` ``vars:`` as (name, YAML text): vendored packages read their sources
+    through these, so they say which tables a package model really reads."""
+
+    def refs(self, name: str) -> tuple[str, ...]:
+        return tuple(r for m, r in self.edges if m == name)
+
+    def referenced_by(self, name: str) -> tuple[str, ...]:
+        return tuple(m for m, r in self.edges if r == name)
+
+    def siblings(self, model: ModelDecl) -> tuple[str, ...]:
+        """The other models declared in the same YML file (written by the same author, in the
+        same style: their columns and conventions are the best guide for a missing one)."""
+        return tuple(m.name for m in self.models if m.yml == model.yml and m.name != model.name)
 
     def by_status(self, status: ModelStatus) -> tuple[ModelDecl, ...]:
         return tuple(m for m in self.models if m.status == status)
@@ -104,6 +130,8 @@ class ProjectScan:
                           for s in data["sources"]),
             macros=tuple(MacroDecl(**m) for m in data["macros"]),
             problems=tuple(data.get("problems", ())),
+            edges=tuple((str(a), str(b)) for a, b in data.get("edges", ())),
+            vars=tuple((str(a), str(b)) for a, b in data.get("vars", ())),
         )
 
 
@@ -131,19 +159,106 @@ def scan_project(project_dir: Path) -> ProjectScan:
         sources=tuple(sources),
         macros=tuple(_macros(paths)),
         problems=tuple(problems),
+        edges=tuple(sorted({(name, ref) for name, path in files.items()
+                            for ref in model_refs(path)})),
+        vars=_vars(project_dir),
     )
 
 
+_REF = re.compile(r"""\bref\s*\(\s*(?:['"][^'"]*['"]\s*,\s*)?['"]([^'"]+)['"]""")
+"""``ref('model')`` and the two-argument ``ref('package', 'model')``: the model name."""
+VAR_TEXT_MAX = 200
+
+
+def model_refs(path: Path) -> tuple[str, ...]:
+    """The models a model file refs, in order of first use (Jinja comments skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ()
+    return tuple(dict.fromkeys(_REF.findall(_COMMENTS.sub("", text))))
+
+
+def _vars(project_dir: Path) -> tuple[tuple[str, str], ...]:
+    cfg, _ = project_config(project_dir)
+    found = cfg.get("vars") if isinstance(cfg, dict) else None
+    if not isinstance(found, dict):
+        return ()
+    return tuple((str(k), _short(v if isinstance(v, str) else _flow(v)))
+                 for k, v in found.items())
+
+
+def _flow(value: Any) -> str:
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").strip()
+
+
+def _short(text: str, limit: int = VAR_TEXT_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def sql_status(path: Path | None) -> ModelStatus:
-    """``missing`` without a file, ``stub`` when it holds no query, else ``complete``."""
+    """``missing`` without a file, ``stub`` when it holds no query, ``incomplete`` when its query
+    stops midway (:func:`unfinished`), else ``complete``."""
     if path is None or not path.is_file():
         return ModelStatus.MISSING
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ModelStatus.MISSING
+    if text.startswith(TEMPLATE_MARK):
+        return ModelStatus.STUB
     rest = _CONFIG_ONLY.sub("", _COMMENTS.sub("", text))
-    return ModelStatus.COMPLETE if rest.strip() else ModelStatus.STUB
+    if not rest.strip():
+        return ModelStatus.STUB
+    if path.suffix == ".sql" and unfinished(rest):
+        return ModelStatus.INCOMPLETE
+    return ModelStatus.COMPLETE
+
+
+TEMPLATE_MARK = "-- spider2local template:"
+"""First line of a starting file written by ``--templates``: the scan still calls it a stub,
+whatever the agent-to-be would think of its placeholder query."""
+
+# Jinja is stripped, not rendered: an expression becomes one identifier, a statement tag
+# vanishes. That is exact for plain models whose Jinja is ref/source/var/this (the common case)
+# and approximate once control flow is involved (both branches of an if stay).
+_JINJA_EXPR = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+_JINJA_STMT = re.compile(r"\{%.*?%\}", re.DOTALL)
+_PLAIN_EXPR = re.compile(r"\{\{-?\s*(?:ref|source|var|this)\b[^{}]*\}\}", re.DOTALL)
+_DANGLING = re.compile(
+    r"(?:,|\(|\b(?:select|from|where|join|on|and|or|as|by|with|union|all|having|then|"
+    r"when|else|case|in|not|distinct|using|over|partition|limit|offset|qualify))\s*\Z",
+    re.IGNORECASE)
+"""A query cannot end on these: a list still open, a clause with nothing after it."""
+_AT_END = "at end of input"
+
+
+def unfinished(sql: str) -> bool:
+    """Whether model SQL (comments and config() already removed) stops mid-query.
+
+    DuckDB's own parser decides, on the SQL with Jinja stripped. A parse error "at end of
+    input" means the text stops where more must follow (the real case: a model that ends after
+    its CTEs, ``... ),`` with no final SELECT); so does a last token that opens a list or a
+    clause (DuckDB accepts a trailing comma in a SELECT list, so that check is textual). Any
+    other parse error counts only when the Jinja was exact to strip: with macros or control
+    flow, the stripped text is not what dbt compiles and a complete model must never be called
+    unfinished (the prompt would send the agent to rewrite it).
+    """
+    import duckdb  # not at module level: the scan of a project without SQL never needs it
+
+    exact = _JINJA_STMT.search(sql) is None and \
+        _JINJA_EXPR.search(_PLAIN_EXPR.sub("", sql)) is None
+    plain = _JINJA_EXPR.sub(" __jinja__ ", _JINJA_STMT.sub(" ", sql)).strip()
+    if _DANGLING.search(plain.rstrip(";").rstrip()):
+        return True
+    try:
+        parsed = duckdb.extract_statements(plain)
+    except duckdb.ParserException as exc:
+        return _AT_END in str(exc) or exact
+    except duckdb.Error:
+        return False
+    return not parsed
 
 
 def _model(entry: dict[str, Any], yml: str, sql: Path | None, project: Path) -> ModelDecl:
@@ -171,12 +286,20 @@ def _macros(paths: ProjectPaths) -> Iterator[MacroDecl]:
 _MACRO_DEF = re.compile(r"\{%-?\s*macro\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
+_MACRO_BLOCK = re.compile(r"\{%-?\s*macro\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(.*?"
+                          r"\{%-?\s*endmacro\s*-?%\}", re.DOTALL)
+MACRO_BODY_MAX = 1500
+
+
 def _macro_files(project: Path, paths: ProjectPaths,
                  package: str | None) -> Iterator[MacroDecl]:
     for path in paths.files(paths.macros, (".sql",)):
         text = path.read_text(encoding="utf-8", errors="replace")
+        bodies = {} if package is not None else \
+            {m.group(1): _short(m.group(0), MACRO_BODY_MAX) for m in _MACRO_BLOCK.finditer(text)}
         for name in _MACRO_DEF.findall(text):
-            yield MacroDecl(name=name, path=_rel(path, project), package=package)
+            yield MacroDecl(name=name, path=_rel(path, project), package=package,
+                            body=bodies.get(name, ""))
 
 
 def _entries(data: Any, key: str) -> Iterator[dict[str, Any]]:

@@ -28,6 +28,8 @@ class AgentLimits:
     max_budget_usd: float | None = None
     verify_rounds: int = 2
     skills: tuple[str, ...] = ()
+    thinking_budget: int | None = None
+    """Extended thinking tokens per reply (None: off)."""
 
 
 class UsageMeter:
@@ -50,6 +52,8 @@ class AgentContext:
     isolation: IsolationMode = IsolationMode.NONE
     """The run's isolation: ``namespace`` means the agent must start its processes inside the
     sandbox (:mod:`spider2local.sandbox`)."""
+    prompts: Path | None = None
+    """The prompt templates to use (``--prompts DIR``); None: the bundled ``prompts/``."""
     off_limits: tuple[Path, ...] = ()
     """What the run keeps from the agent (the dataset, the gold folder, the runs folder, the
     suite file, the cache; decided by :meth:`spider2local.integrity.guard.Watch.off_limits`):

@@ -250,9 +250,12 @@ class SelectedTask:
 def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
                    suite_path: Path, suite_sha256: str, dataset_root: Path,
                    tasks: Iterable[SelectedTask], previous: Mapping[str, Any] | None,
-                   argv: list[str] | None = None) -> dict[str, Any]:
+                   argv: list[str] | None = None, prompts_dir: Path | None = None,
+                   skills_dir: Path | None = None) -> dict[str, Any]:
     """The run.json written at the start of an invocation. A resumed run keeps the first
-    invocation's ``started_at`` and appends to ``sessions`` so every restart is visible."""
+    invocation's ``started_at`` and appends to ``sessions`` so every restart is visible.
+    ``prompts_dir`` / ``skills_dir``: the kit used instead of the bundled one (its hashes are
+    recorded, so a resume with another kit is refused like one with other bundled files)."""
     started = now_iso()
     sessions = list(previous.get("sessions", [])) if previous else []
     sessions.append({"started_at": started, "finished_at": None, "interrupted": None,
@@ -266,8 +269,8 @@ def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
         "versions": dependency_versions(),
         "suite": {"path": str(suite_path), "sha256": suite_sha256},
         "dataset": str(dataset_root),
-        "prompts_sha256": _resource_hash("prompts"),
-        "skills_sha256": _resource_hash("skills"),
+        "prompts_sha256": tree_sha256(prompts_dir) if prompts_dir else _resource_hash("prompts"),
+        "skills_sha256": tree_sha256(skills_dir) if skills_dir else _resource_hash("skills"),
         "tasks": [vars(t) for t in tasks],
         "started_at": previous.get("started_at", started) if previous else started,
         "finished_at": None,

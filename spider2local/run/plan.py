@@ -41,7 +41,7 @@ from spider2local.run.results import TaskResult
 from spider2local.run.resume import check_resumable, is_finished, merged_tasks
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
-from spider2local.run.settings import RunSettings, check_skills, suite_skills
+from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
 from spider2local.sandbox.isolation import Isolation, IsolationChoice, choose_isolation
 from spider2local.suite.model import Suite
 
@@ -150,7 +150,8 @@ def _start_manifest(plan: RunPlan,
     manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
                               settings=settings.to_json(), suite_path=plan.suite_path,
                               suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
-                              tasks=_selected(plan), previous=previous, argv=plan.argv)
+                              tasks=_selected(plan), previous=previous, argv=plan.argv,
+                              prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir)
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
     check_resumable(previous, manifest, folder)
@@ -204,8 +205,12 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         selection = _needs_solution(selection)
     choice = choose_isolation(Isolation(isolation or suite.defaults.isolation),
                               sandboxed=caps.sandboxed, agent=name)
-    settings = RunSettings.from_defaults(suite.defaults, suite_skills(suite.defaults, name),
-                                         agent=name, isolation=choice.mode, **overrides)
+    prompts, skills = kit_dirs(overrides.pop("prompts_dir", None),
+                               overrides.pop("skills_dir", None))
+    settings = RunSettings.from_defaults(suite.defaults,
+                                         suite_skills(suite.defaults, name, skills),
+                                         agent=name, isolation=choice.mode, prompts_dir=prompts,
+                                         skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),

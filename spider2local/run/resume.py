@@ -40,6 +40,8 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("skills hash", lambda m: m.get("skills_sha256")),
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
+    ("thinking_budget", _settings("thinking_budget")),
+    ("templates", lambda m: bool((m.get("settings") or {}).get("templates"))),
     ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""

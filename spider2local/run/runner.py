@@ -143,7 +143,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
         state.ws = await in_thread(ws_mod.prepare_workspace, task, artifacts=state.artifacts,
                                    parent=settings.workspace_parent,
-                                   skills=task_skills(task, settings))
+                                   skills=task_skills(task, settings),
+                                   skills_root=settings.skills_dir,
+                                   templates=settings.templates)
     ws = state.ws
     assert ws is not None
     state.baseline = await in_thread(project_baseline, ws.project_dir)
@@ -151,6 +153,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript, isolation=settings.isolation,
+                       prompts=settings.prompts_dir,
                        off_limits=state.off_limits)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):

@@ -14,7 +14,7 @@ from typing import Any
 from spider2local.agents.registry import Capabilities, agent_names, capabilities
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
-from spider2local.resources import skills_dir
+from spider2local.resources import prompts_dir, skills_dir
 from spider2local.run.contract import AgentLimits
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite.model import RunDefaults
@@ -29,7 +29,7 @@ class RunSettings:
     timeout: float = 1800.0
     """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
     retries: int = 2
-    max_turns: int = 100
+    max_turns: int = 150
     model: str | None = None
     max_budget_usd: float | None = None
     verify_rounds: int = 2
@@ -43,11 +43,30 @@ class RunSettings:
     isolation: IsolationMode = IsolationMode.NONE
     """The isolation every task of this invocation gets, as resolved once by the plan
     (:func:`spider2local.sandbox.isolation.choose_isolation`); never ``auto``."""
+    thinking_budget: int | None = None
+    """Extended thinking tokens per reply; None: off. A task's own setting wins."""
+    templates: bool = False
+    """``--templates``: a starting SQL file for each declared model without one."""
+    prompts_dir: Path | None = None
+    skills_dir: Path | None = None
+    """``--prompts DIR`` / ``--skills DIR``: a kit to use instead of the bundled one (an A/B
+    comparison of two kits on the same tasks); None: the bundled folders."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["isolation"] = self.isolation.value
+        for key in ("workspace_parent", "prompts_dir", "skills_dir"):
+            data[key] = None if data[key] is None else str(data[key])
         return data
+
+    @property
+    def skills_root(self) -> Path:
+        """Where this run's skills come from (raises ResourceMissing for a broken install)."""
+        return self.skills_dir if self.skills_dir is not None else skills_dir()
+
+    @property
+    def prompts_root(self) -> Path:
+        return self.prompts_dir if self.prompts_dir is not None else prompts_dir()
 
     @classmethod
     def from_defaults(cls, defaults: RunDefaults, skills: Sequence[str],
@@ -57,7 +76,8 @@ class RunSettings:
             "agent": defaults.agent, "jobs": defaults.jobs, "timeout": defaults.timeout,
             "retries": defaults.retries, "max_turns": defaults.max_turns,
             "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
-            "verify_rounds": defaults.verify_rounds, "skills": tuple(skills)}
+            "verify_rounds": defaults.verify_rounds, "skills": tuple(skills),
+            "thinking_budget": defaults.thinking_budget}
         base.update({k: v for k, v in overrides.items() if v is not None})
         if not _capabilities(base["agent"]).model:
             base["model"] = None  # only an agent that calls a model records one, --model or not
@@ -75,18 +95,22 @@ def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:
     return AgentLimits(max_turns=task.settings.max_turns or settings.max_turns,
                        timeout=task.settings.timeout or settings.timeout, model=settings.model,
                        max_budget_usd=settings.max_budget_usd,
-                       verify_rounds=settings.verify_rounds, skills=settings.skills)
+                       verify_rounds=settings.verify_rounds, skills=settings.skills,
+                       thinking_budget=task.settings.thinking_budget
+                       or settings.thinking_budget)
 
 
-def suite_skills(defaults: RunDefaults, agent: str) -> tuple[str, ...]:
-    """Skills to install: the suite's list, or every folder of skills/ when it names none.
-    Only agents that read skills get them; the others get a workspace without them."""
+def suite_skills(defaults: RunDefaults, agent: str,
+                 root: Path | None = None) -> tuple[str, ...]:
+    """Skills to install: the suite's list, or every folder of ``root`` (default: the bundled
+    skills/) holding a SKILL.md when it names none. Only agents that read skills get them; the
+    others get a workspace without them."""
     if not _capabilities(agent).skills:
         return ()
     if defaults.skills is not None:
         return defaults.skills
     try:
-        base = skills_dir()
+        base = root if root is not None else skills_dir()
     except FileNotFoundError:
         return ()
     return tuple(sorted(p.name for p in base.iterdir() if (p / "SKILL.md").is_file()))
@@ -101,10 +125,11 @@ def task_skills(task: TaskSpec, settings: RunSettings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n not in skip))
 
 
-def available_skills() -> tuple[str, ...]:
-    """Folder names of the installed ``skills/`` (what a workspace can be given)."""
+def available_skills(root: Path | None = None) -> tuple[str, ...]:
+    """Folder names of ``root`` (default: the installed ``skills/``): what a workspace can be
+    given."""
     try:
-        base = skills_dir()
+        base = root if root is not None else skills_dir()
     except FileNotFoundError:
         return ()
     return tuple(sorted(p.name for p in base.iterdir() if p.is_dir()))
@@ -119,7 +144,7 @@ def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: P
     """
     if not _capabilities(settings.agent).skills:
         return
-    known = set(available_skills())
+    known = set(available_skills(settings.skills_dir))
     keys = [("run.skills", settings.skills)]
     for task in tasks:
         keys += [(f"tasks.{task.id}.skills", task.settings.skills),
@@ -130,3 +155,32 @@ def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: P
             raise UserError(f"{key}: unknown skill(s) {', '.join(map(repr, unknown))}",
                             path=suite_path,
                             fix=f"available skills: {', '.join(sorted(known)) or '(none)'}")
+
+
+PROMPT_FILES = ("agent.md", "verifier.md", "verify_request.md", "fix_request.md")
+"""The templates a prompts folder must hold (what :mod:`spider2local.agents.claude.prompts`
+fills)."""
+
+
+def kit_dirs(prompts: Path | None, skills: Path | None) -> tuple[Path | None, Path | None]:
+    """Check ``--prompts DIR`` and ``--skills DIR`` before anything runs and return them
+    absolute (run.json records them; a resume from another folder must find the same ones).
+
+    A folder that is not there, a prompts folder missing a template, or a skills folder with no
+    ``<name>/SKILL.md`` is one line naming the folder and what it needs."""
+    if prompts is not None:
+        prompts = prompts.expanduser().resolve()
+        missing = [n for n in PROMPT_FILES if not (prompts / n).is_file()]
+        if not prompts.is_dir() or missing:
+            raise UserError("--prompts: not a prompts folder"
+                            + (f" (missing {', '.join(missing)})" if prompts.is_dir() else ""),
+                            path=prompts,
+                            fix=f"give a folder holding {', '.join(PROMPT_FILES)}, e.g. a copy "
+                                "of the bundled prompts/")
+    if skills is not None:
+        skills = skills.expanduser().resolve()
+        if not skills.is_dir() or not any(skills.glob("*/SKILL.md")):
+            raise UserError("--skills: not a skills folder", path=skills,
+                            fix="give a folder of <name>/SKILL.md, e.g. a copy of the bundled "
+                                "skills/")
+    return prompts, skills

@@ -22,6 +22,7 @@ from spider2local.sandbox.isolation import Isolation
 from spider2local.suite import tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
+    MIN_THINKING_BUDGET,
     SAMPLE,
     Confidence,
     DateMethod,
@@ -89,7 +90,8 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
 def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
     d = RunDefaults()
     r.keys(tbl, "run.", {"jobs", "timeout", "max_turns", "model", "agent", "retries", "date",
-                         "max_budget_usd", "verify_rounds", "skills", "isolation"})
+                         "max_budget_usd", "verify_rounds", "skills", "isolation",
+                         "thinking_budget"})
     skills = r.get(tbl, "skills", list, None, key="run.skills")
     return RunDefaults(
         jobs=r.positive(tbl, "jobs", int, d.jobs, "run.jobs"),
@@ -104,13 +106,15 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
         skills=None if skills is None else r.strings(skills, "run.skills"),
         isolation=r.choice(tbl, "isolation", Isolation, "run.") or d.isolation,
+        thinking_budget=r.thinking(tbl, "run.thinking_budget"),
     )
 
 
 def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
     k = f"tasks.{tid}."
     r.keys(tbl, k, {"date", "date_method", "date_evidence", "date_confidence", "exclude",
-                    "note", "skills", "skip_skills", "solution", "timeout", "max_turns"})
+                    "note", "skills", "skip_skills", "solution", "timeout", "max_turns",
+                    "thinking_budget"})
     method = r.choice(tbl, "date_method", DateMethod, k)
     solution = r.get(tbl, "solution", str, None, key=k + "solution")
     timeout = r.positive(tbl, "timeout", (int, float), None, k + "timeout")
@@ -127,6 +131,7 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
         solution=_resolve(r.path, solution) if solution else None,
         timeout=float(timeout) if timeout is not None else None,
         max_turns=r.positive(tbl, "max_turns", int, None, k + "max_turns"),
+        thinking_budget=r.thinking(tbl, k + "thinking_budget"),
     )
 
 
@@ -188,6 +193,15 @@ class _Reader:
         if value is not None and (value <= 0 or not math.isfinite(value)):
             # TOML spells nan and inf; neither is a limit, and NaN once reached run.json
             raise self.error(key, f"must be positive and finite, not {value}", None)
+        return value
+
+    def thinking(self, tbl: dict[str, Any], key: str) -> int | None:
+        """Extended thinking tokens: absent means off; the API refuses budgets under
+        :data:`MIN_THINKING_BUDGET`, so such a value fails here, not in every task."""
+        value: int | None = self.get(tbl, "thinking_budget", int, None, key=key)
+        if value is not None and value < MIN_THINKING_BUDGET:
+            raise self.error(key, f"must be at least {MIN_THINKING_BUDGET} tokens, not {value}",
+                             "remove the key to turn extended thinking off")
         return value
 
     def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:

@@ -50,6 +50,9 @@ class Confidence(StrEnum):
     LOW = "low"
 
 
+MIN_THINKING_BUDGET = 1024
+"""The Messages API's smallest extended-thinking budget (tokens)."""
+
 BUILTIN_SUBSETS = ("all", "runnable", "has-gold")
 
 
@@ -59,7 +62,8 @@ class RunDefaults:
 
     jobs: int = 3
     timeout: float = 1800.0
-    max_turns: int = 100
+    max_turns: int = 150
+    """Large Spider2-DBT tasks (a dozen models, fix rounds) need well over 100 turns."""
     model: str = "claude-sonnet-4-5"
     agent: str = "claude"
     retries: int = 2
@@ -70,6 +74,8 @@ class RunDefaults:
     """Skills installed for every task; ``None`` means every skill in ``skills/``."""
     isolation: Isolation = Isolation.AUTO
     """The agent sandbox: auto, namespace or none (:mod:`spider2local.sandbox.isolation`)."""
+    thinking_budget: int | None = None
+    """Extended thinking tokens per model reply; ``None`` (the default) turns thinking off."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class TaskSettings:
     solution: Path | None = None
     timeout: float | None = None
     max_turns: int | None = None
+    thinking_budget: int | None = None
 
 
 @dataclass(frozen=True)

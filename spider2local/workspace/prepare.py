@@ -33,8 +33,9 @@ from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
-from spider2local.dbtproject.inventory import scan_project
+from spider2local.dbtproject.inventory import ProjectScan, scan_project
 from spider2local.dbtproject.paths import project_paths
+from spider2local.dbtproject.templates import templates as model_templates
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir, skills_dir
 from spider2local.run.layout import (
@@ -88,6 +89,11 @@ class Workspace:
     runner's copy in ``artifacts``."""
     problems: tuple[str, ...] = ()
     """Found while preparing (packages not vendored, unparsable YML); the work may still run."""
+    start_copy: Path | None = None
+    """A read-only copy of the start database, made before the agent runs, under
+    :data:`START_DIR` (hidden from a sandboxed agent): the query tool attaches it as ``start``
+    so the agent can compare what it built with what the project shipped, even after its first
+    ``dbt run`` overwrote the model tables in :attr:`database`."""
 
 
 @dataclass(frozen=True)
@@ -100,10 +106,13 @@ class CollectedArtifacts:
 
 
 def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = None,
-                      skills: Sequence[str] = (), skills_root: Path | None = None) -> Workspace:
+                      skills: Sequence[str] = (), skills_root: Path | None = None,
+                      templates: bool = False) -> Workspace:
     """Copy ``task`` into a fresh folder under ``parent`` (default: the system temp folder).
 
     ``skills`` are folder names in ``skills_root`` (default: the installed ``skills/``).
+    ``templates``: write a starting file for each declared model without SQL
+    (:mod:`spider2local.dbtproject.templates`), before the scan, which still calls them stubs.
 
     Raises :class:`UserError` for an unknown skill and :class:`DatasetError` when the task has
     no start database inside its project; a half-made folder is removed on any failure.
@@ -113,7 +122,7 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
     artifacts.mkdir(parents=True, exist_ok=True)
     root = _make_recorded(task, artifacts, parent)
     try:
-        return _fill(task, root, start_db, artifacts.resolve(), skill_dirs)
+        return _fill(task, root, start_db, artifacts.resolve(), skill_dirs, templates)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -140,7 +149,7 @@ def _make_recorded(task: TaskSpec, artifacts: Path, parent: Path | None) -> Path
 
 
 def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
-          skill_dirs: Mapping[str, Path]) -> Workspace:
+          skill_dirs: Mapping[str, Path], templates: bool = False) -> Workspace:
     started = time.monotonic()
     project = child(root, task.id)
     forbidden = _forbidden_paths(task)
@@ -152,6 +161,9 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
+    written = write_templates(scan, project) if templates else ()
+    if written:
+        scan = scan_project(project)
     snapshot = snapshot_database(project / start_db)
     context = project / CONTEXT_DIR
     context.mkdir(exist_ok=True)
@@ -164,12 +176,48 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     problems = (*packages.missing_packages(project), *scan.problems)
     for private in (HOME_DIR, TMP_DIR):
         (root / private).mkdir()
+    start_copy = copy_start_database(project / start_db, root / START_DIR)
     env = workspace_env(task, os.environ, forbidden, root)
     _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
-                   time.monotonic() - started)
+                   time.monotonic() - started, written)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
                      artifacts=artifacts, scan_path=scan_path, snapshot_path=snapshot_path,
-                     problems=problems)
+                     problems=problems, start_copy=start_copy)
+
+
+def write_templates(scan: ProjectScan, project: Path) -> tuple[str, ...]:
+    """Write the ``--templates`` starting files (never over an existing file); returns their
+    paths relative to the project."""
+    written = []
+    for path, text in model_templates(scan, project).items():
+        if path.exists():
+            continue
+        path.write_text(text, encoding="utf-8")
+        written.append(path.relative_to(project).as_posix())
+    return tuple(sorted(written))
+
+
+def copy_start_database(database: Path, folder: Path) -> Path:
+    """Copy the untouched start database (and its WAL, which holds committed data) into
+    ``folder`` and make both read-only; returns the copy.
+
+    Why a copy and not the dataset's file: the query child opens it while dbt and other tasks
+    run, and the dataset is never opened by anything the agent drives. Why under the workspace
+    root: it goes with the workspace (every cleanup path already covers the root), and the
+    sandbox hides ``folder`` behind a locked tmpfs, so the agent can neither read the path
+    directly nor put another file in its place; the query service also checks it is the file
+    it was (:class:`spider2local.agents.claude.dbtools.QueryService`).
+    """
+    folder.mkdir()
+    copy = folder / database.name
+    for source, target in ((database, copy),
+                           (database.with_name(database.name + ".wal"),
+                            copy.with_name(copy.name + ".wal"))):
+        if source.is_file():
+            fast_copy(source, target)
+            target.chmod(0o444)
+    folder.chmod(0o555)
+    return copy
 
 
 PASS_ENV = frozenset({
@@ -187,6 +235,8 @@ HOME_DIR = ".home"
 TMP_DIR = ".tmp"
 """Inside the workspace root: the agent's HOME and temp folder, so whatever it or its tools
 leave there (the Claude CLI's ``claude-<uid>/`` included) goes with the workspace."""
+START_DIR = ".start"
+"""Inside the workspace root: the read-only copy of the start database (not the agent's)."""
 
 
 def workspace_env(task: TaskSpec, base: Mapping[str, str], forbidden: Sequence[Path] = (),
@@ -350,8 +400,9 @@ def _skipper(task: TaskSpec) -> set[str]:
 
 def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int],
                    skill_dirs: Mapping[str, Path], problems: Sequence[str],
-                   seconds: float) -> None:
+                   seconds: float, templates: Sequence[str] = ()) -> None:
     summary = {"task": task.id, "root": str(root), "files": stats[0], "bytes": stats[1],
                "skills": sorted(skill_dirs), "problems": list(problems),
+               "templates": list(templates),
                "date": task.date.isoformat(), "seconds": round(seconds, 3)}
     path.write_text(json.dumps(summary, indent=2, allow_nan=False), encoding="utf-8")

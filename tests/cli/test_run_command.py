@@ -152,6 +152,9 @@ def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path
     (["--agent", "noop", "--replay-dir", "."], "--replay-dir does not apply to --agent noop"),
     (["--run-id", "../up"], "--run-id '../up' is not a plain folder name"),
     (["--runs-dir", "/proc/spider2local-x"], "cannot write the run folder"),
+    (["--prompts", "nosuch"], "--prompts: not a prompts folder"),
+    (["--prompts", "."], "--prompts: not a prompts folder (missing agent.md"),
+    (["--skills", "nosuch"], "--skills: not a skills folder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                           fragment: str) -> None:

@@ -174,3 +174,82 @@ def test_vendored_packages_inside_a_model_folder_are_not_the_projects_models(
     scan = scan_project(tmp_path)
     assert [m.name for m in scan.models] == ["a"]
     assert scan.todo == ()
+
+
+COMPLETE_WITH_JINJA = {
+    "refs": "select o.id, c.name from {{ ref('orders') }} o\n"
+            "join {{ source('raw', 'customers') }} c using (id)\n"
+            "where o.day <= '{{ var(\"end_date\") }}'",
+    "loop": "select\n{% for col in ['a', 'b'] %}\n  sum({{ col }}) as {{ col }}_sum"
+            "{% if not loop.last %},{% endif %}\n{% endfor %}\nfrom {{ ref('x') }}",
+    "branches": "select * from {{ ref('x') }}\n{% if is_incremental() %}\n"
+                "where d > (select max(d) from {{ this }})\n{% else %}\nwhere true\n"
+                "{% endif %}",
+    "spine": "with spine as (\n{{ dbt_utils.date_spine(datepart='day', "
+             "start_date=\"cast('2020-01-01' as date)\", end_date='current_date') }}\n)\n"
+             "select * from spine",
+    "star": "select {{ dbt_utils.star(from=ref('x'), except=['y']) }} from {{ ref('x') }}",
+    "set": "{% set cols = ['a', 'b'] %}\nselect {{ cols | join(', ') }} from {{ ref('x') }};",
+    "trailing_comma_in_select_is_fine_in_duckdb": "select a, b, from {{ ref('x') }}",
+}
+UNFINISHED = {
+    "ctes_only": "with a as (select 1 as x),\nb as (select * from a)",
+    "dangling_comma": "with a as (\n  select * from {{ ref('x') }}\n),",
+    "open_where": "select * from {{ ref('x') }} where",
+    "open_select_list": "select a,\n  b,",
+    "syntax_error_in_plain_sql": "select a b c d from {{ ref('x') }} where (",
+    "ctes_with_jinja": "with a as (\n{% for t in ['x', 'y'] %}\nselect * from {{ ref(t) }}"
+                       "\n{% endfor %}\n)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPLETE_WITH_JINJA))
+def test_a_complete_model_with_jinja_stays_complete(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "m.sql"
+    path.write_text("{{ config(materialized='table') }}\n" + COMPLETE_WITH_JINJA[name] + "\n")
+    assert sql_status(path) is ModelStatus.COMPLETE
+
+
+@pytest.mark.parametrize("name", sorted(UNFINISHED))
+def test_sql_that_stops_mid_query_is_incomplete(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "m.sql"
+    path.write_text(UNFINISHED[name] + "\n-- TODO: finish\n")
+    assert sql_status(path) is ModelStatus.INCOMPLETE
+
+
+def test_real_task_that_ships_an_unfinished_model(shared_dataset: Path) -> None:
+    """mrr001's models/mrr.sql stops after its CTEs (dbt cannot compile it): the scan must
+    send the agent to finish it, not list it among the complete models to leave alone."""
+    scan = scan_project(shared_dataset / "examples" / "mrr001")
+    status = {m.name: m.status for m in scan.models}
+    assert status["mrr"] is ModelStatus.INCOMPLETE
+    assert "mrr" in {m.name for m in scan.todo}
+    assert status["customer_churn_month"] is ModelStatus.COMPLETE
+    assert set(scan.refs("mrr")) == {"customer_revenue_by_month", "customer_churn_month"}
+    assert scan.referenced_by("customer_churn_month") == ("mrr",)
+
+
+def test_scan_knows_refs_siblings_vars_and_macro_bodies(tmp_path: Path) -> None:
+    project = make_project(tmp_path, cfg_extra="vars:\n  shop_orders: \"{{ source('raw', "
+                                               "'orders') }}\"\n")
+    (project / "models" / "helper.sql").write_text("select * from {{ ref('done') }}")
+    (project / "models" / "sub" / "done.sql").write_text(
+        "select 1 as id, 2 as amount from {{ ref( 'pkg', \"base\" ) }}")
+    scan = ProjectScan.from_json(scan_project(project).to_json())
+    assert scan.refs("done") == ("base",)
+    assert scan.referenced_by("done") == ("helper",)
+    done = next(m for m in scan.models if m.name == "done")
+    assert set(scan.siblings(done)) == {"empty_stub", "comment_stub", "config_stub", "absent"}
+    assert dict(scan.vars)["shop_orders"] == "{{ source('raw', 'orders') }}"
+    cents = next(m for m in scan.macros if m.name == "cents")
+    assert cents.body == "{% macro cents(x) %}{{ x }} * 100{% endmacro %}"
+    assert all(m.body == "" for m in scan.macros if m.package)
+
+
+def test_a_scan_written_before_these_fields_still_reads(tmp_path: Path) -> None:
+    old = {"models": [{"name": "a", "status": "complete", "yml": "m.yml", "sql": "a.sql",
+                       "description": "", "columns": ["x"]}],
+           "undeclared": [], "sources": [], "macros": [{"name": "m", "path": "macros/m.sql",
+                                                         "package": None}]}
+    scan = ProjectScan.from_json(__import__("json").dumps(old))
+    assert scan.edges == () and scan.vars == () and scan.macros[0].body == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s
     ({"settings": {**BASE["settings"], "timeout": 90.0}}, "timeout"),
     ({"settings": {**BASE["settings"], "max_turns": 11}}, "max_turns"),
     ({"settings": {**BASE["settings"], "isolation": "namespace"}}, "isolation"),
+    ({"settings": {**BASE["settings"], "thinking_budget": 4096}}, "thinking_budget"),
+    ({"settings": {**BASE["settings"], "templates": True}}, "templates"),
 ])
 def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
                                                   name: str) -> None:
@@ -101,7 +104,7 @@ def test_resume_with_other_settings_is_refused_before_anything_runs(data: Datase
     with pytest.raises(UserError) as info:
         execute(data, folder, ["t1", "t2"], timeout=45.0, max_turns=7)
     text = str(info.value)
-    assert "timeout 45.0 (run made with 30.0); max_turns 7 (run made with 100)" in text
+    assert "timeout 45.0 (run made with 30.0); max_turns 7 (run made with 150)" in text
     assert "another --run-id" in text
     with pytest.raises(UserError, match="suite file hash other"):
         execute(data, folder, ["t2"], sha="other", timeout=30.0)
@@ -117,3 +120,27 @@ def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
     manifest = folder.read_manifest()
     assert manifest is not None and [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
     assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]
+
+
+def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
+        data: Dataset, tmp_path: Path) -> None:
+    """``--prompts DIR`` / ``--skills DIR``: their hashes go into run.json in place of the
+    bundled folders', so an A/B of two kits cannot be mixed in one run folder."""
+    from spider2local.resources import prompts_dir, skills_dir
+    from spider2local.run.folder import tree_sha256
+
+    kit = tmp_path / "kit"
+    shutil.copytree(prompts_dir(), kit / "prompts")
+    shutil.copytree(skills_dir(), kit / "skills")
+    (kit / "prompts" / "agent.md").write_text("Another kit.\n")
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    execute(data, folder, ["t1"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
+    manifest = folder.read_manifest()
+    assert manifest is not None
+    assert manifest["prompts_sha256"] == tree_sha256(kit / "prompts") != tree_sha256(prompts_dir())
+    assert manifest["skills_sha256"] == tree_sha256(skills_dir())  # same content, same hash
+    assert manifest["settings"]["prompts_dir"] == str(kit / "prompts")
+    with pytest.raises(UserError, match="prompts hash"):
+        execute(data, folder, ["t1", "t2"])
+    execute(data, folder, ["t2"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
+    assert sorted(folder.results()) == ["t1", "t2"]

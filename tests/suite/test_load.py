@@ -97,6 +97,10 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[run]\nisolation = 'docker'\n", "run.isolation: 'docker' is not one of auto, namespace, "
      "none"),
     ("[run]\nisolation = true\n", "run.isolation: must be a string"),
+    ("[run]\nthinking_budget = 100\n", "run.thinking_budget: must be at least 1024 tokens"),
+    ("[run]\nthinking_budget = '4k'\n", "run.thinking_budget: must be an integer"),
+    ("[tasks.x]\nthinking_budget = 0\n", "tasks.x.thinking_budget: must be at least 1024"),
+    ("[tasks.x]\nthinkng_budget = 2048\n", "tasks.x.thinkng_budget: unknown key"),
 ])
 def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
                                                          expected: str) -> None:
@@ -131,3 +135,26 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == bundled_suite_path()
     local = write(tmp_path, "schema = 1\n")
     assert default_suite_path(tmp_path) == local
+
+
+def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> None:
+    """Extended thinking is off unless asked for; large tasks get 150 turns by default; a
+    task's own setting wins over the run's (what the runner hands the agent)."""
+    from spider2local.run.settings import RunSettings, limits_for
+
+    default = load_suite(write(tmp_path, "schema = 1\n"))
+    assert default.defaults.thinking_budget is None and default.defaults.max_turns == 150
+    assert load_suite(bundled_suite_path()).defaults.max_turns == 150
+    suite = load_suite(write(tmp_path, "[run]\nthinking_budget = 2048\n"
+                                       "[tasks.big]\nthinking_budget = 8000\nmax_turns = 300\n"))
+    settings = RunSettings.from_defaults(suite.defaults, (), agent="noop")
+    assert settings.thinking_budget == 2048 and settings.to_json()["thinking_budget"] == 2048
+
+    class Task:  # only the field limits_for reads
+        settings = suite.settings("big")
+
+    limits = limits_for(Task(), settings)  # type: ignore[arg-type]
+    assert (limits.thinking_budget, limits.max_turns) == (8000, 300)
+    Task.settings = suite.settings("other")
+    limits = limits_for(Task(), settings)  # type: ignore[arg-type]
+    assert (limits.thinking_budget, limits.max_turns) == (2048, 150)

@@ -141,7 +141,11 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml", "models/link.sql"} <= names
     assert not names & {"target", "logs", "dbt_modules"}
     assert not (ws.project_dir / "models" / "link.sql").is_symlink()  # a link inside: content
-    assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*"))
+    start = ws.root / wsmod.START_DIR  # the query tool's copy of the start database: read-only
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*")
+               if start not in p.parents and p != start)
+    assert {p.name for p in start.iterdir()} == {"shop.duckdb", "shop.duckdb.wal"}
+    assert not any(p.stat().st_mode & 0o222 for p in [start, *start.iterdir()])
     assert_isolated(task, ws)
     cleanup_workspace(ws)
     assert tree_digest(root) == before
@@ -379,3 +383,27 @@ def test_checkpoint_never_opens_a_file_outside_the_workspace(tmp_path: Path) -> 
     with pytest.raises(ScoringError, match="symlink"):
         checkpoint_database(ws / "db.duckdb", root=ws)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_templates_are_written_only_when_asked_and_stay_stubs(shared_dataset: Path,
+                                                              tmp_path: Path) -> None:
+    task = next(t for t in load(shared_dataset).tasks if t.id == "playbook001")
+    plain = prepare_workspace(task, artifacts=tmp_path / "a1", parent=tmp_path)
+    with_templates = prepare_workspace(task, artifacts=tmp_path / "a2", parent=tmp_path,
+                                       templates=True)
+    try:
+        assert not (plain.project_dir / "models" / "cpa_and_roas.sql").exists()
+        written = with_templates.project_dir / "models" / "cpa_and_roas.sql"
+        text = written.read_text()
+        assert "cost_per_acquisition" in text and "TODO" in text
+        assert "{{ source('playbook', 'ad_spend') }}" in text
+        assert plain.scan_path is not None and with_templates.scan_path is not None
+        for ws in (plain, with_templates):
+            scan = ProjectScan.from_json(ws.scan_path.read_text())  # type: ignore[union-attr]
+            assert [(m.name, m.status) for m in scan.todo] == [
+                ("cpa_and_roas", "missing" if ws is plain else "stub")]
+        record = json.loads((tmp_path / "a2" / "workspace.json").read_text())
+        assert record["templates"] == ["models/cpa_and_roas.sql"]
+    finally:
+        cleanup_workspace(plain)
+        cleanup_workspace(with_templates)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spider2local.agents.claude.sqlpolicy import refusal, statements
-from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
 
@@ -90,12 +90,26 @@ def child_command() -> list[str]:
 
 
 def child_request(database: Path, sql: str, max_rows: int, lock_wait: float,
-                  root: Path | None = None) -> bytes:
+                  root: Path | None = None, start: Path | None = None) -> bytes:
     """``root`` (the workspace root): the database must be a plain file inside it
-    (:mod:`spider2local.workspace.guard`), checked by the child right around its open."""
+    (:mod:`spider2local.workspace.guard`), checked by the child right around its open.
+    ``start``: the start database's read-only copy to attach as ``start``."""
     return json.dumps({"database": str(database), "sql": sql, "max_rows": max_rows,
                        "lock_wait": lock_wait,
-                       "root": None if root is None else str(root)}).encode()
+                       "root": None if root is None else str(root),
+                       "start": str(start) if start is not None else None}).encode()
+
+
+START = "start"
+"""The catalog name of the start database's read-only copy in every query."""
+
+
+def _fingerprint(path: Path | None) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def parse_child_output(stdout: str, stderr: str, returncode: int) -> QueryResult:
@@ -125,10 +139,15 @@ class QueryService:
 
     def __init__(self, database: Path, env: Mapping[str, str], audit_path: Path,
                  scan_path: Path | None = None, limits: QueryLimits | None = None,
-                 root: Path | None = None) -> None:
+                 root: Path | None = None, start: Path | None = None) -> None:
         self.database = database
         self.root = root
         """The workspace root the database must stay a plain file in (None: not checked)."""
+        self.start = start
+        """The start database's read-only copy, attached as ``start`` (None: not attached)."""
+        self._start_id = _fingerprint(start)
+        """Taken before the agent runs: a copy replaced or changed since is not attached (a
+        sandboxed agent cannot reach it; an unsandboxed one could)."""
         self.env = dict(env)
         """The child's environment: the workspace env plus the libfaketime preload."""
         self.audit_path = audit_path
@@ -143,7 +162,14 @@ class QueryService:
         library = ws.env.get(LIBRARY_ENV)
         clock = Clock(date, Path(library) if library else find_library())
         return cls(ws.database, clock.faked_env(ws.env), ws.artifacts / QUERIES,
-                   ws.scan_path, limits, root=ws.root)
+                   ws.scan_path, limits, root=ws.root, start=ws.start_copy)
+
+    def start_copy(self) -> Path | None:
+        """The copy to attach, when it is still the file made before the agent ran."""
+        if self.start is None or self._start_id is None \
+                or _fingerprint(self.start) != self._start_id:
+            return None
+        return self.start
 
     async def run_sql(self, sql: str, tool: str = "query") -> QueryResult:
         """Policy check, then the child process under the deadline; audited either way."""
@@ -161,7 +187,8 @@ class QueryService:
         proc = await run_process(
             child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
             input=child_request(self.database, sql, limits.max_rows,
-                                min(limits.lock_wait, limits.timeout / 2), self.root))
+                                min(limits.lock_wait, limits.timeout / 2), self.root,
+                                self.start_copy()))
         if proc.timed_out:
             return QueryResult(error=f"the query ran longer than {limits.timeout:.0f} s and was "
                                      "stopped; narrow it (filters, LIMIT, fewer joins)")
@@ -215,8 +242,24 @@ def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
     root = Path(request["root"]) if request.get("root") else None
 
     def connect() -> duckdb.DuckDBPyConnection:
-        return duckdb.connect(str(database), read_only=True,
-                              config={"enable_external_access": False})
+        start = request.get("start")
+        if not start:
+            return duckdb.connect(str(database), read_only=True,
+                                  config={"enable_external_access": False})
+        # Attach first, then turn external access off and lock the configuration: the other
+        # order cannot attach (measured on duckdb 1.5); afterwards no ATTACH, file read or
+        # setting change gets through, whatever the policy let pass.
+        con = duckdb.connect(str(database), read_only=True)
+        try:
+            con.execute(f"ATTACH {literal(start)} AS {START} (READ_ONLY)")
+        except duckdb.Error as exc:
+            if is_lock_error(exc):
+                con.close()
+                raise
+            # e.g. the task database is itself named "start": queries go on without the copy
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return con
 
     try:
         if root is not None:

@@ -18,7 +18,7 @@ from string import Template
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.snapshot import DbSnapshot
-from spider2local.dbtproject.inventory import ModelStatus, ProjectScan
+from spider2local.dbtproject.inventory import ModelDecl, ModelStatus, ProjectScan
 from spider2local.resources import prompts_dir
 from spider2local.workspace.prepare import Workspace
 
@@ -31,39 +31,102 @@ MAX_COLUMNS = 40
 _VERDICT = re.compile(r"VERDICT:\s*(PASS|FAIL)\b", re.IGNORECASE)
 
 
+def template(name: str, root: Path | None = None) -> Template:
+    """The template ``name`` from ``root`` (``--prompts DIR``), else the bundled prompts/."""
+    return _template(root if root is not None else prompts_dir(), name)
+
+
 @cache
-def template(name: str) -> Template:
-    return Template((prompts_dir() / name).read_text(encoding="utf-8"))
+def _template(root: Path, name: str) -> Template:
+    return Template((root / name).read_text(encoding="utf-8"))
 
 
-def render_scan(scan: ProjectScan) -> str:
-    """Models to write first (with their YML and columns), then what exists already."""
+def render_scan(scan: ProjectScan, snapshot: DbSnapshot | None = None) -> str:
+    """Models to write first (with their YML, columns, neighbours and start-database table),
+    then what exists already, sources, project vars and macros (with their bodies)."""
     lines: list[str] = []
     todo = scan.todo
     if todo:
-        lines.append("Models declared in YML whose SQL is missing or a stub (write these):")
+        lines.append("Models declared in YML whose SQL is missing, a stub or unfinished "
+                     "(write these):")
         for m in todo:
             where = m.sql or f"no SQL file yet (declared in {m.yml})"
-            cols = ", ".join(m.columns) if m.columns else "(no columns declared)"
-            lines.append(f"- {m.name} [{m.status}] {where}\n  columns: {cols}")
+            lines.append(f"- {m.name} [{m.status}] {where}")
+            lines += [f"  {line}" for line in _model_facts(m, scan, snapshot)]
     else:
         lines.append("Every model declared in YML has SQL; the task may need changes to them.")
     done = scan.by_status(ModelStatus.COMPLETE)
     if done:
-        lines.append("Complete models: " + ", ".join(m.name for m in done))
+        lines.append("Complete models (leave them alone unless the task asks for a change):")
+        lines += [f"- {m.name}: {_start_tag(m.name, snapshot)}; {_neighbours(m.name, scan)}"
+                  for m in done]
     if scan.undeclared:
         lines.append("Model files not declared in any YML: " + ", ".join(scan.undeclared))
     for source in scan.sources:
         lines.append(f"Source {source.name} (schema {source.schema or 'main'}): "
                      + ", ".join(source.tables))
-    own = [m.name for m in scan.macros if m.package is None]
+    if scan.vars:
+        lines.append("Project vars (dbt_project.yml; packages read their sources through "
+                     "these): " + "; ".join(f"{k} = {v}" for k, v in scan.vars[:MAX_VARS]))
+    own = sorted((m for m in scan.macros if m.package is None), key=lambda m: m.name)
     if own:
-        lines.append("Project macros: " + ", ".join(sorted(own)))
+        lines.append("Project macros:")
+        budget = MAX_MACRO_TEXT
+        for macro in own:
+            body = macro.body if len(macro.body) <= budget else ""
+            budget -= len(body)
+            lines.append(f"- {macro.name} ({macro.path})" + (f":\n{_indent(body)}" if body
+                                                              else ""))
     packages = sorted({m.package for m in scan.macros if m.package})
     if packages:
         lines.append("Installed packages (dbt_packages/): " + ", ".join(packages))
     lines += [f"Problem noticed while scanning: {p}" for p in scan.problems]
     return "\n".join(lines)
+
+
+MAX_VARS = 40
+MAX_MACRO_TEXT = 6000
+"""Caps on the scan text: the project_scan tool has everything."""
+
+
+def _model_facts(model: ModelDecl, scan: ProjectScan, snapshot: DbSnapshot | None) -> list[str]:
+    cols = ", ".join(model.columns) if model.columns else "(no columns declared)"
+    facts = []
+    if model.description:
+        facts.append("description: " + " ".join(model.description.split())[:600])
+    facts += [f"YML columns (a minimum): {cols}",
+              f"start DB: {_start_tag(model.name, snapshot)}",
+              _neighbours(model.name, scan)]
+    siblings = scan.siblings(model)
+    if siblings:
+        facts.append("siblings (same YML): " + ", ".join(siblings[:20]))
+    return facts
+
+
+def _neighbours(name: str, scan: ProjectScan) -> str:
+    refs = ", ".join(scan.refs(name)) or "nothing yet"
+    users = ", ".join(scan.referenced_by(name)) or "no model"
+    return f"refs: {refs}; referenced by: {users}"
+
+
+def _start_tag(name: str, snapshot: DbSnapshot | None) -> str:
+    """"exists in start DB (N rows, columns ...)" or "not in the database": the table a model
+    builds, as the project shipped it (the shape to match; dbt replaces it on the first build)."""
+    if snapshot is None:
+        return "unknown (no snapshot)"
+    found = [t for t in snapshot.tables if t.name.lower() == name.lower()]
+    if not found:
+        return "not in the database"
+    t = found[0]
+    rows = "rows unknown" if t.rows is None else f"{t.rows} rows"
+    cols = ", ".join(f"{c.name} {c.type}" for c in t.columns[:MAX_COLUMNS])
+    more = f", ... {len(t.columns) - MAX_COLUMNS} more" if len(t.columns) > MAX_COLUMNS else ""
+    return f"exists in start DB as start.{t.schema}.{t.name} ({t.kind}, {rows}, columns " \
+           f"{cols}{more})"
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines())
 
 
 def render_database(snapshot: DbSnapshot) -> str:
@@ -113,32 +176,35 @@ def render_setup_problems(problems: Sequence[str], shown: Sequence[str] = ()) ->
             "yourself):\n" + listed)
 
 
-def system_prompt(task: TaskSpec, ws: Workspace) -> str:
+def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
     scan_text = _read(ws.scan_path)
     parsed = ProjectScan.from_json(scan_text) if scan_text else None
-    scan = render_scan(parsed) if parsed is not None \
+    snapshot_text = _read(ws.snapshot_path)
+    snapshot = DbSnapshot.from_json(snapshot_text) if snapshot_text else None
+    scan = render_scan(parsed, snapshot) if parsed is not None \
         else "(no project scan available: read the YML files under models/)"
     setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
-    return template("agent.md").substitute(
+    return template("agent.md", root).substitute(
         instruction=task.instruction.strip(), date=task.date.isoformat(),
         project_dir=str(ws.project_dir), database_file=ws.database.name,
         scan=scan, database=_database_text(ws), setup_problems=setup)
 
 
-def verifier_prompt(task: TaskSpec, ws: Workspace) -> str:
+def verifier_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
     """The verifier's prompt: the same task, date and start-database facts the agent was given,
     so it can compare row counts with what the sources held before the work began."""
-    return template("verifier.md").substitute(instruction=task.instruction.strip(),
+    return template("verifier.md", root).substitute(instruction=task.instruction.strip(),
                                               date=task.date.isoformat(),
                                               database=_database_text(ws))
 
 
-def verify_request() -> str:
-    return template("verify_request.md").substitute()
+def verify_request(root: Path | None = None) -> str:
+    return template("verify_request.md", root).substitute()
 
 
-def fix_request(report: str) -> str:
-    return template("fix_request.md").substitute(report=report.strip() or "(empty report)")
+def fix_request(report: str, root: Path | None = None) -> str:
+    return template("fix_request.md", root).substitute(report=report.strip()
+                                                       or "(empty report)")
 
 
 def parse_verdict(report: str) -> bool | None:

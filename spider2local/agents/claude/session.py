@@ -30,6 +30,7 @@ from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
     ResultMessage,
+    ThinkingConfig,
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
@@ -114,6 +115,14 @@ def database_server(service: QueryService) -> Any:
                                                 project_scan])
 
 
+def thinking(budget: int | None) -> ThinkingConfig:
+    """Extended thinking: enabled with ``budget`` tokens per reply, or explicitly off (the
+    CLI's own default may change between versions; a run must say what it did)."""
+    if budget is None:
+        return {"type": "disabled"}
+    return {"type": "enabled", "budget_tokens": budget}
+
+
 def _payload(message: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(message) and not isinstance(message, type):
         return dataclasses.asdict(message)
@@ -148,13 +157,15 @@ class ClaudeAgent:
             description="Checks the built dbt models against their YML declarations and the "
                         "task (models built, columns and order, row counts, grain, filters). "
                         "Read-only; answers with problems and VERDICT: PASS or FAIL.",
-            prompt=prompts.verifier_prompt(ctx.task, ws), tools=list(VERIFIER_TOOLS),
+            prompt=prompts.verifier_prompt(ctx.task, ws, ctx.prompts),
+            tools=list(VERIFIER_TOOLS),
             model="inherit")
         return ClaudeAgentOptions(
-            system_prompt=prompts.system_prompt(ctx.task, ws),
+            system_prompt=prompts.system_prompt(ctx.task, ws, ctx.prompts),
             cwd=str(ws.project_dir), permission_mode="bypassPermissions",
             setting_sources=["project"], model=limits.model, max_turns=limits.max_turns,
             max_budget_usd=limits.max_budget_usd,
+            thinking=thinking(limits.thinking_budget),
             env=env,
             mcp_servers={SERVER: database_server(service)},
             agents={prompts.VERIFIER: verifier}, disallowed_tools=list(DISALLOWED),
@@ -194,8 +205,11 @@ class ClaudeAgent:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
         workspace, the Python environment and the system, and nothing of the runner: not the
         dataset (gold, eval file), the run folder, other workspaces or the home folder."""
+        hidden = list(ctx.off_limits)
+        if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
+            hidden += [ctx.workspace.start_copy.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
-                          hidden=ctx.off_limits, unset_env=blanked(env))
+                          hidden=hidden, unset_env=blanked(env))
         return Launcher(spec)
 
     async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,

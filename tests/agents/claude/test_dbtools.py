@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
 
 import anyio
 import duckdb
+import pytest
 
 from spider2local.agents.claude.dbtools import QueryLimits, QueryResult, QueryService, audit
 from spider2local.workspace.prepare import Workspace
@@ -185,3 +187,72 @@ def test_a_database_replaced_by_a_link_to_another_file_is_refused(tmp_path: Path
     os.link(gold, ws.database)
     text, is_err = anyio.run(service.query, "SELECT * FROM orders")
     assert is_err and "4242" not in text and "hard link" in text, text
+
+
+@pytest.mark.slow
+def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
+        shared_dataset: Path, tmp_path: Path) -> None:
+    """On the real task: ``start.<table>`` answers with the database as shipped even after the
+    agent's build replaced the table; no other file can be attached, the copy cannot be
+    written, and the DuckDB layer refuses the same even when the policy is bypassed."""
+    from spider2local.agents.claude.dbtools import _execute, child_request
+    from spider2local.dataset.load import load_dataset
+    from spider2local.suite.model import Suite
+    from spider2local.workspace.prepare import START_DIR, cleanup_workspace, prepare_workspace
+
+    task = next(t for t in load_dataset(Suite(path=Path("tasks.toml"),
+                                              dataset=shared_dataset)).tasks if t.id == "mrr001")
+    assert task.gold is not None
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        assert ws.start_copy is not None and ws.start_copy.parent == ws.root / START_DIR
+        assert not os.access(ws.start_copy, os.W_OK) or os.geteuid() == 0
+        assert ws.start_copy.stat().st_mode & 0o222 == 0
+        con = duckdb.connect(str(ws.database))  # what the agent's first dbt run does
+        shipped = con.execute("SELECT count(*) FROM mrr").fetchone()
+        con.execute("DROP TABLE mrr")
+        con.execute("CREATE TABLE mrr AS SELECT 1 AS x")
+        con.close()
+        service = QueryService.for_workspace(ws, FAKE_DATE)
+        gold = str(task.gold.db)
+
+        async def scenario() -> list[tuple[str, bool]]:
+            return [await service.query("SELECT count(*) AS n FROM start.mrr"),
+                    await service.query("SELECT count(*) AS n FROM mrr"),
+                    await service.query(f"ATTACH '{gold}' AS g (READ_ONLY)"),
+                    await service.query("INSERT INTO start.mrr SELECT * FROM start.mrr")]
+
+        (old, old_err), (new, _), (attach, attach_err), (_write, write_err) = anyio.run(scenario)
+        assert not old_err and f"\n{shipped[0]}\n" in old  # type: ignore[index]
+        assert "\n1\n" in new
+        assert attach_err and "refused" in attach
+        assert write_err
+
+        def raw(sql: str) -> dict[str, object]:  # past the policy, straight to DuckDB
+            request = json.loads(child_request(ws.database, sql, 5, 1.0, ws.root, ws.start_copy))
+            return _execute(request)
+
+        assert "Permission" in str(raw(f"ATTACH '{gold}' AS g (READ_ONLY)")["error"])
+        assert "Permission" in str(raw(f"SELECT * FROM '{gold}'")["error"])
+        assert raw("SET enable_external_access = true")["error"]
+        assert raw("CREATE TABLE start.x AS SELECT 1")["error"]
+        assert raw("SELECT count(*) FROM start.mrr")["rows"] == [list(shipped)]  # type: ignore[arg-type]
+    finally:
+        cleanup_workspace(ws)
+    assert not ws.root.exists()
+
+
+def test_a_start_copy_replaced_after_the_session_began_is_not_attached(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    start = tmp_path / "start" / "shop.duckdb"
+    start.parent.mkdir()
+    shutil.copyfile(ws.database, start)
+    service = QueryService(ws.database, ws.env, tmp_path / "q.jsonl", start=start)
+    assert service.start_copy() == start
+    start.unlink()
+    con = duckdb.connect(str(start))
+    con.execute("CREATE TABLE orders AS SELECT 42 AS id")
+    con.close()
+    assert service.start_copy() is None
+    text, is_error = anyio.run(service.query, "SELECT * FROM start.orders")
+    assert is_error and "start" in text

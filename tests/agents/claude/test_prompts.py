@@ -11,6 +11,7 @@ import yaml
 
 from spider2local.agents.claude import prompts
 from spider2local.dataset.load import load_dataset
+from spider2local.dataset.task import TaskSpec
 from spider2local.resources import prompts_dir, skills_dir
 from spider2local.suite.model import Suite
 from spider2local.workspace.prepare import Workspace, cleanup_workspace, prepare_workspace
@@ -157,3 +158,70 @@ def test_no_skill_or_prompt_example_mirrors_a_sample_solution() -> None:
     for path in [*skills_dir().rglob("*.md"), *prompts_dir().glob("*.md")]:
         shared = domain_words(path.read_text()) & identifiers
         assert not shared, f"{path}: mentions a sample task's domain: {sorted(shared)}"
+
+
+def graded_tables() -> set[str]:
+    """Every graded table of the bundled sample tasks (their task.toml) and of the real tasks
+    at hand (../shared's spider2_eval.jsonl, when present)."""
+    import json
+    import tomllib
+
+    import spider2local.dataset.sample
+    from tests.conftest import SHARED_DATASET
+
+    names: set[str] = set()
+    tasks = Path(spider2local.dataset.sample.__file__).parent / "tasks"
+    for spec in tasks.glob("*/task.toml"):
+        names |= set(tomllib.loads(spec.read_text())["evaluation"]["condition_tabs"])
+    eval_file = SHARED_DATASET / "evaluation_suite" / "gold" / "spider2_eval.jsonl"
+    if eval_file.is_file():
+        for line in eval_file.read_text().splitlines():
+            if line.strip():
+                names |= set(json.loads(line)["evaluation"]["parameters"]["condition_tabs"])
+    return {n.lower() for n in names}
+
+
+def test_no_prompt_or_skill_mentions_a_graded_table() -> None:
+    """The kit must not steer the agent with evaluation data: no graded table name of the
+    sample or the real tasks appears as a word in any prompt or skill."""
+    graded = graded_tables()
+    assert len(graded) >= 4
+    for path in sorted([*skills_dir().rglob("*.md"), *prompts_dir().glob("*.md")]):
+        words = set(re.findall(r"\w+", path.read_text().lower()))
+        assert not words & graded, f"{path}: names a graded table: {sorted(words & graded)}"
+
+
+def real_task(shared_dataset: Path, tid: str) -> TaskSpec:
+    dataset = load_dataset(Suite(path=Path("tasks.toml"), dataset=shared_dataset))
+    return next(t for t in dataset.tasks if t.id == tid)
+
+
+def test_the_scan_in_the_prompt_tags_models_with_their_start_table_and_neighbours(
+        shared_dataset: Path, tmp_path: Path) -> None:
+    """On the real task: the unfinished model is listed to write, with its start table (the
+    shape to match) and what it refs; a complete model keeps its start tag and its users."""
+    task = real_task(shared_dataset, "mrr001")
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        text = prompts.system_prompt(task, ws)
+    finally:
+        cleanup_workspace(ws)
+    todo = text.split("Models declared in YML whose SQL is", 1)[1].split("Complete models", 1)[0]
+    assert "- mrr [incomplete] models/mrr.sql" in todo
+    assert re.search(r"start DB: exists in start DB as start\.main\.mrr \(table, \d+ rows, "
+                     r"columns \w+ \w+", todo)
+    assert re.search(r"refs: customer_(revenue_by_month|churn_month), customer_", todo)
+    assert re.search(r"- customer_churn_month: exists in start DB .*referenced by: mrr", text)
+
+
+def test_a_model_absent_from_the_start_database_says_so(shared_dataset: Path,
+                                                        tmp_path: Path) -> None:
+    task = real_task(shared_dataset, "playbook001")
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        text = prompts.system_prompt(task, ws)
+    finally:
+        cleanup_workspace(ws)
+    assert "- cpa_and_roas [missing]" in text
+    assert "start DB: not in the database" in text
+    assert "description: Aggregated ad spend" in text

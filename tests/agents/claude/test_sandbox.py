@@ -50,6 +50,8 @@ def attack_script(root: Path, gold: Path, eval_file: Path, outside_pid: int) -> 
         f"echo '== dataset'; ls {root} {root}/evaluation_suite",
         f"echo '== outside environ'; cat /proc/{outside_pid}/environ; "
         "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep OUTSIDE_SECRET",
+        "echo '== start copy'; ls -A ../.start | wc -l; cp shop.duckdb ../.start/shop.duckdb "
+        "&& echo REPLACED",
         "echo '== umount'; umount -l /tmp && echo UNMOUNTED",
         "echo '== remount'; mount -o remount,bind,rw /usr && echo REMOUNTED",
         "echo '== end'",
@@ -121,6 +123,8 @@ def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
         assert "42" not in section["python attach"] and "Error" in section["python attach"]
         assert "runner-key-xyz" not in attack
         assert "UNMOUNTED" not in attack and "REMOUNTED" not in attack
+        # the query tool's start copy: neither visible nor replaceable from inside
+        assert section["start copy"].split()[0] == "0" and "REPLACED" not in attack
         assert "ERROR=1" in dbt_out or "Error" in dbt_out, dbt_out
         other = "t2" if tid == "t1" else "t1"
         assert f"spider2local-{other}-" not in attack  # no sibling workspace under --jobs 2

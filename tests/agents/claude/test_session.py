@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -406,3 +407,30 @@ def test_a_hung_api_is_cut_at_the_deadline_with_no_process_left(
     assert live_processes_under(ctx.workspace.root, token) == []
     assert ctx.meter.usage.input_tokens == 77  # usage recorded before the cut
     assert ctx.meter.usage.turns == 1
+
+
+@pytest.mark.slow
+def test_thinking_budget_and_a_prompts_folder_reach_the_api(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext],
+        tmp_path: Path) -> None:
+    """``thinking_budget`` turns extended thinking on with that budget (off otherwise), and
+    ``--prompts DIR`` replaces the bundled templates in what the model is sent."""
+    kit = tmp_path / "kit"
+    shutil.copytree(prompts.prompts_dir(), kit)
+    agent_md = kit / "agent.md"
+    agent_md.write_text("KIT-B senior analytics engineer\n" + agent_md.read_text())
+    with FakeAnthropic([reply("done")], route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env(), verify_rounds=0,
+                        thinking_budget=2048)
+        ctx.prompts = kit
+        run_agent(ctx, deadline=60)
+        body = fake.conversation_requests("main")[0].body
+    assert {k: body["thinking"][k] for k in ("type", "budget_tokens")} == {
+        "type": "enabled", "budget_tokens": 2048}
+    assert "KIT-B" in json.dumps(body["system"])
+    with FakeAnthropic([reply("done")], route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env(), verify_rounds=0)
+        run_agent(ctx, deadline=60)
+        body = fake.conversation_requests("main")[0].body
+    assert body.get("thinking", {"type": "disabled"})["type"] == "disabled"
+    assert "KIT-B" not in json.dumps(body["system"])
