@@ -31,7 +31,16 @@ from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
-from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
+from spider2local.run.retry import should_retry
+from spider2local.testing import (
+    FakeAnthropic,
+    Hang,
+    HttpError,
+    Malformed,
+    reply,
+    route_by_system,
+    tool,
+)
 from spider2local.workspace.prepare import (
     Workspace,
     checkpoint_database,
@@ -166,10 +175,10 @@ def workspace(tmp_path: Path) -> Iterator[Callable[..., AgentContext]]:
         cleanup_workspace(ws)
 
 
-def run_agent(ctx: AgentContext, deadline: float = 120) -> AgentOutcome:
+def run_agent(ctx: AgentContext, deadline: float = 120, **options: Any) -> AgentOutcome:
     async def go() -> AgentOutcome:
         with anyio.fail_after(deadline):
-            return await make_agent("claude").run(ctx)
+            return await make_agent("claude", **options).run(ctx)
     return anyio.run(go)
 
 
@@ -406,3 +415,133 @@ def test_a_hung_api_is_cut_at_the_deadline_with_no_process_left(
     assert live_processes_under(ctx.workspace.root, token) == []
     assert ctx.meter.usage.input_tokens == 77  # usage recorded before the cut
     assert ctx.meter.usage.turns == 1
+
+
+def slow(answer: Any, seconds: float = 2.0) -> Callable[[Any], Any]:
+    """A turn answered after ``seconds``: the main agent's turn ends before this one."""
+    def turn(_body: Any) -> Any:
+        time.sleep(seconds)
+        return answer
+    return turn
+
+
+@pytest.mark.slow
+def test_a_background_verifier_s_fail_leads_to_a_fix_round_until_a_later_pass(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """The CLI's default runs the Agent tool in the background: its result is only "Async agent
+    launched", the report arrives later as a task notification, and the CLI then gives the main
+    agent a turn of its own. The launch is not a report; the FAIL is, and asks for a fix."""
+    verify = tool("Agent", description="verify", prompt="Check the models.",
+                  subagent_type="verifier")  # no run_in_background: the CLI's default
+    script = {
+        "main": [reply(verify, input_tokens=10, output_tokens=2),
+                 reply("Waiting for the verifier.", input_tokens=11, output_tokens=2),
+                 reply("The verifier failed the work.", input_tokens=12, output_tokens=2),
+                 reply(verify, input_tokens=13, output_tokens=2),
+                 reply("Waiting again.", input_tokens=14, output_tokens=2),
+                 reply("Verified.", input_tokens=15, output_tokens=2)],
+        "verifier": [slow(reply("- product_sales: 0 rows\nVERDICT: FAIL", input_tokens=5,
+                                output_tokens=1)),
+                     slow(reply("VERDICT: PASS", input_tokens=6, output_tokens=1))],
+    }
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env(), verify_rounds=1)
+        outcome = run_agent(ctx, background_tasks=True)
+        main = fake.conversation_requests("main")
+        verifier = fake.conversation_requests("verifier")
+    launched = [t for r in main for t in r.tool_results().values() if "Async agent" in t]
+    assert launched, "the verifier did not run in the background: the test lost its point"
+    assert outcome.error is None and outcome.verified is True
+    fix = [i for i, r in enumerate(main) if "last verdict was FAIL" in last_user_text(r.body)]
+    assert len(fix) == 1 and "- product_sales: 0 rows" in last_user_text(main[fix[0]].body)
+    assert fix[0] == 3 and len(main) == 6 and len(verifier) == 2
+    assert outcome.usage.turns == 6 and outcome.usage.subagent_turns == 2
+
+
+def test_a_background_report_counts_only_when_it_arrives() -> None:
+    state = SessionState()
+    state.on_tool_use("t1", "Agent", {"subagent_type": "verifier"})
+    state.on_tool_result("t1", "Async agent launched successfully.\nagentId: a1", False)
+    assert not state.verifier_ran and state.waiting() and not state.verified
+    state.on_task_notification("t1", "completed", "- x: wrong\nVERDICT: FAIL")
+    assert state.verifier_ran and state.last_verdict is False and not state.verified
+    assert state.waiting(), "the CLI gives the main agent a turn for the report"
+    state.on_main_answer()
+    assert not state.waiting()
+    follow = state.follow_up()
+    assert follow is not None and "- x: wrong" in follow
+    state.on_tool_use("t2", "Agent", {"subagent_type": "verifier"})
+    state.on_tool_result("t2", "Async agent launched successfully.", False)
+    state.on_task_notification("t2", "failed", "crashed")
+    assert state.last_verdict is False and not state.verified and not state.background
+
+
+@pytest.mark.slow
+def test_a_malformed_first_response_is_infrastructure_and_retried(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """A cut stream, then a body that is not JSON on the CLI's non-streaming retry: the CLI
+    ends with subtype success and "API Error: ..." text. No turn was done: retry it."""
+    with FakeAnthropic([Malformed(repeat=True)], route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+        outcome = run_agent(ctx, deadline=60)
+        answers = {r.answer for r in fake.conversation_requests("main")}
+    assert answers == {"malformed"}
+    assert outcome.infrastructure is True, outcome.error
+    assert outcome.error is not None and "API Error" in outcome.error
+    assert outcome.usage.turns == 0
+    assert should_retry(outcome, False, attempts=1, retries=2)
+
+
+@pytest.mark.slow
+def test_turns_are_the_api_calls_served_with_parallel_tool_calls(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """The CLI's num_turns counts content blocks (4 for these 2 calls, measured); turns are
+    the API calls the fake served, the verifier's counted apart."""
+    calls = [tool("Bash", command=f"echo {i}") for i in range(3)]
+    verify = tool("Agent", description="verify", prompt="Check.", subagent_type="verifier",
+                  run_in_background=False)
+    script = {"main": [reply("Three at once.", *calls, input_tokens=10, output_tokens=7),
+                       reply("Two more.", *calls[:2], verify, input_tokens=11, output_tokens=8),
+                       reply("Done.", input_tokens=12, output_tokens=9)],
+              "verifier": [reply(tool("Read", file_path="dbt_project.yml"), tool("Glob",
+                                 pattern="models/*"), input_tokens=5, output_tokens=3),
+                           reply("VERDICT: PASS", input_tokens=6, output_tokens=4)]}
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+        outcome = run_agent(ctx)
+        served = {name: sum(r.answer == "scripted" for r in fake.conversation_requests(name))
+                  for name in ("main", "verifier")}
+        totals = fake.totals()
+    assert outcome.error is None and outcome.verified is True
+    assert served == {"main": 3, "verifier": 2}
+    assert (outcome.usage.turns, outcome.usage.subagent_turns) == (3, 2)
+    assert ctx.meter.usage.turns == 3
+    assert outcome.usage.output_tokens == totals["output_tokens"]
+    results = [json.loads(line)["data"] for line in ctx.transcript.path.read_text().splitlines()
+               if json.loads(line)["kind"] == "ResultMessage"]
+    assert sum(r["num_turns"] for r in results) != 3, "the CLI's count is the wrong one"
+
+
+@pytest.mark.slow
+def test_a_timeout_keeps_final_output_tokens_and_the_stalled_call_s_input(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    from spider2local.testing.script import StallAfterStart
+
+    script = [reply(tool("Bash", command="echo 1"), input_tokens=70, output_tokens=10),
+              StallAfterStart(input_tokens=90)]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+
+        async def go() -> None:
+            with anyio.fail_after(60) as deadline:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(make_agent("claude").run, ctx)
+                    while not any(r.answer == "hang" for r in fake.requests):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                    await anyio.sleep(1.0)
+                    deadline.deadline = anyio.current_time()
+
+        with pytest.raises(TimeoutError):
+            anyio.run(go)
+    usage = ctx.meter.usage
+    assert (usage.turns, usage.input_tokens, usage.output_tokens) == (1, 160, 10)
