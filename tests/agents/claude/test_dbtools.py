@@ -150,3 +150,25 @@ def test_a_slow_query_is_stopped_at_its_deadline(tmp_path: Path) -> None:
 def test_a_full_disk_loses_the_audit_line_not_the_query() -> None:
     # /dev/full: every write fails with ENOSPC, as on a full disk.
     audit(Path("/dev/full"), "query", "SELECT 1", QueryResult(columns=("x",), rows=((1,),)))
+
+
+def test_a_3mb_cell_comes_back_cut_with_a_note(tmp_path: Path) -> None:
+    """The child used to send its whole result as one JSON line; a 3 MB cell overflowed what
+    is read back and the query failed with "query process failed (exit 0): no output"."""
+    ws = make_workspace(tmp_path)
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.query("SELECT 7 AS id, repeat('x', 3000000) AS blob, 'end' AS tail"),
+                await service.query("SELECT range AS id, repeat('y', 100000) AS wide "
+                                    "FROM range(100)")]
+    (one, one_err), (many, many_err) = anyio.run(scenario)
+    assert not one_err, one
+    assert "7 | xxxx" in one and "| end" in one
+    assert "1 cell(s) longer than 2000 characters were cut" in one
+    assert len(one) < 5000
+    # Many wide rows: cut at the output budget, said so, never a failed query.
+    assert not many_err, many[:300]
+    assert "cells) longer" in many or "cell(s) longer" in many
+    assert "result cut" in many or "(100 rows)" in many
+    assert audit_lines(ws)[0]["error"] is None
