@@ -8,8 +8,8 @@ real Claude CLI talks to it exactly as it would to the real service, so the whol
 from spider2local.testing.fake_api import (
     FakeAnthropic,
     Hang,
-    Malformed,
     HttpError,
+    Malformed,
     RecordedRequest,
     Reply,
     StallAfterStart,

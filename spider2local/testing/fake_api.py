@@ -45,8 +45,21 @@ from spider2local.testing.script import (
 )
 from spider2local.testing.sse import message_json, next_id, stream_events
 
-__all__ = ["FakeAnthropic", "Hang", "HttpError", "Malformed", "RecordedRequest", "StallAfterStart", "Reply", "ToolCall", "Turn",
-           "reply", "route_by_system", "system_text", "tool"]
+__all__ = [
+    "FakeAnthropic",
+    "Hang",
+    "HttpError",
+    "Malformed",
+    "RecordedRequest",
+    "Reply",
+    "StallAfterStart",
+    "ToolCall",
+    "Turn",
+    "reply",
+    "route_by_system",
+    "system_text",
+    "tool",
+]
 
 
 @dataclass

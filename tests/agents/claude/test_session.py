@@ -26,12 +26,12 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
 from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
+from spider2local.run.retry import should_retry
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
-from spider2local.run.retry import should_retry
 from spider2local.testing import (
     FakeAnthropic,
     Hang,
@@ -545,3 +545,48 @@ def test_a_timeout_keeps_final_output_tokens_and_the_stalled_call_s_input(
             anyio.run(go)
     usage = ctx.meter.usage
     assert (usage.turns, usage.input_tokens, usage.output_tokens) == (1, 160, 10)
+
+
+def spider2local_run(tmp_path: Path, env: dict[str, str], *args: str,
+                     timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spider2local", "run", "--agent", "claude",
+                           "--runs-dir", str(tmp_path / "runs"), *args],
+                          env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def only_result(tmp_path: Path) -> dict[str, Any]:
+    found = list((tmp_path / "runs").rglob("result.json"))
+    assert len(found) == 1, found
+    return dict(json.loads(found[0].read_text()))
+
+
+@pytest.mark.slow
+def test_a_persistent_529_is_infrastructure_after_the_runner_s_retries(tmp_path: Path) -> None:
+    """The CLI's own retries are bounded, so a dead API under --timeout 120 is not a timeout:
+    the runner retries, then records infrastructure; the retries show in the progress lines."""
+    with FakeAnthropic([HttpError(529, repeat=True)], route=ROUTE) as fake:
+        started = time.monotonic()
+        proc = spider2local_run(tmp_path, fake.env(), "--timeout", "120", "--retries", "1",
+                                "bakery001")
+        elapsed = time.monotonic() - started
+        answered = [r.answer for r in fake.conversation_requests("main")]
+    result = only_result(tmp_path)
+    assert result["status"] == "error", (result, proc.stderr[-2000:])
+    assert result["error"]["kind"] == "infrastructure" and "529" in result["error"]["message"]
+    assert result["attempts"] == 2 and elapsed < 100, elapsed
+    assert set(answered) == {"error 529"} and len(answered) == 2 * 3  # 1 call + 2 CLI retries
+    assert "API 529, retry 1/2" in proc.stderr and "API 529, retry 2/2" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_session_cut_at_its_deadline_says_nothing_of_the_sdk_on_the_console(
+        tmp_path: Path) -> None:
+    with FakeAnthropic([reply(tool("Bash", command="echo hi"), input_tokens=5), Hang()],
+                       route=ROUTE) as fake:
+        proc = spider2local_run(tmp_path, fake.env(), "--timeout", "8", "--retries", "0",
+                                "bakery001")
+    result = only_result(tmp_path)
+    assert result["status"] == "timeout", (result, proc.stderr[-2000:])
+    assert "Fatal error in message reader" not in proc.stderr, proc.stderr
+    assert "claude_agent_sdk" not in proc.stderr, proc.stderr
