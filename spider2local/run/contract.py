@@ -8,6 +8,7 @@ far. The run owns these types; agents (``spider2local.agents``) implement :class
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -37,9 +38,24 @@ class UsageMeter:
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.notice: str | None = None
+        """What the agent is stuck on right now (``API 529, retry 1/2``), for the progress
+        line; None while it works normally."""
+        self._listeners: list[Callable[[str], None]] = []
 
     def set(self, usage: Usage) -> None:
         self.usage = usage
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with each new notice (the progress output's plain lines)."""
+        self._listeners.append(listener)
+
+    def note(self, notice: str | None) -> None:
+        changed = notice != self.notice
+        self.notice = notice
+        if notice is not None and changed:
+            for listener in self._listeners:
+                listener(notice)
 
 
 @dataclass

@@ -58,8 +58,9 @@ class Progress:
     def stage(self, task_id: str, stage: Stage, meter: UsageMeter | None = None) -> None:
         state = self.running.setdefault(task_id, _Running(stage.value, time.monotonic()))
         state.stage = stage.value
-        if meter is not None:
+        if meter is not None and state.meter is not meter:
             state.meter = meter
+            meter.listen(lambda notice: self._event(task_id, notice))
         self._event(task_id, stage.value)
 
     def note(self, task_id: str, message: str) -> None:
@@ -80,8 +81,10 @@ class Progress:
     def line_for(self, task_id: str) -> str:
         state = self.running[task_id]
         turns = state.meter.usage.turns if state.meter is not None else 0
+        notice = state.meter.notice if state.meter is not None else None
         elapsed = time.monotonic() - state.started
-        return f"  {task_id:<28} {state.stage:<10} {elapsed:6.0f}s  {turns:3d} turns"
+        line = f"  {task_id:<28} {state.stage:<10} {elapsed:6.0f}s  {turns:3d} turns"
+        return f"{line}  [{notice}]" if notice else line
 
     async def refresh_loop(self) -> None:
         """Redraw the live block until cancelled (a no-op when not live)."""

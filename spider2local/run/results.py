@@ -59,6 +59,10 @@ class Usage:
     table, because the reported total has been seen to miss cache tokens and subagents."""
 
     turns: int = 0
+    """API calls of the main agent that got an answer."""
+    subagent_turns: int = 0
+    """API calls of its subagents (the verifier), counted apart; 0 in files written before the
+    field existed."""
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -77,6 +81,7 @@ class Usage:
         A cost that only one side knows is taken as is (``None`` only when neither knows it)."""
         return Usage(
             turns=self.turns + other.turns,
+            subagent_turns=self.subagent_turns + other.subagent_turns,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,

@@ -29,10 +29,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from spider2local.testing.script import (
+    Answer,
     Hang,
     HttpError,
+    Malformed,
     RecordedRequest,
     Reply,
+    StallAfterStart,
     ToolCall,
     Turn,
     reply,
@@ -42,8 +45,21 @@ from spider2local.testing.script import (
 )
 from spider2local.testing.sse import message_json, next_id, stream_events
 
-__all__ = ["FakeAnthropic", "Hang", "HttpError", "RecordedRequest", "Reply", "ToolCall", "Turn",
-           "reply", "route_by_system", "system_text", "tool"]
+__all__ = [
+    "FakeAnthropic",
+    "Hang",
+    "HttpError",
+    "Malformed",
+    "RecordedRequest",
+    "Reply",
+    "StallAfterStart",
+    "ToolCall",
+    "Turn",
+    "reply",
+    "route_by_system",
+    "system_text",
+    "tool",
+]
 
 
 @dataclass
@@ -113,7 +129,7 @@ class FakeAnthropic:
                 "cache_creation_tokens": sum(r.cache_creation_tokens for r in served)}
 
     def next_turn(self, conversation: str | None,
-                  body: Mapping[str, Any]) -> tuple[Reply | HttpError | Hang, str]:
+                  body: Mapping[str, Any]) -> tuple[Answer, str]:
         """Consume the conversation's next turn (thread-safe); fallback when none is left."""
         with self._lock:
             turns = self.conversations.get(conversation or "", [])
@@ -121,7 +137,7 @@ class FakeAnthropic:
             if conversation is None or pos >= len(turns):
                 return _FALLBACK, "fallback"
             turn = turns[pos]
-            if not (isinstance(turn, HttpError) and turn.repeat):
+            if not (isinstance(turn, HttpError | Malformed) and turn.repeat):
                 self._state.positions[conversation] = pos + 1
         answer = turn(body) if callable(turn) else turn
         if isinstance(answer, Reply):
@@ -130,6 +146,8 @@ class FakeAnthropic:
             return answer, "scripted"
         if isinstance(answer, HttpError):
             return answer, f"error {answer.status}"
+        if isinstance(answer, Malformed):
+            return answer, "malformed"
         return answer, "hang"
 
     def record(self, request: RecordedRequest) -> None:
@@ -185,9 +203,23 @@ def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             fake.record(RecordedRequest(conversation, "POST", self.path, body, kind))
             self._answer(answer, body, conversation)
 
-        def _answer(self, answer: Reply | HttpError | Hang, body: Mapping[str, Any],
+        def _answer(self, answer: Answer, body: Mapping[str, Any],
                     conversation: str | None) -> None:
             if isinstance(answer, Hang):
+                fake.closing.wait()
+                self.close_connection = True
+                return
+            if isinstance(answer, Malformed):
+                self._malformed(body)
+                return
+            if isinstance(answer, StallAfterStart):
+                message = message_json(Reply(("stalled",), input_tokens=answer.input_tokens),
+                                       str(body.get("model") or "claude-fake"), conversation)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(next(iter(stream_events(message))))
+                self.wfile.flush()
                 fake.closing.wait()
                 self.close_connection = True
                 return
@@ -200,5 +232,16 @@ def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"".join(stream_events(message)), "text/event-stream")
             else:
                 self._json(200, message)
+
+        def _malformed(self, body: Mapping[str, Any]) -> None:
+            if not body.get("stream"):
+                self._send(200, b'{"id": "msg_broken", "type": "mess', "application/json")
+                return
+            message = message_json(Reply(("cut",)), str(body.get("model") or "claude-fake"),
+                                   None)
+            first = next(iter(stream_events(message)))
+            self._send(200, first + b"event: content_block_start\ndata: {\"type\": \"con",
+                       "text/event-stream")
+            self.close_connection = True
 
     return Handler

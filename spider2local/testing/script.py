@@ -47,11 +47,29 @@ class HttpError:
 
 
 @dataclass(frozen=True)
+class Malformed:
+    """A broken answer: a stream cut off after ``message_start`` (no content, no
+    ``message_stop``), or a body that is not JSON when the request did not stream (the CLI falls
+    back to that). ``repeat`` answers every later request of the conversation the same way."""
+
+    repeat: bool = False
+
+
+@dataclass(frozen=True)
+class StallAfterStart:
+    """Start a streamed answer (``message_start`` with these input tokens) and send nothing
+    more until the server closes: an API that stalls mid-message."""
+
+    input_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class Hang:
     """Accept the request and never answer (until the server closes)."""
 
 
-Turn = Reply | HttpError | Hang | Callable[[Mapping[str, Any]], "Reply | HttpError | Hang"]
+Answer = Reply | HttpError | Malformed | StallAfterStart | Hang
+Turn = Answer | Callable[[Mapping[str, Any]], Answer]
 """A scripted answer, or a function of the request body returning one."""
 
 

@@ -412,9 +412,9 @@ def test_claude_agent_overloaded_api_is_retried_with_usage_summed(
     lines = [json.loads(line) for line in
              (tmp_path / "c" / "bakery001" / "transcript.jsonl").read_text().splitlines()]
     assert sum(e["kind"] == "attempt" for e in lines) == 2
-    # Each session reported its own turns (the failed call counts as one): all are kept.
+    # Turns are API calls answered: the failed one is not a turn, the CLI's num_turns says 1.
     per_session = [e["data"]["num_turns"] for e in lines if e["kind"] == "ResultMessage"]
-    assert len(per_session) == 2 and usage.turns == sum(per_session), per_session
+    assert len(per_session) == 2 and usage.turns == 1, per_session
 
 
 def _cmdline(entry: Path) -> str:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from spider2local.agents.claude.sqlpolicy import refusal, statements
 from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
@@ -44,6 +44,8 @@ class QueryResult:
     truncated: bool = False
     error: str | None = None
     duration: float = 0.0
+    cells_cut: int = 0
+    """Cells the child shortened to :data:`MAX_CELL` characters."""
 
     def render(self, max_cell: int = 200) -> str:
         """The text the agent reads: a pipe table, then a note when rows were cut."""
@@ -60,6 +62,9 @@ class QueryResult:
                          "Add a LIMIT, filter or aggregate (count(*)) to see the rest]")
         else:
             lines.append(f"({count} row{'s' if count != 1 else ''})")
+        if self.cells_cut:
+            lines.append(f"[{self.cells_cut} cell(s) longer than {MAX_CELL} characters were cut; "
+                         "select length(col) or substr(col, start, n) to read them]")
         return "\n".join(lines)
 
 
@@ -80,6 +85,14 @@ def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
             fh.write(json.dumps(line, default=str) + "\n")
     except OSError as exc:  # a full disk loses the audit line, never the agent's query
         log.warning("%s: query not audited: %s", path, exc.strerror or exc)
+
+
+MAX_CELL = 2000
+"""Characters of one cell the child sends back (the agent sees 200 of them): a 3 MB text cell
+used to overflow the child's output and fail the whole query."""
+MAX_OUTPUT = 512 * 1024
+"""Bytes of rows the child writes before it stops and says the result was cut: well under what
+:func:`spider2local.proc.run.run_process` keeps of a child's output."""
 
 
 def child_command() -> list[str]:
@@ -113,15 +126,30 @@ def _fingerprint(path: Path | None) -> tuple[int, int, int] | None:
 
 
 def parse_child_output(stdout: str, stderr: str, returncode: int) -> QueryResult:
-    """Turn the child's JSON line into a result; anything else becomes a clear error."""
+    """Turn the child's JSON lines (a head, one line per row, an end line) into a result;
+    anything else (no end line: the child died midway) becomes a clear error."""
+    head: dict[str, Any] = {}
+    rows: list[tuple[Any, ...]] = []
+    end: dict[str, Any] | None = None
     try:
-        data = json.loads(stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        for line in stdout.splitlines():
+            data = json.loads(line)
+            if "row" in data:
+                rows.append(tuple(data["row"]))
+            elif "end" in data:
+                end = data
+            else:
+                head = data
+    except (ValueError, TypeError):
+        end = None
+    if head.get("error"):
+        return QueryResult(error=str(head["error"]))
+    if end is None:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return QueryResult(error=f"query process failed (exit {returncode}): {tail}")
-    return QueryResult(columns=tuple(data.get("columns", ())), types=tuple(data.get("types", ())),
-                       rows=tuple(tuple(r) for r in data.get("rows", ())),
-                       truncated=bool(data.get("truncated")), error=data.get("error"))
+    return QueryResult(columns=tuple(head.get("columns", ())), types=tuple(head.get("types", ())),
+                       rows=tuple(rows), truncated=bool(end.get("truncated")),
+                       cells_cut=int(end.get("cells_cut", 0)))
 
 
 @dataclass(frozen=True)
@@ -232,14 +260,34 @@ WHERE table_catalog = current_database() AND {where}
 ORDER BY table_schema, table_name, ordinal_position"""
 
 
-def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
-    """Child side: open read-only (retrying while dbt holds the lock) and fetch max_rows + 1."""
+def _cut(value: Any) -> tuple[Any, bool]:
+    """A JSON-ready cell, shortened to :data:`MAX_CELL` characters (numbers, booleans and NULL
+    as they are)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value, False
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= MAX_CELL:
+        return text, False
+    return f"{text[:MAX_CELL]}… [{len(text)} characters]", True
+
+
+def _execute(request: Mapping[str, Any], out: TextIO) -> None:
+    """Child side: open read-only (retrying while dbt holds the lock) and write the result as
+    JSON lines: the head (columns and types, or an error), one line per row as it is fetched
+    (cells cut to :data:`MAX_CELL`), and an end line, stopping at ``max_rows`` or
+    :data:`MAX_OUTPUT` bytes. Streaming keeps a wide result from being one line too big to
+    read back."""
     import duckdb
 
     from spider2local.workspace.guard import OutsideWorkspace, opened_by_us, workspace_file
 
     database = Path(request["database"])
     root = Path(request["root"]) if request.get("root") else None
+
+    def emit(data: Mapping[str, Any]) -> int:
+        line = json.dumps(data, default=str) + "\n"
+        out.write(line)
+        return len(line)
 
     def connect() -> duckdb.DuckDBPyConnection:
         start = request.get("start")
@@ -266,36 +314,52 @@ def _execute(request: Mapping[str, Any]) -> dict[str, Any]:
             workspace_file(root, database)
         con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))
     except FileNotFoundError:
-        return {"error": f"the task database {database.name} does not exist (dbt creates it; "
-                         "was it deleted?)"}
+        emit({"error": f"the task database {database.name} does not exist (dbt creates it; "
+                       "was it deleted?)"})
+        return
     except OutsideWorkspace as exc:
-        return {"error": f"refused: {exc}"}
+        emit({"error": f"refused: {exc}"})
+        return
     except DatabaseLocked:
-        return {"error": "the database is locked by another process (probably a running "
-                         "dbt command); wait for it to finish and query again"}
+        emit({"error": "the database is locked by another process (probably a running "
+                       "dbt command); wait for it to finish and query again"})
+        return
     except duckdb.Error as exc:  # corrupt, unreadable: say what DuckDB said, at once
-        return {"error": f"cannot open the database: {exc}"}
+        emit({"error": f"cannot open the database: {exc}"})
+        return
     if root is not None and opened_by_us(root, database) is False:  # swapped after the check
         con.close()
-        return {"error": f"refused: {database} was replaced while being opened"}
+        emit({"error": f"refused: {database} was replaced while being opened"})
+        return
     try:
         cursor = con.execute(request["sql"])
         if cursor.description is None:
-            return {"columns": [], "rows": []}
-        limit = int(request["max_rows"])
-        rows = cursor.fetchmany(limit + 1)
-        return {"columns": [d[0] for d in cursor.description],
-                "types": [str(d[1]) for d in cursor.description],
-                "rows": [list(r) for r in rows[:limit]], "truncated": len(rows) > limit}
+            emit({"columns": [], "types": []})
+            emit({"end": True})
+            return
+        emit({"columns": [d[0] for d in cursor.description],
+              "types": [str(d[1]) for d in cursor.description]})
+        limit, written, cut, count = int(request["max_rows"]), 0, 0, 0
+        truncated = False
+        while (row := cursor.fetchone()) is not None:
+            if count >= limit or written >= MAX_OUTPUT:
+                truncated = True
+                break
+            cells = [_cut(v) for v in row]
+            cut += sum(c for _, c in cells)
+            written += emit({"row": [v for v, _ in cells]})
+            count += 1
+        emit({"end": True, "truncated": truncated, "cells_cut": cut})
     except duckdb.Error as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        emit({"error": f"{type(exc).__name__}: {exc}"})
     finally:
         con.close()
 
 
 def _main() -> None:
     request = json.loads(sys.stdin.read())
-    print(json.dumps(_execute(request), default=str))
+    _execute(request, sys.stdout)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ never a guess.
 Facts measured with CLI 2.1.x (tests/agents/claude/test_session.py checks them against a fake
 API): a session's ``ResultMessage.model_usage`` is cumulative over the whole session, subagents
 included; ``num_turns`` counts the main agent's API turns of that one query; assistant messages
-carry their input and cache tokens as they stream, but not yet their output tokens.
+carry their input and cache tokens as they stream, but not yet their output tokens; the CLI
+streams raw API events of the main agent only (not of subagents).
 """
 
 from __future__ import annotations
@@ -101,52 +102,118 @@ def tokens_from_model_usage(entry: Mapping[str, Any]) -> dict[str, int]:
 
 
 class UsageTracker:
-    """Folds the session's messages into a :class:`Usage` that is right at every moment.
+    """Folds the session's messages into a :class:`Usage` that is right at every moment; the one
+    owner of a Claude session's turns, tokens and cost.
 
-    Settled numbers come from result messages (authoritative, cumulative per session); between
-    two results, streamed assistant messages add a provisional count (turns, input and cache
-    tokens; each API message once, though the CLI sends one SDK message per content block).
+    Turns are API calls that got an answer: one per assistant message id (the CLI sends one SDK
+    message per content block, so a reply with three parallel tool calls is still one turn; the
+    CLI's ``num_turns`` counts blocks and is not used). The main agent's and the subagents'
+    (the verifier's) calls are counted apart. A failed call (an HTTP error, the CLI's synthetic
+    "API Error" message) and a call cut before any content are not turns.
+
+    Tokens: settled numbers come from result messages (``model_usage``, authoritative and
+    cumulative per session, subagents included); messages not yet covered by a result add a live
+    count. For the main agent the live count follows the raw stream events (the SDK's
+    ``include_partial_messages``): ``message_start`` brings the input and cache tokens (so a
+    stalled call keeps them), ``message_delta`` the final output tokens (an assistant message
+    carries only the first, partial output count). Subagent calls are not streamed to the SDK
+    (measured): their live count comes from their assistant messages.
     """
 
     def __init__(self) -> None:
         self._settled: dict[str, dict[str, int]] = {}
-        self._settled_turns = 0
-        self._live: dict[str, dict[str, int]] = {}
-        self._live_turns = 0
-        self._seen: set[str] = set()
+        self._messages: dict[str, tuple[str, dict[str, int]]] = {}
+        """message id -> (model, tokens) of every API message seen, in arrival order."""
+        self._covered: set[str] = set()
+        """Message ids whose tokens the last result's ``model_usage`` already holds."""
+        self._answered: dict[str, bool] = {}
+        """message id -> main agent? for the calls that produced an assistant message."""
+        self._last_of: dict[str, str] = {}
+        """subagent's parent_tool_use_id -> id of its last assistant message."""
+        self._asked_tools: set[str] = set()
+        """Message ids that asked for a tool (the agent goes on after them)."""
+        self._unseen_finals = 0
+        """Subagents' final answers the CLI did not pass on as messages (see on_subagent_done)."""
+        self._streaming: dict[str | None, str] = {}
+        """parent_tool_use_id -> id of the message being streamed for that agent."""
         self._reported: float | None = None
 
-    def on_assistant(self, model: str, message_id: str | None, usage: Mapping[str, Any] | None,
-                     *, main: bool) -> None:
-        if message_id is None or message_id in self._seen or model.startswith("<"):
-            return
-        self._seen.add(message_id)
-        self._live_turns += int(main)
-        live = self._live.setdefault(model, dict.fromkeys(TOKEN_KEYS, 0))
-        usage = usage or {}
-        live["input_tokens"] += int(usage.get("input_tokens", 0) or 0)
-        live["output_tokens"] += int(usage.get("output_tokens", 0) or 0)
-        live["cache_read_tokens"] += int(usage.get("cache_read_input_tokens", 0) or 0)
-        live["cache_creation_tokens"] += int(usage.get("cache_creation_input_tokens", 0) or 0)
+    def _tokens(self, message_id: str, model: str) -> dict[str, int]:
+        if message_id not in self._messages:
+            self._messages[message_id] = (model, dict.fromkeys(TOKEN_KEYS, 0))
+        return self._messages[message_id][1]
 
-    def on_result(self, num_turns: int, model_usage: Mapping[str, Any] | None,
+    @staticmethod
+    def _merge(tokens: dict[str, int], usage: Mapping[str, Any]) -> None:
+        """Raise each count to what ``usage`` reports (the API's counts are cumulative per
+        message, so the larger one is the later one)."""
+        for key, wire in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                          ("cache_read_tokens", "cache_read_input_tokens"),
+                          ("cache_creation_tokens", "cache_creation_input_tokens")):
+            value = usage.get(wire)
+            if isinstance(value, int) and value > tokens[key]:
+                tokens[key] = value
+
+    def on_stream_event(self, event: Mapping[str, Any], parent_tool_use_id: str | None) -> None:
+        """A raw API stream event (``StreamEvent.event``)."""
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            message_id = message.get("id")
+            if not isinstance(message_id, str):
+                return
+            self._streaming[parent_tool_use_id] = message_id
+            tokens = self._tokens(message_id, str(message.get("model") or "unknown"))
+            self._merge(tokens, message.get("usage") or {})
+        elif kind == "message_delta":
+            message_id = self._streaming.get(parent_tool_use_id)
+            if message_id is not None and message_id in self._messages:
+                self._merge(self._messages[message_id][1], event.get("usage") or {})
+
+    def on_assistant(self, model: str, message_id: str | None, usage: Mapping[str, Any] | None,
+                     *, main: bool, parent: str | None = None, tool_use: bool = False) -> None:
+        """An assistant message (one per content block; ``tool_use``: this block asks for a
+        tool; ``parent``: the subagent's tool_use id). ``<synthetic>`` messages are the CLI's
+        own (an API error shown as text): no API call answered them."""
+        if message_id is None or model.startswith("<"):
+            return
+        self._answered.setdefault(message_id, main)
+        if tool_use:
+            self._asked_tools.add(message_id)
+        if parent is not None:
+            self._last_of[parent] = message_id
+        self._merge(self._tokens(message_id, model), usage or {})
+
+    def on_subagent_done(self, parent: str) -> None:
+        """A subagent finished well. A subagent run in the foreground ends with an API call
+        whose text is its report; the CLI returns that as the tool result and never passes it
+        on as an assistant message (measured). If the last message seen of that subagent asked
+        for a tool (or none was seen), that final call was made and is counted here."""
+        last = self._last_of.pop(parent, None)
+        if last is None or last in self._asked_tools:
+            self._unseen_finals += 1
+
+    def on_result(self, model_usage: Mapping[str, Any] | None,
                   total_cost_usd: float | None) -> None:
-        self._settled_turns += num_turns
         if model_usage:
             self._settled = {model: tokens_from_model_usage(entry)
                              for model, entry in model_usage.items()}
+            self._covered = set(self._messages)
         if total_cost_usd is not None:
             self._reported = total_cost_usd
-        self._live, self._live_turns = {}, 0
 
     def usage(self) -> Usage:
         by_model: dict[str, dict[str, int]] = {m: dict(t) for m, t in self._settled.items()}
-        for model, tokens in self._live.items():
+        for message_id, (model, tokens) in self._messages.items():
+            if message_id in self._covered:
+                continue
             merged = by_model.setdefault(model, dict.fromkeys(TOKEN_KEYS, 0))
             for key in TOKEN_KEYS:
                 merged[key] = merged.get(key, 0) + tokens[key]
+        main_turns = sum(self._answered.values())
         return Usage(
-            turns=self._settled_turns + self._live_turns,
+            turns=main_turns,
+            subagent_turns=len(self._answered) - main_turns + self._unseen_finals,
             input_tokens=sum(t["input_tokens"] for t in by_model.values()),
             output_tokens=sum(t["output_tokens"] for t in by_model.values()),
             cache_read_tokens=sum(t["cache_read_tokens"] for t in by_model.values()),

@@ -16,7 +16,9 @@ deadline still reports what it spent; on the way out every process of the sessio
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -30,6 +32,9 @@ from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
     ResultMessage,
+    StreamEvent,
+    SystemMessage,
+    TaskNotificationMessage,
     ThinkingConfig,
     ToolResultBlock,
     ToolUseBlock,
@@ -51,6 +56,7 @@ from spider2local.agents.claude.support import (
 from spider2local.agents.registry import Capabilities
 from spider2local.exceptions import AgentError
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.launcher import Launcher
 from spider2local.sandbox.spec import agent_spec
@@ -67,6 +73,36 @@ DISALLOWED = ("WebFetch", "WebSearch")
 MAX_BUFFER = 64 * 1024 * 1024
 """A tool result with a wide table can exceed the SDK's default 1 MB message buffer (measured)."""
 DISCONNECT_WAIT = 15.0
+API_RETRY = "api_retry"
+"""Subtype of the CLI's system message announcing a retry of a failed API call (measured)."""
+
+log = logging.getLogger(__name__)
+_TASK_LOG: contextvars.ContextVar[Transcript | None] = contextvars.ContextVar(
+    "spider2local_claude_task_log", default=None)
+
+
+class _SdkLogToTaskLog(logging.Handler):
+    """Where the SDK's own log records go: the transcript of the session that caused them (the
+    SDK's reader task inherits the session's context) and our log at debug, never the console.
+
+    Why: a session cut at its deadline makes the SDK log "Fatal error in message reader:
+    Command failed with exit code 143" at error level; the kill was ours and the task's result
+    already says timeout, so on the console it is only noise in the progress lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        transcript = _TASK_LOG.get()
+        if transcript is not None:
+            transcript.append("sdk_log", {"level": record.levelname, "logger": record.name,
+                                          "message": message})
+        log.debug("%s %s: %s", record.name, record.levelname, message)
+
+
+def _route_sdk_logs() -> None:
+    sdk_logger = logging.getLogger("claude_agent_sdk")
+    if not any(isinstance(h, _SdkLogToTaskLog) for h in sdk_logger.handlers):
+        sdk_logger.addHandler(_SdkLogToTaskLog())
+    sdk_logger.propagate = False
 
 
 def bundled_cli() -> Path:
@@ -145,10 +181,13 @@ class ClaudeAgent:
 
     def __init__(self, *, cli_path: str | Path | None = None,
                  query_limits: QueryLimits | None = None,
-                 max_buffer_size: int = MAX_BUFFER) -> None:
+                 max_buffer_size: int = MAX_BUFFER, background_tasks: bool = False) -> None:
         self.cli_path = cli_path
         self.query_limits = query_limits
         self.max_buffer_size = max_buffer_size
+        self.background_tasks = background_tasks
+        """Let the CLI run the verifier in the background (its default; off here, see
+        :data:`~.support.SYNC_SUBAGENTS`): how tests reach that path."""
 
     def options(self, ctx: AgentContext, service: QueryService, env: dict[str, str],
                 cli_path: str | Path | None) -> ClaudeAgentOptions:
@@ -170,13 +209,17 @@ class ClaudeAgent:
             mcp_servers={SERVER: database_server(service)},
             agents={prompts.VERIFIER: verifier}, disallowed_tools=list(DISALLOWED),
             max_buffer_size=self.max_buffer_size, cli_path=cli_path,
+            include_partial_messages=True,  # raw stream events: final output tokens (pricing)
             stderr=lambda line: ctx.transcript.append("cli_stderr", line))
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         marker = uuid.uuid4().hex
         state, tracker = SessionState(), UsageTracker()
         service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
-        env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker)
+        env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
+                      background_tasks=self.background_tasks)
+        _route_sdk_logs()
+        _TASK_LOG.set(ctx.transcript)
         launcher = self._launcher(ctx, env) if ctx.isolation == IsolationMode.NAMESPACE \
             else None
         cli_path = launcher.path if launcher is not None else self.cli_path
@@ -199,7 +242,7 @@ class ClaudeAgent:
                     launcher.remove()
                 ctx.meter.set(tracker.usage())
         return AgentOutcome(usage=tracker.usage(), error=state.error,
-                            infrastructure=state.infrastructure, verified=state.verifier_ran)
+                            infrastructure=state.infrastructure, verified=state.verified)
 
     def _launcher(self, ctx: AgentContext, env: dict[str, str]) -> Launcher:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
@@ -225,18 +268,34 @@ class ClaudeAgent:
 
     async def _exchange(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
                         tracker: UsageTracker, prompt: str) -> None:
+        """Send ``prompt`` and read until the session rests: a result message with no
+        background verifier still owing its report (see :meth:`SessionState.waiting`)."""
         ctx.transcript.append("prompt", prompt)
         await client.query(prompt)
-        async for message in client.receive_response():
-            ctx.transcript.append(type(message).__name__, _payload(message))
-            self._observe(message, state, tracker)
-            ctx.meter.set(tracker.usage())
+        while True:
+            async for message in client.receive_response():
+                if not isinstance(message, StreamEvent):  # token deltas: counted, not logged
+                    ctx.transcript.append(type(message).__name__, _payload(message))
+                self._observe(message, ctx, state, tracker)
+                ctx.meter.set(tracker.usage())
+            if not state.waiting():
+                return
+            ctx.transcript.append("waiting", "a background verifier report is due")
 
     @staticmethod
-    def _observe(message: Any, state: SessionState, tracker: UsageTracker) -> None:
-        if isinstance(message, AssistantMessage):
-            tracker.on_assistant(message.model, message.message_id, message.usage,
-                                 main=message.parent_tool_use_id is None)
+    def _observe(message: Any, ctx: AgentContext, state: SessionState,
+                 tracker: UsageTracker) -> None:
+        if isinstance(message, StreamEvent):
+            tracker.on_stream_event(message.event, message.parent_tool_use_id)
+        elif isinstance(message, AssistantMessage):
+            main = message.parent_tool_use_id is None
+            tracker.on_assistant(message.model, message.message_id, message.usage, main=main,
+                                 parent=message.parent_tool_use_id,
+                                 tool_use=any(isinstance(b, ToolUseBlock)
+                                              for b in message.content))
+            if main and not message.model.startswith("<"):
+                state.on_main_answer()
+                ctx.meter.note(None)
             for block in message.content:
                 if isinstance(block, ToolUseBlock):
                     state.on_tool_use(block.id, block.name, block.input)
@@ -245,9 +304,24 @@ class ClaudeAgent:
                 if isinstance(item, ToolResultBlock):
                     state.on_tool_result(item.tool_use_id, _text(item.content),
                                          bool(item.is_error))
+        elif isinstance(message, TaskNotificationMessage):
+            if message.tool_use_id is not None and message.status == "completed" \
+                    and message.data.get("task_type") in (None, "local_agent"):
+                tracker.on_subagent_done(message.tool_use_id)
+            state.on_task_notification(message.tool_use_id, str(message.status),
+                                       message.summary or "")
+        elif isinstance(message, SystemMessage) and message.subtype == API_RETRY:
+            ctx.meter.note(_retry_note(message.data))
         elif isinstance(message, ResultMessage):
-            tracker.on_result(message.num_turns, message.model_usage, message.total_cost_usd)
+            tracker.on_result(message.model_usage, message.total_cost_usd)
+            ctx.meter.note(None)
             if message.is_error:
                 state.on_error_result(message.subtype, message.api_error_status,
                                       message.result or "; ".join(message.errors or []))
+
+
+def _retry_note(data: dict[str, Any]) -> str:
+    """``API 529, retry 1/2`` for the progress line: a dead API must not look like work."""
+    status = data.get("error_status") or data.get("error") or "error"
+    return f"API {status}, retry {data.get('attempt', '?')}/{data.get('max_retries', '?')}"
 

@@ -33,6 +33,18 @@ QUIET_ENV: Mapping[str, str] = {
 """Offline, reproducible sessions: no update checks, telemetry or surveys; and MCP tools listed
 directly in the request instead of being deferred behind a tool search (measured)."""
 
+CLI_MAX_RETRIES = 2
+"""The CLI's own retries of a failing API call (``CLAUDE_CODE_MAX_RETRIES``; a user's value
+wins). Its default retries a 429/5xx/529 about ten times over some 200 s inside the task's
+deadline, so an outage scored as a timeout and the runner's retry never applied (measured);
+two short retries (about 2 s) ride out a blip and leave a real outage to the runner's policy
+(:mod:`spider2local.run.retry`: a fresh attempt with backoff, infrastructure if it persists)."""
+SYNC_SUBAGENTS: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
+"""Subagents (the verifier) and Bash commands run in the foreground, whatever the model asks
+(measured: the Agent tool then returns the report itself). A background verifier's report
+comes later as a notification and background sessions have been seen never to end; the
+session still reads a background report correctly (see :class:`SessionState`)."""
+
 INFRA_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """HTTP statuses of a failing API call that a later retry can fix."""
 AGENT_TOOLS = ("Agent", "Task")
@@ -44,7 +56,8 @@ CLAUDE_PASS_ENV = (*CREDENTIAL_VARS, "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN
 """The runner's variables the CLI itself needs: credentials and how to reach the API."""
 
 
-def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[str, str]:
+def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
+            background_tasks: bool = False) -> dict[str, str]:
     """The CLI's environment: the workspace env (the allow-list of
     :func:`spider2local.workspace.prepare.workspace_env`: shim first on PATH, clock settings,
     HOME and TMPDIR inside the workspace, never LD_PRELOAD), the API settings of
@@ -52,11 +65,16 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str) -> dict[st
 
     The SDK lays ``options.env`` over our own ``os.environ``; every other variable of ours is
     therefore blanked so its value cannot come back that way (see :func:`blanked`).
+    ``background_tasks`` lets the CLI run subagents in the background (tests of that path).
     """
     env = dict.fromkeys(os.environ, "")
     env.update({key: os.environ[key] for key in CLAUDE_PASS_ENV if key in os.environ})
     env.update(ws_env)
     env.update(QUIET_ENV)
+    if not background_tasks:
+        env.update(SYNC_SUBAGENTS)
+    if not env.get("CLAUDE_CODE_MAX_RETRIES"):
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(CLI_MAX_RETRIES)
     env["CLAUDE_CONFIG_DIR"] = str(config_dir)
     if "TMPDIR" in ws_env:
         env["CLAUDE_CODE_TMPDIR"] = ws_env["TMPDIR"]  # its claude-<uid>/ (measured in the CLI)
@@ -80,9 +98,24 @@ async def sweep(marker: str, grace: float = KILL_GRACE) -> list[int]:
     return list(result.signalled)
 
 
+ASYNC_LAUNCH = "Async agent launched"
+"""How the CLI's tool result for a subagent started in the background begins (measured, CLI
+2.1.x): an acknowledgement, not the subagent's report."""
+API_ERROR_TEXT = "API Error"
+"""How the CLI's text for a failed API call begins (its synthetic assistant message and the
+result): a 5xx, or a malformed or truncated response it could not recover from."""
+
+
 @dataclass
 class SessionState:
-    """What the session did that the runner-side guarantees depend on."""
+    """What the session did that the runner-side guarantees depend on.
+
+    The verifier's report arrives one of two ways (both measured): run synchronously, as the
+    Agent tool's result; run in the background (the CLI's default for the Agent tool), the tool
+    result is only "Async agent launched ..." and the report comes later in a task notification
+    (``TaskNotificationMessage.summary``), after which the CLI gives the main agent one more
+    turn of its own, or folds the notification into a turn still running.
+    """
 
     verifier_ran: bool = False
     last_verdict: bool | None = None
@@ -90,17 +123,51 @@ class SessionState:
     error: str | None = None
     infrastructure: bool = False
     pending: frozenset[str] = frozenset()
-    """tool_use ids of verifier calls whose result has not arrived yet."""
+    """tool_use ids of verifier calls whose report has not arrived yet."""
+    background: frozenset[str] = frozenset()
+    """Of those, the ones the CLI runs in the background (their report comes as a notification)."""
+    notified: bool = False
+    """A background report arrived and the main agent has not answered since: the CLI will
+    give it a turn of its own, ending in another result."""
+
+    @property
+    def verified(self) -> bool:
+        """The last verifier report said PASS."""
+        return self.verifier_ran and self.last_verdict is True
+
+    def waiting(self) -> bool:
+        """The session is not over at a result message: a background verifier still owes its
+        report, or a report arrived that the main agent has yet to answer."""
+        return self.error is None and (bool(self.background) or self.notified)
 
     def on_tool_use(self, tool_id: str, name: str, arguments: Mapping[str, Any]) -> None:
         if name in AGENT_TOOLS and arguments.get("subagent_type") == prompts.VERIFIER:
             self.pending = self.pending | {tool_id}
 
+    def on_main_answer(self) -> None:
+        """The main agent answered (an API call of its own completed)."""
+        self.notified = False
+
     def on_tool_result(self, tool_id: str, text: str, is_error: bool) -> None:
         if tool_id not in self.pending:
             return
+        if not is_error and text.lstrip().startswith(ASYNC_LAUNCH):
+            self.background = self.background | {tool_id}
+            return
+        self._report(tool_id, text, ok=not is_error)
+
+    def on_task_notification(self, tool_id: str | None, status: str, summary: str) -> None:
+        """A task ended; for a verifier call still owing its report, this is the report."""
+        if tool_id is None or tool_id not in self.pending:
+            return
+        if tool_id in self.background:
+            self.notified = True
+        self._report(tool_id, summary, ok=status == "completed")
+
+    def _report(self, tool_id: str, text: str, *, ok: bool) -> None:
         self.pending = self.pending - {tool_id}
-        if not is_error:
+        self.background = self.background - {tool_id}
+        if ok:
             self.verifier_ran = True
             self.last_report = text
             self.last_verdict = prompts.parse_verdict(text)
@@ -112,8 +179,11 @@ class SessionState:
         elif subtype == "error_max_budget_usd":
             self.error = "the agent reached its budget limit"
         else:
-            self.infrastructure = status is not None and (status in INFRA_STATUSES
-                                                          or status >= 500)
+            # A malformed or truncated response ends with subtype success, no status and the
+            # text "API Error: ..." (measured): an API fault like a 5xx, not the agent's.
+            self.infrastructure = (status is not None and (status in INFRA_STATUSES
+                                                           or status >= 500)) \
+                or (status is None and text.lstrip().startswith(API_ERROR_TEXT))
             where = f"API error {status}: " if status else f"{subtype}: "
             self.error = where + (text.strip().splitlines() or ["no details"])[0][:300]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import shutil
@@ -195,7 +196,7 @@ def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
     """On the real task: ``start.<table>`` answers with the database as shipped even after the
     agent's build replaced the table; no other file can be attached, the copy cannot be
     written, and the DuckDB layer refuses the same even when the policy is bypassed."""
-    from spider2local.agents.claude.dbtools import _execute, child_request
+    from spider2local.agents.claude.dbtools import _execute, child_request, parse_child_output
     from spider2local.dataset.load import load_dataset
     from spider2local.suite.model import Suite
     from spider2local.workspace.prepare import START_DIR, cleanup_workspace, prepare_workspace
@@ -230,7 +231,10 @@ def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
 
         def raw(sql: str) -> dict[str, object]:  # past the policy, straight to DuckDB
             request = json.loads(child_request(ws.database, sql, 5, 1.0, ws.root, ws.start_copy))
-            return _execute(request)
+            out = io.StringIO()
+            _execute(request, out)
+            got = parse_child_output(out.getvalue(), "", 0)
+            return {"error": got.error, "rows": [list(r) for r in got.rows]}
 
         assert "Permission" in str(raw(f"ATTACH '{gold}' AS g (READ_ONLY)")["error"])
         assert "Permission" in str(raw(f"SELECT * FROM '{gold}'")["error"])
@@ -256,3 +260,25 @@ def test_a_start_copy_replaced_after_the_session_began_is_not_attached(tmp_path:
     assert service.start_copy() is None
     text, is_error = anyio.run(service.query, "SELECT * FROM start.orders")
     assert is_error and "start" in text
+
+
+def test_a_3mb_cell_comes_back_cut_with_a_note(tmp_path: Path) -> None:
+    """The child used to send its whole result as one JSON line; a 3 MB cell overflowed what
+    is read back and the query failed with "query process failed (exit 0): no output"."""
+    ws = make_workspace(tmp_path)
+    service = QueryService.for_workspace(ws, FAKE_DATE)
+
+    async def scenario() -> list[tuple[str, bool]]:
+        return [await service.query("SELECT 7 AS id, repeat('x', 3000000) AS blob, 'end' AS tail"),
+                await service.query("SELECT range AS id, repeat('y', 100000) AS wide "
+                                    "FROM range(100)")]
+    (one, one_err), (many, many_err) = anyio.run(scenario)
+    assert not one_err, one
+    assert "7 | xxxx" in one and "| end" in one
+    assert "1 cell(s) longer than 2000 characters were cut" in one
+    assert len(one) < 5000
+    # Many wide rows: cut at the output budget, said so, never a failed query.
+    assert not many_err, many[:300]
+    assert "cells) longer" in many or "cell(s) longer" in many
+    assert "result cut" in many or "(100 rows)" in many
+    assert audit_lines(ws)[0]["error"] is None

@@ -62,13 +62,15 @@ def test_tracker_is_provisional_between_results_and_settles_on_results() -> None
     tracker.on_assistant("<synthetic>", "err", {"input_tokens": 999}, main=True)
     live = tracker.usage()
     assert (live.turns, live.input_tokens, live.cache_read_tokens) == (1, 150, 5)
+    assert live.subagent_turns == 1
     assert live.cost_usd_reported is None
     model_usage = {"claude-sonnet-4-5": {"inputTokens": 4000, "outputTokens": 400,
                                          "cacheReadInputTokens": 5,
                                          "cacheCreationInputTokens": 7, "costUSD": 0.018}}
-    tracker.on_result(4, model_usage, 0.018)
+    tracker.on_result(model_usage, 0.018)
     settled = tracker.usage()
-    assert (settled.turns, settled.input_tokens, settled.output_tokens) == (4, 4000, 400)
+    # Turns are the API calls answered (the CLI's num_turns counts content blocks).
+    assert (settled.turns, settled.input_tokens, settled.output_tokens) == (1, 4000, 400)
     assert settled.cost_usd_reported == 0.018
     expected = model_cost("claude-sonnet-4-5",
                           tokens_from_model_usage(model_usage["claude-sonnet-4-5"]))
@@ -77,7 +79,31 @@ def test_tracker_is_provisional_between_results_and_settles_on_results() -> None
     tracker.on_assistant("claude-sonnet-4-5", "msg_3", {"input_tokens": 11}, main=True)
     assert tracker.usage().input_tokens == 4011
     model_usage["claude-sonnet-4-5"]["inputTokens"] = 4011
-    tracker.on_result(1, model_usage, 0.019)
+    tracker.on_result(model_usage, 0.019)
     final = tracker.usage()
-    assert (final.turns, final.input_tokens, final.cost_usd_reported) == (5, 4011, 0.019)
+    assert (final.turns, final.input_tokens, final.cost_usd_reported) == (2, 4011, 0.019)
     assert final.by_model["claude-sonnet-4-5"]["input_tokens"] == 4011
+
+
+def _start(message_id: str, **usage: int) -> dict[str, object]:
+    return {"type": "message_start",
+            "message": {"id": message_id, "model": "claude-sonnet-4-5", "usage": usage}}
+
+
+def test_stream_events_keep_final_output_tokens_and_a_stalled_call_s_input() -> None:
+    """Cut at a deadline (no result message): a completed message counts the output tokens of
+    its final ``message_delta``, not the partial count its assistant message carried; a call
+    that stalled after ``message_start`` keeps its input tokens and is not a turn."""
+    tracker = UsageTracker()
+    tracker.on_stream_event(_start("m1", input_tokens=100, output_tokens=1,
+                                   cache_read_input_tokens=30), None)
+    tracker.on_assistant("claude-sonnet-4-5", "m1", {"input_tokens": 100, "output_tokens": 1},
+                         main=True)
+    tracker.on_stream_event({"type": "message_delta", "usage": {"output_tokens": 10}}, None)
+    tracker.on_stream_event(_start("m2", input_tokens=120, output_tokens=1), None)
+    usage = tracker.usage()
+    assert (usage.turns, usage.input_tokens, usage.output_tokens,
+            usage.cache_read_tokens) == (1, 220, 11, 30)
+    # A delta of another agent's stream never lands on the main agent's message.
+    tracker.on_stream_event({"type": "message_delta", "usage": {"output_tokens": 99}}, "toolu_x")
+    assert tracker.usage().output_tokens == 11

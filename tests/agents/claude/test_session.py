@@ -27,12 +27,21 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
 from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
+from spider2local.run.retry import should_retry
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
-from spider2local.testing import FakeAnthropic, Hang, HttpError, reply, route_by_system, tool
+from spider2local.testing import (
+    FakeAnthropic,
+    Hang,
+    HttpError,
+    Malformed,
+    reply,
+    route_by_system,
+    tool,
+)
 from spider2local.workspace.prepare import (
     Workspace,
     checkpoint_database,
@@ -167,10 +176,10 @@ def workspace(tmp_path: Path) -> Iterator[Callable[..., AgentContext]]:
         cleanup_workspace(ws)
 
 
-def run_agent(ctx: AgentContext, deadline: float = 120) -> AgentOutcome:
+def run_agent(ctx: AgentContext, deadline: float = 120, **options: Any) -> AgentOutcome:
     async def go() -> AgentOutcome:
         with anyio.fail_after(deadline):
-            return await make_agent("claude").run(ctx)
+            return await make_agent("claude", **options).run(ctx)
     return anyio.run(go)
 
 
@@ -434,3 +443,178 @@ def test_thinking_budget_and_a_prompts_folder_reach_the_api(
         body = fake.conversation_requests("main")[0].body
     assert body.get("thinking", {"type": "disabled"})["type"] == "disabled"
     assert "KIT-B" not in json.dumps(body["system"])
+
+
+def slow(answer: Any, seconds: float = 2.0) -> Callable[[Any], Any]:
+    """A turn answered after ``seconds``: the main agent's turn ends before this one."""
+    def turn(_body: Any) -> Any:
+        time.sleep(seconds)
+        return answer
+    return turn
+
+
+@pytest.mark.slow
+def test_a_background_verifier_s_fail_leads_to_a_fix_round_until_a_later_pass(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """The CLI's default runs the Agent tool in the background: its result is only "Async agent
+    launched", the report arrives later as a task notification, and the CLI then gives the main
+    agent a turn of its own. The launch is not a report; the FAIL is, and asks for a fix."""
+    verify = tool("Agent", description="verify", prompt="Check the models.",
+                  subagent_type="verifier")  # no run_in_background: the CLI's default
+    script = {
+        "main": [reply(verify, input_tokens=10, output_tokens=2),
+                 reply("Waiting for the verifier.", input_tokens=11, output_tokens=2),
+                 reply("The verifier failed the work.", input_tokens=12, output_tokens=2),
+                 reply(verify, input_tokens=13, output_tokens=2),
+                 reply("Waiting again.", input_tokens=14, output_tokens=2),
+                 reply("Verified.", input_tokens=15, output_tokens=2)],
+        "verifier": [slow(reply("- product_sales: 0 rows\nVERDICT: FAIL", input_tokens=5,
+                                output_tokens=1)),
+                     slow(reply("VERDICT: PASS", input_tokens=6, output_tokens=1))],
+    }
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env(), verify_rounds=1)
+        outcome = run_agent(ctx, background_tasks=True)
+        main = fake.conversation_requests("main")
+        verifier = fake.conversation_requests("verifier")
+    launched = [t for r in main for t in r.tool_results().values() if "Async agent" in t]
+    assert launched, "the verifier did not run in the background: the test lost its point"
+    assert outcome.error is None and outcome.verified is True
+    fix = [i for i, r in enumerate(main) if "last verdict was FAIL" in last_user_text(r.body)]
+    assert len(fix) == 1 and "- product_sales: 0 rows" in last_user_text(main[fix[0]].body)
+    assert fix[0] == 3 and len(main) == 6 and len(verifier) == 2
+    assert outcome.usage.turns == 6 and outcome.usage.subagent_turns == 2
+
+
+def test_a_background_report_counts_only_when_it_arrives() -> None:
+    state = SessionState()
+    state.on_tool_use("t1", "Agent", {"subagent_type": "verifier"})
+    state.on_tool_result("t1", "Async agent launched successfully.\nagentId: a1", False)
+    assert not state.verifier_ran and state.waiting() and not state.verified
+    state.on_task_notification("t1", "completed", "- x: wrong\nVERDICT: FAIL")
+    assert state.verifier_ran and state.last_verdict is False and not state.verified
+    assert state.waiting(), "the CLI gives the main agent a turn for the report"
+    state.on_main_answer()
+    assert not state.waiting()
+    follow = state.follow_up()
+    assert follow is not None and "- x: wrong" in follow
+    state.on_tool_use("t2", "Agent", {"subagent_type": "verifier"})
+    state.on_tool_result("t2", "Async agent launched successfully.", False)
+    state.on_task_notification("t2", "failed", "crashed")
+    assert state.last_verdict is False and not state.verified and not state.background
+
+
+@pytest.mark.slow
+def test_a_malformed_first_response_is_infrastructure_and_retried(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """A cut stream, then a body that is not JSON on the CLI's non-streaming retry: the CLI
+    ends with subtype success and "API Error: ..." text. No turn was done: retry it."""
+    with FakeAnthropic([Malformed(repeat=True)], route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+        outcome = run_agent(ctx, deadline=60)
+        answers = {r.answer for r in fake.conversation_requests("main")}
+    assert answers == {"malformed"}
+    assert outcome.infrastructure is True, outcome.error
+    assert outcome.error is not None and "API Error" in outcome.error
+    assert outcome.usage.turns == 0
+    assert should_retry(outcome, False, attempts=1, retries=2)
+
+
+@pytest.mark.slow
+def test_turns_are_the_api_calls_served_with_parallel_tool_calls(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    """The CLI's num_turns counts content blocks (4 for these 2 calls, measured); turns are
+    the API calls the fake served, the verifier's counted apart."""
+    calls = [tool("Bash", command=f"echo {i}") for i in range(3)]
+    verify = tool("Agent", description="verify", prompt="Check.", subagent_type="verifier",
+                  run_in_background=False)
+    script = {"main": [reply("Three at once.", *calls, input_tokens=10, output_tokens=7),
+                       reply("Two more.", *calls[:2], verify, input_tokens=11, output_tokens=8),
+                       reply("Done.", input_tokens=12, output_tokens=9)],
+              "verifier": [reply(tool("Read", file_path="dbt_project.yml"), tool("Glob",
+                                 pattern="models/*"), input_tokens=5, output_tokens=3),
+                           reply("VERDICT: PASS", input_tokens=6, output_tokens=4)]}
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+        outcome = run_agent(ctx)
+        served = {name: sum(r.answer == "scripted" for r in fake.conversation_requests(name))
+                  for name in ("main", "verifier")}
+        totals = fake.totals()
+    assert outcome.error is None and outcome.verified is True
+    assert served == {"main": 3, "verifier": 2}
+    assert (outcome.usage.turns, outcome.usage.subagent_turns) == (3, 2)
+    assert ctx.meter.usage.turns == 3
+    assert outcome.usage.output_tokens == totals["output_tokens"]
+    results = [json.loads(line)["data"] for line in ctx.transcript.path.read_text().splitlines()
+               if json.loads(line)["kind"] == "ResultMessage"]
+    assert sum(r["num_turns"] for r in results) != 3, "the CLI's count is the wrong one"
+
+
+@pytest.mark.slow
+def test_a_timeout_keeps_final_output_tokens_and_the_stalled_call_s_input(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext]) -> None:
+    from spider2local.testing.script import StallAfterStart
+
+    script = [reply(tool("Bash", command="echo 1"), input_tokens=70, output_tokens=10),
+              StallAfterStart(input_tokens=90)]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        ctx = workspace(sample_task("bakery001"), fake.env())
+
+        async def go() -> None:
+            with anyio.fail_after(60) as deadline:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(make_agent("claude").run, ctx)
+                    while not any(r.answer == "hang" for r in fake.requests):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                    await anyio.sleep(1.0)
+                    deadline.deadline = anyio.current_time()
+
+        with pytest.raises(TimeoutError):
+            anyio.run(go)
+    usage = ctx.meter.usage
+    assert (usage.turns, usage.input_tokens, usage.output_tokens) == (1, 160, 10)
+
+
+def spider2local_run(tmp_path: Path, env: dict[str, str], *args: str,
+                     timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spider2local", "run", "--agent", "claude",
+                           "--runs-dir", str(tmp_path / "runs"), *args],
+                          env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def only_result(tmp_path: Path) -> dict[str, Any]:
+    found = list((tmp_path / "runs").rglob("result.json"))
+    assert len(found) == 1, found
+    return dict(json.loads(found[0].read_text()))
+
+
+@pytest.mark.slow
+def test_a_persistent_529_is_infrastructure_after_the_runner_s_retries(tmp_path: Path) -> None:
+    """The CLI's own retries are bounded, so a dead API under --timeout 120 is not a timeout:
+    the runner retries, then records infrastructure; the retries show in the progress lines."""
+    with FakeAnthropic([HttpError(529, repeat=True)], route=ROUTE) as fake:
+        started = time.monotonic()
+        proc = spider2local_run(tmp_path, fake.env(), "--timeout", "120", "--retries", "1",
+                                "bakery001")
+        elapsed = time.monotonic() - started
+        answered = [r.answer for r in fake.conversation_requests("main")]
+    result = only_result(tmp_path)
+    assert result["status"] == "error", (result, proc.stderr[-2000:])
+    assert result["error"]["kind"] == "infrastructure" and "529" in result["error"]["message"]
+    assert result["attempts"] == 2 and elapsed < 100, elapsed
+    assert set(answered) == {"error 529"} and len(answered) == 2 * 3  # 1 call + 2 CLI retries
+    assert "API 529, retry 1/2" in proc.stderr and "API 529, retry 2/2" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_session_cut_at_its_deadline_says_nothing_of_the_sdk_on_the_console(
+        tmp_path: Path) -> None:
+    with FakeAnthropic([reply(tool("Bash", command="echo hi"), input_tokens=5), Hang()],
+                       route=ROUTE) as fake:
+        proc = spider2local_run(tmp_path, fake.env(), "--timeout", "8", "--retries", "0",
+                                "bakery001")
+    result = only_result(tmp_path)
+    assert result["status"] == "timeout", (result, proc.stderr[-2000:])
+    assert "Fatal error in message reader" not in proc.stderr, proc.stderr
+    assert "claude_agent_sdk" not in proc.stderr, proc.stderr
