@@ -197,7 +197,8 @@ POSITIVE_FINITE = PositiveFinite()
 @click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
-@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
+@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
+                                "its recorded options for those not given.")
 @click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
 @click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
@@ -218,7 +219,15 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     from spider2local.dataset.load import load_dataset
     from spider2local.run.plan import plan_run
 
-    suite = _globals().load_suite()
+    g = _globals()
+    if run_id is not None and g.suite is None and g.dataset is None:
+        from spider2local.run.folder import RunFolder
+        from spider2local.run.rescore import run_dataset_source
+
+        existing = RunFolder.at(runs_dir, run_id)
+        if existing.read_manifest() is not None:  # a resume: the run's own suite and dataset
+            g.suite, g.dataset = run_dataset_source(existing)
+    suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,

@@ -117,3 +117,45 @@ def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
     manifest = folder.read_manifest()
     assert manifest is not None and [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
     assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]
+
+
+def test_remembered_options_come_from_the_manifest() -> None:
+    from spider2local.run.resume import remembered
+
+    manifest = {**BASE, "agent": "replay", "agent_options": {"replay_dir": "/r"},
+                "tasks": [{"id": "b"}, {"id": "a"}],
+                "selection": {"ids": None, "subset": "smoke", "shard": "1/2", "limit": None},
+                "settings": {**BASE["settings"], "isolation": "not-needed", "keep_db": True}}
+    got = remembered(manifest)
+    # the union of what the run selected, whatever request chose it first
+    assert (got["ids"], got["subset"], got["shard"]) == (["a", "b"], None, None)
+    assert got["replay_dir"] == "/r" and got["agent"] == "replay" and got["keep_db"] is True
+    assert got["isolation"] is None and got["timeout"] == 60.0 and got["jobs"] == 1
+    empty = remembered({**manifest, "tasks": []})  # an empty shard stays empty
+    assert (empty["ids"], empty["subset"], empty["shard"]) == (None, "smoke", "1/2")
+    sandboxed = {**manifest, "settings": {**BASE["settings"], "isolation": "namespace"}}
+    assert remembered(sandboxed)["isolation"] == "namespace"
+    assert remembered(None) == {}
+
+
+def test_plan_takes_the_replay_dir_and_selection_the_run_recorded(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    import json
+
+    from spider2local.run.plan import plan_run
+
+    data = load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1", "t2", "t3")))
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    first = plan_run(data.suite, data, agent="replay", replay_dir=replay, shard="2/2",
+                     runs_dir=tmp_path / "runs", run_id="r", timeout=5.0)
+    assert first.request == {"ids": None, "subset": None, "shard": "2/2", "limit": None}
+    first.folder.create()
+    first.folder.write_manifest({"agent": "replay", "tasks": [{"id": "t2"}],
+                                 "agent_options": {"replay_dir": str(replay)},
+                                 "settings": first.settings.to_json()})
+    again = plan_run(data.suite, data, runs_dir=tmp_path / "runs", run_id="r")
+    assert [t.id for t in again.selection.tasks] == ["t2"]
+    assert again.settings.agent == "replay" and again.settings.timeout == 5.0
+    assert again.agent_options == {"replay_dir": replay.resolve()}
+    assert json.dumps({k: str(v) for k, v in again.agent_options.items()})
