@@ -120,14 +120,31 @@ def _echo_json(data: Any) -> None:
 @cli.command("list")
 @global_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_cmd(as_json: bool) -> None:
+@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+              help="Instead of the tasks: the N shards `run --shard K/N` would run (with "
+                   "--json: a GitHub Actions matrix).")
+@click.option("--subset", help="With --shards: shard this subset (as `run --subset`).")
+def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
-    from spider2local.cli.listing import listing_json, listing_text
+    from spider2local.cli.listing import listing_json, listing_text, shard_matrix, shard_text
     from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
 
     suite = _globals().load_suite()
     data = load_dataset(suite)
+    if subset is not None and shards is None:
+        raise UserError("--subset applies to --shards", fix="add --shards N, or drop --subset")
+    if shards is not None:
+        matrix = shard_matrix(data, shards, subset)
+        if not matrix["include"]:
+            raise UserError(f"no task to shard in subset {subset or 'all'!r}",
+                            path=suite.path, fix="pick a subset that holds tasks")
+        if as_json:
+            click.echo(json.dumps(matrix, separators=(",", ":")))  # one line: $GITHUB_OUTPUT
+        else:
+            click.echo(shard_text(matrix))
+        _echo_dataset_warnings(data)
+        return
     if as_json:
         _echo_json(listing_json(data))
     else:
