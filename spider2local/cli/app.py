@@ -299,6 +299,50 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
 
 @cli.command()
 @global_options
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
+              default="terminal", show_default=True)
+@click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
+def compare(run_a: Path, run_b: Path, fmt: str, force: bool) -> None:
+    """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
+    changes, cost and time deltas. Refuses runs of different datasets."""
+    from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
+    from spider2local.run.folder import open_run_dir
+
+    comparison = compare_runs(open_run_dir(run_a), open_run_dir(run_b), force=force)
+    click.echo(render_compare_markdown(comparison) if fmt == "markdown"
+               else render_compare(comparison))
+
+
+@cli.command()
+@global_options
+@click.argument("runs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--into", required=True, type=click.Path(path_type=Path),
+              help="The merged run folder to create (new or empty).")
+@click.option("--force", is_flag=True,
+              help="Merge runs made with different settings or datasets (recorded in run.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the merged report as JSON.")
+def merge(runs: tuple[Path, ...], into: Path, force: bool, as_json: bool) -> None:
+    """Join run folders (the shards of one run) into one run folder, INTO, that `report`,
+    `score` and `run --run-id` read. Refuses runs of different settings or datasets unless
+    --force; a task finished twice keeps the result that finished last, and says so."""
+    from spider2local.cli.commands import print_report
+    from spider2local.run.folder import RunFolder, check_run_id, open_run_dir
+    from spider2local.run.merge import merge_runs
+
+    check_run_id(into.name)
+    merged = merge_runs([open_run_dir(p) for p in runs], RunFolder(into), force=force)
+    for note in merged.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"merged {len(merged.kept)} finished task(s) from {len(runs)} run folder(s) "
+               f"into {into}", err=True)
+    print_report(merged.into, as_json)
+
+
+@cli.command()
+@global_options
 @click.argument("task_id")
 @click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
                                            "with its code.")

@@ -92,3 +92,20 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
         with suppress(OSError):
             path.unlink(missing_ok=True)
         os.close(fd)  # releases the lock
+
+
+def holder_of(folder: RunFolder) -> str | None:
+    """The pid of the invocation working on ``folder`` now, or ``None`` when none is (a
+    command that only reads a run, such as ``merge``, must not read one still being written).
+    Takes no lock that could block that invocation: a shared one, tried and dropped."""
+    try:
+        fd = os.open(folder.root / LOCK, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: nothing runs (or a read-only copy, which nothing runs)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+    return None

@@ -19,6 +19,7 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
+from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.proc.kill import hurry
@@ -153,6 +154,7 @@ def _start_manifest(plan: RunPlan) -> dict[str, Any]:
                               tasks=_selected(plan), previous=previous, argv=plan.argv)
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
+    manifest["dataset_sha256"] = dataset_fingerprint(plan.dataset_root)
     manifest["selection"] = dict(plan.request) if plan.request is not None else None
     manifest["agent_options"] = {k: str(v) for k, v in plan.agent_options.items()}
     check_resumable(previous, manifest, folder)

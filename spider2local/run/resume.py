@@ -46,6 +46,17 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
 
 
+def dataset_identity(manifest: Mapping[str, Any]) -> Any:
+    """Which dataset a run scored against: the fingerprint of its task and evaluation files
+    (the same on every machine), or its path for a run.json written before it was recorded."""
+    return manifest.get("dataset_sha256") or manifest.get("dataset")
+
+
+SAME_EXPERIMENT: tuple[tuple[str, _Getter], ...] = (*MUST_MATCH, ("dataset", dataset_identity))
+"""What two runs must share for their verdicts to be joined into one run (``merge``): what a
+resume keeps, and the dataset (a resume reads it from the run itself)."""
+
+
 def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """``"name X (run made with Y)"`` for every setting that changed."""
     return [f"{name} {get(current)} (run made with {get(previous)})"
