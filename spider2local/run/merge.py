@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.exceptions import UserError
+from spider2local.integrity import guard
 from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import holder_of, run_lock
@@ -37,10 +38,38 @@ class Merged:
     """What a person must know: tasks found twice (which one was kept), forced differences."""
 
 
+def _scorer(manifest: Mapping[str, Any]) -> Mapping[str, str] | None:
+    found = guard.Fingerprints.from_json(manifest.get("integrity"))
+    return None if found is None else found.sources
+
+
 def experiment_differences(first: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
-    """``"name X (first run: Y)"`` for each setting of :data:`SAME_EXPERIMENT` that differs."""
-    return [f"{name} {get(other)} (first run: {get(first)})"
-            for name, get in SAME_EXPERIMENT if get(first) != get(other)]
+    """``"name X (first run: Y)"`` for each setting of :data:`SAME_EXPERIMENT` that differs,
+    and the package's sources the integrity guard fingerprinted (the scorer's code)."""
+    found = [f"{name} {get(other)} (first run: {get(first)})"
+             for name, get in SAME_EXPERIMENT if get(first) != get(other)]
+    if _scorer(first) != _scorer(other):
+        found.append("scorer sources (package code) differ")
+    return found
+
+
+def _integrity(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
+               kept: Mapping[str, str]) -> dict[str, Any] | None:
+    """The guard's fingerprints of every task (``score RUN_DIR`` checks each task's gold
+    against them), each from the source whose result was kept; ``None`` when a source has
+    none (a run made before fingerprints existed)."""
+    recorded = [guard.Fingerprints.from_json(m.get("integrity")) for m in manifests]
+    if any(r is None for r in recorded):
+        return None
+    tasks: dict[str, guard.TaskFingerprint] = {}
+    for folder, prints in zip(sources, recorded, strict=True):
+        assert prints is not None
+        for tid, fingerprint in prints.tasks.items():
+            if tid not in tasks or kept.get(tid) == str(folder.root):
+                tasks[tid] = fingerprint
+    first = recorded[0]
+    assert first is not None
+    return guard.Fingerprints(first.sources, tasks).to_json()
 
 
 def _when(result: TaskResult) -> dt.datetime:
@@ -127,6 +156,7 @@ def merged_manifest(manifests: Sequence[Mapping[str, Any]], sources: Sequence[Ru
                          "kept": sorted(t for t, src in kept.items() if src == str(f.root))}
                         for f in sources],
         "merge_differences": list(forced),
+        "integrity": _integrity(manifests, sources, kept),
     }
 
 

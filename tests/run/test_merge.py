@@ -135,7 +135,7 @@ def test_three_reference_shards_merge_into_the_unsharded_report(
     for k in (1, 2, 3):
         proc = subprocess.run(
             [sys.executable, "-m", "spider2local", "run", "--agent", "reference", "--jobs", "2",
-             "--shard", f"{k}/3", "--runs-dir", f"s{k}", "--run-id", "x"],
+             "--shard", f"{k}/3", "--keep-db", "--runs-dir", f"s{k}", "--run-id", "x"],
             cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
             env={**__import__("os").environ, **env})
         assert proc.returncode == 0, proc.stderr
@@ -146,3 +146,9 @@ def test_three_reference_shards_merge_into_the_unsharded_report(
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["run_id"] == "x"
     assert _verdicts(tmp_path / "merged" / "x") == _verdicts(reference_run.run_dir)
+    # the merged run.json carries every task's gold fingerprint: score RUN_DIR re-scores all
+    rescored = subprocess.run([sys.executable, "-m", "spider2local", "score", "merged/x"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False,
+                              timeout=300)
+    assert rescored.returncode == 0, rescored.stderr
+    assert "not re-scorable" not in rescored.stderr
