@@ -120,14 +120,31 @@ def _echo_json(data: Any) -> None:
 @cli.command("list")
 @global_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_cmd(as_json: bool) -> None:
+@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+              help="Instead of the tasks: the N shards `run --shard K/N` would run (with "
+                   "--json: a GitHub Actions matrix).")
+@click.option("--subset", help="With --shards: shard this subset (as `run --subset`).")
+def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
-    from spider2local.cli.listing import listing_json, listing_text
+    from spider2local.cli.listing import listing_json, listing_text, shard_matrix, shard_text
     from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
 
     suite = _globals().load_suite()
     data = load_dataset(suite)
+    if subset is not None and shards is None:
+        raise UserError("--subset applies to --shards", fix="add --shards N, or drop --subset")
+    if shards is not None:
+        matrix = shard_matrix(data, shards, subset)
+        if not matrix["include"]:
+            raise UserError(f"no task to shard in subset {subset or 'all'!r}",
+                            path=suite.path, fix="pick a subset that holds tasks")
+        if as_json:
+            click.echo(json.dumps(matrix, separators=(",", ":")))  # one line: $GITHUB_OUTPUT
+        else:
+            click.echo(shard_text(matrix))
+        _echo_dataset_warnings(data)
+        return
     if as_json:
         _echo_json(listing_json(data))
     else:
@@ -206,7 +223,8 @@ POSITIVE_FINITE = PositiveFinite()
 @click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
-@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run.")
+@click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
+                                "its recorded options for those not given.")
 @click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
 @click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
@@ -227,7 +245,15 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     from spider2local.dataset.load import load_dataset
     from spider2local.run.plan import plan_run
 
-    suite = _globals().load_suite()
+    g = _globals()
+    if run_id is not None and g.suite is None and g.dataset is None:
+        from spider2local.run.folder import RunFolder
+        from spider2local.run.rescore import run_dataset_source
+
+        existing = RunFolder.at(runs_dir, run_id)
+        if existing.read_manifest() is not None:  # a resume: the run's own suite and dataset
+            g.suite, g.dataset = run_dataset_source(existing)
+    suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
@@ -282,6 +308,50 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
     sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json, accept_changes))
+
+
+@cli.command()
+@global_options
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
+              default="terminal", show_default=True)
+@click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
+def compare(run_a: Path, run_b: Path, fmt: str, force: bool) -> None:
+    """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
+    changes, cost and time deltas. Refuses runs of different datasets."""
+    from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
+    from spider2local.run.folder import open_run_dir
+
+    comparison = compare_runs(open_run_dir(run_a), open_run_dir(run_b), force=force)
+    click.echo(render_compare_markdown(comparison) if fmt == "markdown"
+               else render_compare(comparison))
+
+
+@cli.command()
+@global_options
+@click.argument("runs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--into", required=True, type=click.Path(path_type=Path),
+              help="The merged run folder to create (new or empty).")
+@click.option("--force", is_flag=True,
+              help="Merge runs made with different settings or datasets (recorded in run.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the merged report as JSON.")
+def merge(runs: tuple[Path, ...], into: Path, force: bool, as_json: bool) -> None:
+    """Join run folders (the shards of one run) into one run folder, INTO, that `report`,
+    `score` and `run --run-id` read. Refuses runs of different settings or datasets unless
+    --force; a task finished twice keeps the result that finished last, and says so."""
+    from spider2local.cli.commands import print_report
+    from spider2local.run.folder import RunFolder, check_run_id, open_run_dir
+    from spider2local.run.merge import merge_runs
+
+    check_run_id(into.name)
+    merged = merge_runs([open_run_dir(p) for p in runs], RunFolder(into), force=force)
+    for note in merged.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"merged {len(merged.kept)} finished task(s) from {len(runs)} run folder(s) "
+               f"into {into}", err=True)
+    print_report(merged.into, as_json)
 
 
 @cli.command()

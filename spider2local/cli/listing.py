@@ -6,6 +6,7 @@ from typing import Any
 
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.report.table import render_table
+from spider2local.run.selection import Shard, select_tasks
 from spider2local.suite.model import DateMethod, DateSource
 
 
@@ -54,3 +55,23 @@ def listing_json(data: Dataset) -> dict[str, Any]:
             "has_solution": t.solution_dir is not None,
         } for t in data.tasks],
     }
+
+
+def shard_matrix(data: Dataset, count: int, subset: str | None = None) -> dict[str, Any]:
+    """The shards of ``run --subset SUBSET --shard K/N``, as a GitHub Actions matrix
+    (``{"include": [{"shard": "K/N", "tasks": n, "ids": [...]}, ...]}``, given to
+    ``strategy.matrix`` through ``fromJSON``). Computed by the selection ``run`` uses, so each
+    matrix job runs exactly its row. Empty shards (more shards than tasks) are left out: a job
+    that selects nothing would still pay for a runner. The object holds only ``include``,
+    as any other key would become a matrix dimension."""
+    rows = []
+    for index in range(1, count + 1):
+        ids = select_tasks(data, subset=subset, shard=Shard(index, count)).ids
+        if ids:
+            rows.append({"shard": f"{index}/{count}", "tasks": len(ids), "ids": list(ids)})
+    return {"include": rows}
+
+
+def shard_text(matrix: dict[str, Any]) -> str:
+    rows = [(r["shard"], r["tasks"], " ".join(r["ids"])) for r in matrix["include"]]
+    return render_table(("shard", "tasks", "ids"), rows, max_width=90)

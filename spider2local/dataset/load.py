@@ -16,6 +16,7 @@ and problems with the files as a whole become warnings. Only a missing root or t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,18 @@ def read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
             continue
         evals[tid] = obj.get("evaluation")
     return evals
+
+
+def dataset_fingerprint(root: Path) -> str | None:
+    """One hash over the task list and the evaluation file: what makes two runs' verdicts
+    comparable (``compare``, ``merge``). Paths differ between machines (CI shards, a laptop),
+    these two files do not; the gold databases are fingerprinted per task by the integrity
+    guard. ``None`` when a file cannot be read."""
+    digest = hashlib.sha256()
+    for name in (TASKS_FILE, EVAL_FILE):
+        try:
+            data = (root / name).read_bytes()
+        except OSError:
+            return None
+        digest.update(str(name).encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()

@@ -3,7 +3,7 @@
 Layout::
 
     <runs-dir>/<run-id>/run.json                  MANIFEST: versions, hashes, settings, times
-    <runs-dir>/<run-id>/.lock                     LOCK: one invocation at a time
+    <runs-dir>/<run-id>/.lock                     LOCK: one invocation at a time; removed after
     <runs-dir>/<run-id>/<task>/result.json        RESULT: written atomically, last ("finished")
     <runs-dir>/<run-id>/<task>/error.txt          ERROR_TRACEBACK: an unexpected exception, whole
     <runs-dir>/<run-id>/<task>/transcript.jsonl   TRANSCRIPT: every agent message as it arrived

@@ -4,8 +4,15 @@ Two invocations with the same ``--run-id`` would each reset and re-run the other
 tasks (deleting its transcripts and workspaces mid-flight) and interleave run.json writes. An
 advisory ``flock`` on ``<run>/.lock``, held for the whole invocation, prevents that. The kernel
 drops the lock when its holder dies, even by SIGKILL, so a killed run never blocks its resume;
-the file itself only records the holder's pid for the error message and is never deleted (a
-deleted lock file could be locked twice through two different inodes).
+the file itself only records the holder's pid for the error message.
+
+The file is removed when the invocation ends, so a finished run folder holds only results (a
+``.lock`` left behind reads as "still running" to people and to tools copying the folder). A
+deleted lock file could be locked twice through two inodes (one process waiting on the old
+inode while another creates a new file), so the holder unlinks it while still holding the lock,
+and whoever locks a file checks afterwards that it is still the one at the path, else starts
+again on the new one (the usual pattern for removable lock files). Only a SIGKILLed invocation
+leaves the file; the next one takes it over.
 
 Taking the lock is also the moment to clean up after an invocation that was killed: every
 command on a run takes it, and holding it proves that invocation is gone
@@ -17,7 +24,8 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
@@ -33,25 +41,71 @@ def _holder(fd: int) -> str:
     return text if text.isdigit() else "unknown"
 
 
-@contextmanager
-def run_lock(folder: RunFolder) -> Iterator[None]:
-    """Hold the run's lock for the ``with`` block, or raise a one-line :class:`UserError`."""
-    path = folder.root / LOCK
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (its holder may have removed it meanwhile)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise UserError(f"cannot open the run's lock file: {exc.strerror or exc}", path=path,
-                        fix="pass a writable --runs-dir") from None
-    try:
+        seen = path.stat()
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (seen.st_dev, seen.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _locked_fd(folder: RunFolder, path: Path) -> int:
+    """An fd holding the exclusive lock on the file at ``path`` (see the module docstring)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise UserError(f"cannot open the run's lock file: {exc.strerror or exc}",
+                            path=path, fix="pass a writable --runs-dir") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
             raise UserError(f"run {folder.run_id} is in use by another spider2local process "
-                            f"(pid {_holder(fd)})", path=folder.root,
+                            f"(pid {holder})", path=folder.root,
                             fix="wait for it to finish, or pick another --run-id") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _still_at(fd, path):
+            return fd
+        os.close(fd)  # its holder removed it as we locked it: lock the new one
+
+
+@contextmanager
+def run_lock(folder: RunFolder) -> Iterator[None]:
+    """Hold the run's lock for the ``with`` block, or raise a one-line :class:`UserError`;
+    the lock file is gone once the block ends."""
+    path = folder.root / LOCK
+    fd = _locked_fd(folder, path)
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         recover_run(folder.root)
         yield
     finally:
+        # Unlinked before the close, while nobody else can hold it; in a folder that refuses
+        # (made read-only meanwhile) the file stays and the next holder takes it over.
+        with suppress(OSError):
+            path.unlink(missing_ok=True)
         os.close(fd)  # releases the lock
+
+
+def holder_of(folder: RunFolder) -> str | None:
+    """The pid of the invocation working on ``folder`` now, or ``None`` when none is (a
+    command that only reads a run, such as ``merge``, must not read one still being written).
+    Takes no lock that could block that invocation: a shared one, tried and dropped."""
+    try:
+        fd = os.open(folder.root / LOCK, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: nothing runs (or a read-only copy, which nothing runs)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+    return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
+from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
@@ -38,7 +39,14 @@ from spider2local.run.folder import (
 from spider2local.run.lock import run_lock
 from spider2local.run.progress import Progress
 from spider2local.run.results import TaskResult
-from spider2local.run.resume import check_resumable, is_finished, merged_tasks
+from spider2local.run.resume import (
+    REMEMBERED_SETTINGS,
+    check_resumable,
+    is_finished,
+    merged_tasks,
+    remembered,
+    selection_request,
+)
 from spider2local.run.runner import AgentFactory, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
@@ -99,6 +107,10 @@ class RunPlan:
     argv: list[str] | None = None
     isolation: IsolationChoice | None = None
     """How the agent is isolated, resolved once (``settings.isolation`` is its mode)."""
+    request: Mapping[str, Any] | None = None
+    """How the tasks were chosen (:func:`.resume.selection_request`), recorded in run.json."""
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +166,9 @@ def _start_manifest(plan: RunPlan,
                               prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir)
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
+    manifest["dataset_sha256"] = dataset_fingerprint(plan.dataset_root)
+    manifest["selection"] = dict(plan.request) if plan.request is not None else None
+    manifest["agent_options"] = {k: str(v) for k, v in plan.agent_options.items()}
     check_resumable(previous, manifest, folder)
     recorded = guard.Fingerprints.from_json((previous or {}).get("integrity"))
     fingerprints = taken if recorded is None else _resumed(recorded, taken, folder)
@@ -187,7 +202,23 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              isolation: Isolation | str | None = None, **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
-    (default: the suite's) is resolved here, probing the machine once."""
+    (default: the suite's) is resolved here, probing the machine once. Resuming ``run_id``,
+    every option left out is the one its run.json recorded (:func:`.resume.remembered`)."""
+    folder = RunFolder.at(runs_dir, run_id or new_run_id())
+    memory = remembered(folder.read_manifest()) if run_id is not None else {}
+    if memory:
+        if not ids and subset is None and shard is None and limit is None:
+            ids, subset, shard, limit = (memory["ids"] or (), memory["subset"],
+                                         memory["shard"], memory["limit"])
+        agent = agent or memory["agent"]
+        if replay_dir is None and memory["replay_dir"] is not None:
+            replay_dir = Path(memory["replay_dir"])
+        isolation = isolation or memory["isolation"]
+        for key in REMEMBERED_SETTINGS:
+            given, kept = overrides.get(key), memory.get(key)
+            # flags (keep, keep_db) come as False when absent: once on, a resume keeps them
+            if kept is not None and (given is None or given is False):
+                overrides[key] = Path(kept) if key in ("prompts_dir", "skills_dir") else kept
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
     caps = capabilities(name)  # an unknown name fails here, with one line
@@ -212,10 +243,12 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                                          agent=name, isolation=choice.mode, prompts_dir=prompts,
                                          skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
-    return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
+    return RunPlan(folder=folder, selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
-                   argv=argv, isolation=choice)
+                   argv=argv, isolation=choice,
+                   request=selection_request(ids, subset, shard, limit),
+                   agent_options={k: Path(v).resolve() for k, v in options.items()})
 
 
 def _needs_solution(selection: Selection) -> Selection:

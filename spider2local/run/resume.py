@@ -2,11 +2,12 @@
 
 A run folder's results must mean one thing. Resuming with another agent, model, suite file,
 prompts, skills or limits would mix verdicts of two different experiments under one pass rate,
-so the resume is refused with the differences spelled out. The isolation compared is the one
-actually used (``auto`` resolves per machine): a run made without isolation (or before it was
-recorded) cannot be continued in a sandbox, nor the reverse. Tasks selected by earlier
-invocations stay in the manifest (the union), so the report still shows them. Which results a
-resume keeps is :func:`is_finished`.
+so the resume is refused with the differences spelled out; what the user leaves out is
+remembered (``run --run-id X`` alone resumes with the options run.json recorded:
+:func:`remembered`). The isolation compared is the one actually used (``auto`` resolves per
+machine): a run made without isolation (or before it was recorded) cannot be continued in a
+sandbox, nor the reverse. Tasks selected by earlier invocations stay in the manifest (the
+union), so the report still shows them. Which results a resume keeps is :func:`is_finished`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
 """What a resume must keep, as (name shown to the user, how to read it from run.json)."""
+
+
+def dataset_identity(manifest: Mapping[str, Any]) -> Any:
+    """Which dataset a run scored against: the fingerprint of its task and evaluation files
+    (the same on every machine), or its path for a run.json written before it was recorded."""
+    return manifest.get("dataset_sha256") or manifest.get("dataset")
+
+
+SAME_EXPERIMENT: tuple[tuple[str, _Getter], ...] = (*MUST_MATCH, ("dataset", dataset_identity))
+"""What two runs must share for their verdicts to be joined into one run (``merge``): what a
+resume keeps, and the dataset (a resume reads it from the run itself)."""
 
 
 def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -86,3 +98,44 @@ def is_finished(result: TaskResult) -> bool:
     """
     return not (result.status is Status.ERROR and result.error is not None
                 and result.error.kind is ErrorKind.INFRASTRUCTURE)
+
+
+SELECTION_OPTIONS = ("ids", "subset", "shard", "limit")
+REMEMBERED_SETTINGS = ("jobs", "timeout", "retries", "max_turns", "model", "max_budget_usd",
+                       "verify_rounds", "keep", "keep_db", "thinking_budget", "templates",
+                       "prompts_dir", "skills_dir")
+"""The run settings a resume takes from run.json when the command line leaves them out."""
+"""The command-line options that choose tasks; given together or remembered together."""
+
+
+def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
+                      limit: int | None) -> dict[str, Any]:
+    """How the tasks were chosen, as run.json records it (``selection``)."""
+    return {"ids": list(ids) or None, "subset": subset, "shard": shard, "limit": limit}
+
+
+def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options of ``run`` that a resume without them takes from run.json, by the name of
+    the option (``None``: nothing recorded, the suite's default applies).
+
+    A resume re-selects every task the run selected so far (the union the manifest keeps, so
+    a run widened by an earlier resume stays whole); an empty run re-applies the request that
+    made it empty (ids ``()`` would mean "every task"). The isolation is the mode the run
+    used, which a resume must keep anyway; an agent that needed none resolves it again.
+    """
+    if previous is None:
+        return {}
+    settings = previous.get("settings") or {}
+    tasks = sorted(t["id"] for t in previous.get("tasks") or [])
+    request = previous.get("selection") or {}
+    selection = ({"ids": tasks, "subset": None, "shard": None, "limit": None} if tasks else
+                 {k: request.get(k) for k in SELECTION_OPTIONS})
+    mode = settings.get("isolation")
+    options = previous.get("agent_options") or {}
+    return {
+        **selection,
+        "agent": previous.get("agent"),
+        "replay_dir": options.get("replay_dir"),
+        "isolation": mode if mode in ("namespace", "none") else None,
+        **{key: settings.get(key) for key in REMEMBERED_SETTINGS},
+    }

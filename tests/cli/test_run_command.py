@@ -541,3 +541,41 @@ def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
         lines = (tmp_path / "runs" / "k" / tid / "transcript.jsonl").read_text().splitlines()
         assert sum(json.loads(x)["kind"] == "attempt" for x in lines) == 1, tid
     assert leaked() == []
+
+
+@pytest.mark.slow
+def test_run_id_alone_resumes_with_the_options_the_run_recorded(tmp_path: Path) -> None:
+    """`run --run-id X` with no other option: the run's dataset, suite, agent, shard, limits
+    and --keep-db come from its run.json (not the suite's defaults, which would start the
+    claude agent on every task of the sample); an option given must still match."""
+    from tests.helpers import write_task
+
+    root = tmp_path / "data"
+    (root / "examples").mkdir(parents=True)
+    for tid in ("t1", "t2", "t3"):
+        write_task(root, tid)
+    first = cli("--dataset", str(root), "run", "--agent", "noop", "--shard", "1/2",
+                "--keep-db", "--timeout", "77", "--jobs", "1", "--runs-dir", "runs",
+                "--run-id", "r", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "runs" / "r"
+    assert sorted(results(run_dir)) == ["t1", "t3"]
+    (run_dir / "t3" / "result.json").unlink()  # as if the run had been cut there
+    shutil.rmtree(run_dir / "t3")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
+    again = cli("run", "--run-id", "r", "--runs-dir", "runs", cwd=tmp_path,
+                env={**env, "PYTHONWARNINGS": "ignore"})
+    assert again.returncode == 0, again.stderr
+    assert sorted(results(run_dir)) == ["t1", "t3"]  # t3 ran again, t2 (shard 2) did not
+    assert (run_dir / "t3" / "result.duckdb").is_file()  # --keep-db remembered
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["agent"] == "noop" and manifest["settings"]["timeout"] == 77
+    assert manifest["dataset"] == str(root)
+    assert manifest["selection"]["ids"] == ["t1", "t3"]
+    assert [s["argv"] for s in manifest["sessions"]][1] == ["run", "--run-id", "r",
+                                                            "--runs-dir", "runs"]
+    changed = cli("run", "--run-id", "r", "--runs-dir", "runs", "--timeout", "78",
+                  cwd=tmp_path)
+    assert changed.returncode == 2
+    assert "timeout 78.0 (run made with 77.0)" in changed.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -27,6 +28,7 @@ from spider2local.suite.model import Suite
 HOLDER = """
 import sys
 from pathlib import Path
+from typing import Any
 from spider2local.run.folder import RunFolder
 from spider2local.run.lock import run_lock
 with run_lock(RunFolder(Path(sys.argv[1]))):
@@ -114,3 +116,54 @@ def test_taking_the_lock_recovers_what_a_killed_invocation_left(tmp_path: Path) 
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_the_lock_file_is_removed_when_the_invocation_ends(tmp_path: Path) -> None:
+    """A finished run folder holds no .lock (it read as "still running"), also after an
+    exception inside the block."""
+    folder = RunFolder.at(tmp_path, "r")
+    folder.create()
+    with run_lock(folder):
+        assert (folder.root / ".lock").is_file()
+    assert not (folder.root / ".lock").exists()
+    with pytest.raises(RuntimeError), run_lock(folder):
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in folder.root.iterdir()) == []
+
+
+def test_a_removed_lock_file_is_never_held_twice(tmp_path: Path) -> None:
+    """The race a removable lock file opens: B opened the file before A unlinked it and locks
+    the old inode once A lets go, while C creates and locks a new file. B must notice that its
+    file is no longer the one at the path and lock C's, which C still holds."""
+    import fcntl
+    import os
+
+    from spider2local.run import lock as lockmod
+
+    folder = RunFolder.at(tmp_path, "r")
+    folder.create()
+    path = folder.root / ".lock"
+    stale_fd = os.open(path, os.O_RDWR | os.O_CREAT)  # B's open of the old inode
+    real_open = os.open
+    calls = 0
+
+    def open_stale_first(p: Any, flags: int, mode: int = 0o777) -> int:
+        nonlocal calls
+        calls += 1
+        return os.dup(stale_fd) if calls == 1 else real_open(p, flags, mode)
+
+    path.unlink()  # A ended and removed it
+    c_fd = os.open(path, os.O_RDWR | os.O_CREAT)  # C made a new one and holds it
+    fcntl.flock(c_fd, fcntl.LOCK_EX)
+    try:
+        mp = pytest.MonkeyPatch()
+        mp.setattr(lockmod.os, "open", open_stale_first)
+        try:
+            with pytest.raises(UserError, match="in use by another"), run_lock(folder):
+                pass
+        finally:
+            mp.undo()
+        assert calls == 2  # B locked the stale inode, saw it was gone, tried the real one
+    finally:
+        os.close(c_fd)
+        os.close(stale_fd)

@@ -144,3 +144,67 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
         execute(data, folder, ["t1", "t2"])
     execute(data, folder, ["t2"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
     assert sorted(folder.results()) == ["t1", "t2"]
+
+
+def test_a_resume_without_options_takes_the_kit_the_run_was_made_with(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """``run --run-id X`` alone: a run made with ``--prompts DIR --templates`` and a thinking
+    budget resumes with them instead of being refused for a different kit."""
+    from spider2local.resources import prompts_dir
+    from spider2local.run.plan import plan_run
+
+    data = load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1", "t2")))
+    kit = tmp_path / "kit"
+    shutil.copytree(prompts_dir(), kit)
+    first = plan_run(data.suite, data, ids=["t1"], agent="noop", runs_dir=tmp_path / "runs",
+                     run_id="k", prompts_dir=kit, templates=True, thinking_budget=2048,
+                     verify_rounds=1)
+    first.folder.create()
+    first.folder.write_manifest({"agent": "noop", "tasks": [{"id": "t1"}],
+                                 "settings": first.settings.to_json()})
+    again = plan_run(data.suite, data, runs_dir=tmp_path / "runs", run_id="k")
+    assert again.settings.prompts_dir == kit.resolve()
+    assert (again.settings.templates, again.settings.thinking_budget,
+            again.settings.verify_rounds) == (True, 2048, 1)
+
+
+def test_remembered_options_come_from_the_manifest() -> None:
+    from spider2local.run.resume import remembered
+
+    manifest = {**BASE, "agent": "replay", "agent_options": {"replay_dir": "/r"},
+                "tasks": [{"id": "b"}, {"id": "a"}],
+                "selection": {"ids": None, "subset": "smoke", "shard": "1/2", "limit": None},
+                "settings": {**BASE["settings"], "isolation": "not-needed", "keep_db": True}}
+    got = remembered(manifest)
+    # the union of what the run selected, whatever request chose it first
+    assert (got["ids"], got["subset"], got["shard"]) == (["a", "b"], None, None)
+    assert got["replay_dir"] == "/r" and got["agent"] == "replay" and got["keep_db"] is True
+    assert got["isolation"] is None and got["timeout"] == 60.0 and got["jobs"] == 1
+    empty = remembered({**manifest, "tasks": []})  # an empty shard stays empty
+    assert (empty["ids"], empty["subset"], empty["shard"]) == (None, "smoke", "1/2")
+    sandboxed = {**manifest, "settings": {**BASE["settings"], "isolation": "namespace"}}
+    assert remembered(sandboxed)["isolation"] == "namespace"
+    assert remembered(None) == {}
+
+
+def test_plan_takes_the_replay_dir_and_selection_the_run_recorded(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    import json
+
+    from spider2local.run.plan import plan_run
+
+    data = load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1", "t2", "t3")))
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    first = plan_run(data.suite, data, agent="replay", replay_dir=replay, shard="2/2",
+                     runs_dir=tmp_path / "runs", run_id="r", timeout=5.0)
+    assert first.request == {"ids": None, "subset": None, "shard": "2/2", "limit": None}
+    first.folder.create()
+    first.folder.write_manifest({"agent": "replay", "tasks": [{"id": "t2"}],
+                                 "agent_options": {"replay_dir": str(replay)},
+                                 "settings": first.settings.to_json()})
+    again = plan_run(data.suite, data, runs_dir=tmp_path / "runs", run_id="r")
+    assert [t.id for t in again.selection.tasks] == ["t2"]
+    assert again.settings.agent == "replay" and again.settings.timeout == 5.0
+    assert again.agent_options == {"replay_dir": replay.resolve()}
+    assert json.dumps({k: str(v) for k, v in again.agent_options.items()})

@@ -1,0 +1,195 @@
+"""``spider2local merge RUN_DIR... --into RUN_DIR``: join the folders of a sharded run.
+
+A CI matrix runs ``run --shard K/N`` once per machine, all under one run id; each job uploads
+its run folder and one job merges them. The merged folder is an ordinary run: ``report`` and
+``score RUN_DIR`` read it, and ``run --run-id`` resumes it (infrastructure errors re-run).
+
+Only runs of one experiment are joined: those that a resume would accept as one run (the same
+agent, model, suite, prompts, skills, limits and isolation, :data:`.resume.SAME_EXPERIMENT`)
+over the same dataset. ``--force`` joins others anyway and records what differed in run.json.
+A task finished in two sources keeps the result that finished last, and the merge says so.
+Sources are only read; one still being written by a run is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spider2local.exceptions import UserError
+from spider2local.integrity import guard
+from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
+from spider2local.run.lock import holder_of, run_lock
+from spider2local.run.results import TaskResult
+from spider2local.run.resume import SAME_EXPERIMENT
+
+
+@dataclass(frozen=True)
+class Merged:
+    into: RunFolder
+    kept: Mapping[str, str]
+    """Task id -> the source folder whose result was kept."""
+    notes: tuple[str, ...]
+    """What a person must know: tasks found twice (which one was kept), forced differences."""
+
+
+def _scorer(manifest: Mapping[str, Any]) -> Mapping[str, str] | None:
+    found = guard.Fingerprints.from_json(manifest.get("integrity"))
+    return None if found is None else found.sources
+
+
+def experiment_differences(first: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """``"name X (first run: Y)"`` for each setting of :data:`SAME_EXPERIMENT` that differs,
+    and the package's sources the integrity guard fingerprinted (the scorer's code)."""
+    found = [f"{name} {get(other)} (first run: {get(first)})"
+             for name, get in SAME_EXPERIMENT if get(first) != get(other)]
+    if _scorer(first) != _scorer(other):
+        found.append("scorer sources (package code) differ")
+    return found
+
+
+def _integrity(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
+               kept: Mapping[str, str]) -> dict[str, Any] | None:
+    """The guard's fingerprints of every task (``score RUN_DIR`` checks each task's gold
+    against them), each from the source whose result was kept; ``None`` when a source has
+    none (a run made before fingerprints existed)."""
+    recorded = [guard.Fingerprints.from_json(m.get("integrity")) for m in manifests]
+    if any(r is None for r in recorded):
+        return None
+    tasks: dict[str, guard.TaskFingerprint] = {}
+    for folder, prints in zip(sources, recorded, strict=True):
+        assert prints is not None
+        for tid, fingerprint in prints.tasks.items():
+            if tid not in tasks or kept.get(tid) == str(folder.root):
+                tasks[tid] = fingerprint
+    first = recorded[0]
+    assert first is not None
+    return guard.Fingerprints(first.sources, tasks).to_json()
+
+
+def _when(result: TaskResult) -> dt.datetime:
+    try:
+        moment = dt.datetime.fromisoformat(result.finished_at)
+    except ValueError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _check_sources(sources: Sequence[RunFolder], into: RunFolder) -> list[dict[str, Any]]:
+    manifests = []
+    seen: set[Path] = set()
+    for folder in sources:
+        root = folder.root.resolve()
+        if root == into.root.resolve():
+            raise UserError("a source is also the --into folder", path=folder.root,
+                            fix="merge into a new folder")
+        if root in seen:
+            raise UserError("run folder given twice", path=folder.root, fix="name it once")
+        seen.add(root)
+        pid = holder_of(folder)
+        if pid is not None:
+            raise UserError(f"run {folder.run_id} is still being written (pid {pid})",
+                            path=folder.root, fix="wait for it to finish, then merge")
+        manifest = folder.read_manifest()
+        if manifest is None:
+            raise UserError("no run.json here", path=folder.root,
+                            fix="pass folders made by `spider2local run`")
+        manifests.append(manifest)
+    return manifests
+
+
+def _check_into(into: RunFolder) -> None:
+    if into.root.exists() and (not into.root.is_dir() or any(into.root.iterdir())):
+        raise UserError("the --into folder exists and is not empty", path=into.root,
+                        fix="merge into a new folder (the sources are left as they are)")
+
+
+def _copy_task(source: RunFolder, into: RunFolder, task_id: str) -> None:
+    """The task's folder, result.json last (its presence means "finished", also here)."""
+    target = into.task_dir(task_id)
+    shutil.copytree(source.task_dir(task_id), target,
+                    ignore=shutil.ignore_patterns(RESULT, WORKSPACE_RECORD, LOCK))
+    partial = target / f".{RESULT}.merge"
+    shutil.copyfile(source.result_path(task_id), partial)
+    partial.replace(target / RESULT)
+
+
+def _common(values: Sequence[Any]) -> Any:
+    return values[0] if all(v == values[0] for v in values) else None
+
+
+def merged_manifest(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
+                    into: RunFolder, kept: Mapping[str, str],
+                    forced: Sequence[str]) -> dict[str, Any]:
+    """The first source's manifest (versions, settings, hashes, anything recorded), with the
+    union of the selected tasks (each entry from the source whose result was kept), the
+    earliest start, the last end and every session; ``merged_from`` names the sources."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for folder, manifest in zip(sources, manifests, strict=True):
+        for entry in manifest.get("tasks") or []:
+            if entry["id"] not in tasks or kept.get(entry["id"]) == str(folder.root):
+                tasks[entry["id"]] = dict(entry)
+    starts = [m["started_at"] for m in manifests if m.get("started_at")]
+    ends = [m.get("finished_at") for m in manifests]
+    sessions = sorted((dict(s, run=str(f.root)) for f, m in zip(sources, manifests, strict=True)
+                       for s in m.get("sessions") or []),
+                      key=lambda s: str(s.get("started_at")))
+    requests = [m.get("selection") or {} for m in manifests]
+    request = {key: _common([r.get(key) for r in requests])
+               for key in ("ids", "subset", "limit")}
+    return {
+        **manifests[0],
+        "run_id": into.run_id,
+        "tasks": [tasks[tid] for tid in sorted(tasks)],
+        "started_at": min(starts) if starts else None,
+        "finished_at": max(e for e in ends if e) if ends and all(ends) else None,
+        "interrupted": any(m.get("interrupted") for m in manifests),
+        "sessions": sessions,
+        "selection": {**request, "shard": None},
+        "merged_at": now_iso(),
+        "merged_from": [{"path": str(f.root), "run_id": f.run_id,
+                         "kept": sorted(t for t, src in kept.items() if src == str(f.root))}
+                        for f in sources],
+        "merge_differences": list(forced),
+        "integrity": _integrity(manifests, sources, kept),
+    }
+
+
+def merge_runs(sources: Sequence[RunFolder], into: RunFolder, *, force: bool = False) -> Merged:
+    """Join ``sources`` into the new run folder ``into`` (see the module docstring)."""
+    if not sources:
+        raise UserError("nothing to merge", fix="name the run folders to merge")
+    manifests = _check_sources(sources, into)
+    differing = [f"{folder.root}: {diff}" for folder, manifest in zip(sources[1:], manifests[1:],
+                                                                      strict=True)
+                 for diff in experiment_differences(manifests[0], manifest)]
+    if differing and not force:
+        raise UserError("these runs are not one experiment: " + "; ".join(differing),
+                        path=sources[0].root,
+                        fix="merge runs made with the same settings, or pass --force")
+    _check_into(into)
+    chosen: dict[str, tuple[RunFolder, TaskResult]] = {}
+    notes = [f"forced: {diff}" for diff in differing]
+    for folder in sources:
+        for tid, result in sorted(folder.results().items()):
+            previous = chosen.get(tid)
+            if previous is None:
+                chosen[tid] = (folder, result)
+                continue
+            newer = (folder, result) if _when(result) >= _when(previous[1]) else previous
+            older = previous[0] if newer[0] is folder else folder
+            notes.append(f"{tid}: finished in {previous[0].root} and {folder.root}; kept "
+                         f"{newer[0].root} (finished later), dropped {older.root}")
+            chosen[tid] = newer
+    into.create()
+    kept = {tid: str(folder.root) for tid, (folder, _) in chosen.items()}
+    with run_lock(into):
+        for tid, (folder, _) in sorted(chosen.items()):
+            _copy_task(folder, into, tid)
+        into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+    return Merged(into, kept, tuple(notes))

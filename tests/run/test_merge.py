@@ -1,0 +1,154 @@
+"""``merge``: shard folders joined into one run, refused across experiments and datasets,
+duplicates resolved to the newest result and said; the merged folder is a run others read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spider2local.exceptions import UserError
+from spider2local.report.summary import load_report
+from spider2local.run.folder import RunFolder, manifest_problem
+from spider2local.run.merge import merge_runs
+from spider2local.run.results import Status, TaskResult, save_result
+from spider2local.run.resume import remembered
+from tests.helpers import ReferenceRun
+
+MANIFEST: dict[str, Any] = {
+    "run_id": "r", "agent": "noop", "model": None, "suite": {"path": "/s", "sha256": "s"},
+    "prompts_sha256": "p", "skills_sha256": "k", "dataset": "/d", "dataset_sha256": "D",
+    "settings": {"timeout": 60.0, "max_turns": 10, "isolation": "not-needed"},
+    "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T01:00:00+00:00",
+    "sessions": [], "interrupted": False,
+    "selection": {"ids": None, "subset": "all", "shard": "1/2", "limit": None}}
+
+
+def make_run(root: Path, results: dict[str, tuple[bool, str]], **manifest: Any) -> RunFolder:
+    """A finished run folder: task -> (passed, finished_at)."""
+    folder = RunFolder(root)
+    folder.create()
+    tasks = [{"id": tid, "fake_date": "2024-01-01", "tables": 1, "skipped": None}
+             for tid in sorted(results)]
+    folder.write_manifest({**MANIFEST, "tasks": tasks, **manifest})
+    for tid, (passed, finished) in results.items():
+        folder.task_dir(tid).mkdir()
+        (folder.task_dir(tid) / "transcript.jsonl").write_text(f"{root.parent.name}\n")
+        save_result(folder.result_path(tid), TaskResult(
+            tid, Status.PASSED if passed else Status.FAILED, "noop", "2024-01-01",
+            "2026-01-01T00:00:00+00:00", finished, passed=passed, tables_passed=int(passed),
+            tables_total=1))
+    return folder
+
+
+def test_shards_join_into_a_run_that_reports_and_resumes(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
+    b = make_run(tmp_path / "b" / "r", {"t2": (False, "2026-01-01T00:20:00+00:00")},
+                 selection={**MANIFEST["selection"], "shard": "2/2"},
+                 finished_at="2026-01-01T02:00:00+00:00")
+    merged = merge_runs([a, b], RunFolder(tmp_path / "m" / "r"))
+    assert merged.notes == ()
+    manifest = merged.into.read_manifest()
+    assert manifest is not None and manifest_problem(manifest) is None
+    assert [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
+    assert manifest["finished_at"] == "2026-01-01T02:00:00+00:00"
+    assert manifest["selection"] == {"ids": None, "subset": "all", "limit": None, "shard": None}
+    assert [m["kept"] for m in manifest["merged_from"]] == [["t1"], ["t2"]]
+    report = load_report(merged.into)
+    assert (report.rates.tasks_passed, report.rates.tasks_total) == (1, 2)
+    assert remembered(manifest)["ids"] == ["t1", "t2"]  # run --run-id resumes the whole run
+    assert not (merged.into.root / ".lock").exists()
+
+
+def test_a_task_finished_twice_keeps_the_newest_and_says_so(tmp_path: Path) -> None:
+    old = make_run(tmp_path / "old" / "r", {"t1": (False, "2026-01-01T00:10:00+00:00")})
+    new = make_run(tmp_path / "new" / "r", {"t1": (True, "2026-01-01T00:30:00+00:00")})
+    for order in ([new, old], [old, new]):
+        into = RunFolder(tmp_path / f"m{len(list(tmp_path.iterdir()))}" / "r")
+        merged = merge_runs(order, into)
+        assert merged.kept == {"t1": str(new.root)}
+        assert len(merged.notes) == 1 and "t1" in merged.notes[0]
+        assert f"kept {new.root}" in merged.notes[0] and f"dropped {old.root}" in merged.notes[0]
+        assert (into.task_dir("t1") / "transcript.jsonl").read_text() == "new\n"
+        result = into.load_result("t1")
+        assert result is not None and result.passed
+
+
+@pytest.mark.parametrize("change", [
+    {"suite": {"path": "/s", "sha256": "other"}}, {"prompts_sha256": "q"},
+    {"skills_sha256": "j"}, {"model": "m2"}, {"agent": "reference"},
+    {"dataset_sha256": "E"}, {"settings": {**MANIFEST["settings"], "isolation": "namespace"}},
+])
+def test_different_experiments_are_refused_unless_forced(tmp_path: Path,
+                                                         change: dict[str, Any]) -> None:
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
+    b = make_run(tmp_path / "b" / "r", {"t2": (True, "2026-01-01T00:10:00+00:00")}, **change)
+    with pytest.raises(UserError, match="not one experiment"):
+        merge_runs([a, b], RunFolder(tmp_path / "m" / "r"))
+    assert not (tmp_path / "m").exists()
+    merged = merge_runs([a, b], RunFolder(tmp_path / "m" / "r"), force=True)
+    assert merged.notes[0].startswith("forced: ")
+    manifest = merged.into.read_manifest()
+    assert manifest is not None and manifest["merge_differences"]
+
+
+def test_merge_refuses_a_full_target_a_source_in_use_and_itself(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
+    full = tmp_path / "full" / "r"
+    full.mkdir(parents=True)
+    (full / "x").write_text("mine")
+    with pytest.raises(UserError, match="exists and is not empty"):
+        merge_runs([a], RunFolder(full))
+    with pytest.raises(UserError, match="also the --into"):
+        merge_runs([a], a)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from spider2local.run.folder import RunFolder; from spider2local.run.lock import "
+         "run_lock\nwith run_lock(RunFolder(Path(sys.argv[1]))):\n print('ok', flush=True)\n"
+         " sys.stdin.read()", str(a.root)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        with pytest.raises(UserError, match=f"still being written .pid {holder.pid}"):
+            merge_runs([a], RunFolder(tmp_path / "m" / "r"))
+    finally:
+        holder.communicate("")
+    merge_runs([a], RunFolder(tmp_path / "m" / "r"))
+
+
+def _verdicts(run_dir: Path) -> tuple[Any, dict[str, tuple[str, str, int, int]]]:
+    report = load_report(RunFolder(run_dir))
+    return report.rates, {r.task_id: (str(r.status), str(r.verdict), r.tables_passed,
+                                      r.tables_total) for r in report.rows}
+
+
+@pytest.mark.slow
+def test_three_reference_shards_merge_into_the_unsharded_report(
+        tmp_path: Path, reference_run: ReferenceRun) -> None:
+    """N = 3 here; N = 2 is the workflow's own test (tests/test_workflow.py)."""
+    env = {"PYTHONWARNINGS": "ignore", "PATH": str(Path(sys.executable).parent)}
+    sources = []
+    for k in (1, 2, 3):
+        proc = subprocess.run(
+            [sys.executable, "-m", "spider2local", "run", "--agent", "reference", "--jobs", "2",
+             "--shard", f"{k}/3", "--keep-db", "--runs-dir", f"s{k}", "--run-id", "x"],
+            cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
+            env={**__import__("os").environ, **env})
+        assert proc.returncode == 0, proc.stderr
+        sources.append(str(tmp_path / f"s{k}" / "x"))
+    proc = subprocess.run([sys.executable, "-m", "spider2local", "merge", *sources, "--into",
+                           "merged/x", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["run_id"] == "x"
+    assert _verdicts(tmp_path / "merged" / "x") == _verdicts(reference_run.run_dir)
+    # the merged run.json carries every task's gold fingerprint: score RUN_DIR re-scores all
+    rescored = subprocess.run([sys.executable, "-m", "spider2local", "score", "merged/x"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False,
+                              timeout=300)
+    assert rescored.returncode == 0, rescored.stderr
+    assert "not re-scorable" not in rescored.stderr

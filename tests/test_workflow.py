@@ -1,0 +1,151 @@
+"""``.github/workflows/spider2-dbt.yml``: actionlint accepts it, and its spider2local steps,
+parsed out of the YAML and run locally in the workflow's order on the sample suite (plan, two
+shards, merge, report), give what its later steps and jobs expect."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spider2local.report.summary import load_report
+from spider2local.run.folder import RunFolder
+from tests.helpers import ReferenceRun
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW = REPO / ".github" / "workflows" / "spider2-dbt.yml"
+LOCAL_ONLY_SKIPPED = {"install", "dataset-build", "userns"}
+"""Steps the test does not run: installing (the test's own environment has spider2local),
+building the real dataset from upstream's zips (the test runs the sample), and the sysctl
+(root on a runner VM; the reference agent needs no sandbox)."""
+
+
+def _actionlint() -> str:
+    found = shutil.which("actionlint", path=f"{Path(sys.executable).parent}{os.pathsep}"
+                                             f"{os.environ.get('PATH', '')}")
+    if found is None:
+        pytest.skip("actionlint not installed (pip install -e '.[dev]' brings it)")
+    return found
+
+
+def test_the_workflow_passes_actionlint() -> None:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([_actionlint(), str(WORKFLOW)], capture_output=True, text=True,
+                          env=env, check=False, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+def _resolve(text: str, values: dict[str, str]) -> str:
+    """Replace each ``${{ expr }}`` by its local value; an expression the test does not know
+    fails it, so a workflow that grows a new one must be taught here."""
+    def one(match: re.Match[str]) -> str:
+        expr = match[1]
+        assert expr in values, f"the test has no local value for ${{{{ {expr} }}}}"
+        return values[expr]
+
+    return EXPRESSION.sub(one, text)
+
+
+def _steps(workflow: dict[str, Any], job: str) -> list[dict[str, Any]]:
+    return [s for s in workflow["jobs"][job]["steps"]
+            if "run" in s and s.get("id") not in LOCAL_ONLY_SKIPPED]
+
+
+def _outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def _run_step(step: dict[str, Any], cwd: Path, values: dict[str, str],
+              env: dict[str, str]) -> None:
+    """One ``run:`` step as GitHub runs it (bash -eo pipefail), with its ``env:`` resolved."""
+    step_env = {k: _resolve(str(v), values) for k, v in (step.get("env") or {}).items()}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           step["run"]], cwd=cwd, env={**env, **step_env},
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, f"step {step.get('id')}: {proc.stdout}\n{proc.stderr}"
+
+
+def _has_report_command(env: dict[str, str]) -> bool:
+    return subprocess.run(["spider2local", "report", "--help"], env=env, capture_output=True,
+                          check=False).returncode == 0
+
+
+def _verdicts(run_dir: Path) -> tuple[Any, dict[str, tuple[str, str, int, int]]]:
+    report = load_report(RunFolder(run_dir))
+    rows = {r.task_id: (str(r.status), str(r.verdict), r.tables_passed, r.tables_total)
+            for r in report.rows}
+    return report.rates, rows
+
+
+@pytest.mark.slow
+def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
+                                                     reference_run: ReferenceRun) -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DATASET": "sample",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
+    values = {"inputs.shards": "2", "inputs.subset": "all", "inputs.agent": "reference",
+              "inputs.model": "unused", "github.run_id": "42", "github.run_attempt": "1",
+              "secrets.ANTHROPIC_API_KEY": ""}
+
+    # plan: the matrix and the run id, through $GITHUB_OUTPUT
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    out = plan / "github_output"
+    for step in _steps(workflow, "plan"):
+        _run_step(step, plan, values, {**env, "GITHUB_OUTPUT": str(out)})
+    outputs = _outputs(out)
+    matrix = json.loads(outputs["matrix"])
+    assert [row["shard"] for row in matrix["include"]] == ["1/2", "2/2"]
+    values["needs.plan.outputs.run-id"] = run_id = outputs["run-id"]
+    assert run_id == "42-1"
+
+    # shard: one job per matrix row, each in its own checkout; uploads runs/
+    upload = next(s for s in workflow["jobs"]["shard"]["steps"]
+                  if "upload-artifact" in s.get("uses", ""))
+    download = next(s for s in workflow["jobs"]["report"]["steps"]
+                    if "download-artifact" in s.get("uses", ""))
+    shards = tmp_path / "report" / download["with"]["path"]
+    for index, row in enumerate(matrix["include"]):
+        job = tmp_path / f"shard-{index}"
+        job.mkdir()
+        values.update({"matrix.shard": row["shard"], "strategy.job-index": str(index)})
+        for step in _steps(workflow, "shard"):
+            _run_step(step, job, values, env)
+        run_dir = job / upload["with"]["path"] / run_id
+        assert sorted(p.parent.name for p in run_dir.glob("*/result.json")) == row["ids"]
+        assert not (run_dir / ".lock").exists()  # the run ended: nothing looks in use
+        name = _resolve(upload["with"]["name"], values)
+        assert re.fullmatch(download["with"]["pattern"].replace("*", ".*"), name)
+        shutil.copytree(job / upload["with"]["path"], shards / name)  # download-artifact
+
+    # report: merge, then the markdown summary, JUnit and HTML
+    report = tmp_path / "report"
+    summary = report / "step_summary.md"
+    reported = True
+    for step in _steps(workflow, "report"):
+        if step.get("id") == "report" and not _has_report_command(env):
+            reported = False  # helper-report's `report` has not landed on this branch yet
+            continue
+        _run_step(step, report, values, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
+    merged = report / "runs" / run_id
+    # the merged run is the unsharded run: same verdicts, same headline
+    assert _verdicts(merged) == _verdicts(reference_run.run_dir)
+    if not reported:
+        pytest.skip("`spider2local report` is not on this branch: every step before it ran")
+    assert summary.is_file() and summary.read_text().strip()
+    for artifact in ("report/junit.xml", "report/report.html"):
+        assert (report / artifact).is_file(), artifact
