@@ -19,6 +19,7 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
+from spider2local.dataset.audit import Denominators, denominators, free_passes
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.proc.kill import hurry
@@ -93,6 +94,8 @@ class RunPlan:
     argv: list[str] | None = None
     isolation: IsolationChoice | None = None
     """How the agent is isolated, resolved once (``settings.isolation`` is its mode)."""
+    denominators: Denominators | None = None
+    """The dataset audit's counts the report divides by (recorded in run.json)."""
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,10 @@ class RunOutcome:
     interrupted: bool
 
 
-def _selected(plan: RunPlan) -> list[SelectedTask]:
+def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTask]:
     sel = plan.selection
-    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0)) for t in sel.tasks]
+    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0), None,
+                        free.get(t.id)) for t in sel.tasks]
     skipped = [SelectedTask(tid, "", sel.graded.get(tid, 0), why) for tid, why in sel.skipped]
     return sorted(run + skipped, key=lambda s: s.id)
 
@@ -118,7 +122,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     folder, settings = plan.folder, plan.settings
     folder.create()
     with run_lock(folder):
-        manifest = _start_manifest(plan)
+        manifest = _start_manifest(plan, await _free_passes(plan))
         done = {tid for tid, r in folder.results().items() if is_finished(r)}
         todo = [t for t in plan.selection.tasks if t.id not in done]
         already = tuple(t.id for t in plan.selection.tasks if t.id in done)
@@ -131,15 +135,28 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     return RunOutcome(folder, ran, already, interrupted)
 
 
-def _start_manifest(plan: RunPlan) -> dict[str, Any]:
+async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
+    """Which selected tasks pass untouched, so the report can say how many passes were free.
+    Measured once per task and run: what an earlier invocation of the run recorded is kept
+    (the start and gold databases are the dataset's, unchanged between sessions)."""
+    previous = plan.folder.read_manifest() or {}
+    known = {t["id"]: t["free"] for t in previous.get("tasks", ())
+             if isinstance(t.get("free"), bool)}
+    todo = [t for t in plan.selection.tasks if t.id not in known]
+    return {**known, **await free_passes(todo)}
+
+
+def _start_manifest(plan: RunPlan, free: Mapping[str, bool | None]) -> dict[str, Any]:
     """The manifest of this invocation, written before any task starts; a resume must match
     the run's first settings and keeps every task selected so far."""
     folder, settings = plan.folder, plan.settings
     previous = folder.read_manifest()
+    counts = plan.denominators.to_json() if plan.denominators is not None else None
     manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
                               settings=settings.to_json(), suite_path=plan.suite_path,
                               suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
-                              tasks=_selected(plan), previous=previous, argv=plan.argv)
+                              tasks=_selected(plan, free), previous=previous, argv=plan.argv,
+                              denominators=counts)
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
     check_resumable(previous, manifest, folder)
@@ -183,7 +200,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     return RunPlan(folder=RunFolder.at(runs_dir, run_id or new_run_id()), selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
-                   argv=argv, isolation=choice)
+                   argv=argv, isolation=choice, denominators=denominators(data))
 
 
 def _needs_solution(selection: Selection) -> Selection:

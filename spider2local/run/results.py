@@ -211,6 +211,21 @@ def _result_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so that readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers (and a resume after SIGKILL) see the old file or the new one,
     never half of one: temp file in the same folder, fsync, then rename."""

@@ -42,6 +42,7 @@ from spider2local.run.layout import (
     PROJECT_FILES,
     RESULT_DB,
     SCAN,
+    START_PROJECT,
     START_SNAPSHOT,
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
@@ -146,6 +147,7 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
         confine_profile(project, task.project_dir)
     except ValueError as exc:
         raise DatasetError(str(exc), fix=PROFILE_FIX) from None
+    copy_text_files(project, artifacts / START_PROJECT)  # what the report diffs against
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
@@ -210,17 +212,7 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     """Copy the final project text files, the project's last dbt log and run_results (to
     ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts."""
     target = ws.artifacts / PROJECT_FILES
-    if target.exists():
-        shutil.rmtree(target)
-    files = 0
-    for path in sorted(ws.project_dir.rglob("*")):
-        rel = path.relative_to(ws.project_dir)
-        if rel.parts[0] in ARTIFACT_SKIP or path.suffix not in ARTIFACT_SUFFIXES:
-            continue
-        if path.is_file():
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel)
-            files += 1
+    files = copy_text_files(ws.project_dir, target)
     _collect_dbt_files(ws.project_dir, ws.artifacts / DBT_LOGS)
     database = None
     if keep_db and ws.database.is_file():
@@ -228,6 +220,25 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
         database = ws.artifacts / RESULT_DB
         fast_copy(ws.database, database)
     return CollectedArtifacts(project=target, files=files, database=database)
+
+
+def copy_text_files(project: Path, target: Path) -> int:
+    """Copy the project's text files an agent may write (:data:`ARTIFACT_SUFFIXES`, outside
+    :data:`ARTIFACT_SKIP`) into a fresh ``target``; returns how many. One rule for both copies
+    kept in the run folder: the start project and the project as the agent left it, so the
+    report diffs like with like."""
+    if target.exists():
+        shutil.rmtree(target)
+    files = 0
+    for path in sorted(project.rglob("*")):
+        rel = path.relative_to(project)
+        if rel.parts[0] in ARTIFACT_SKIP or path.suffix not in ARTIFACT_SUFFIXES:
+            continue
+        if path.is_file() and not path.is_symlink():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / rel)
+            files += 1
+    return files
 
 
 def _collect_dbt_files(project: Path, target: Path) -> None:
