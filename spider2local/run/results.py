@@ -212,10 +212,13 @@ def _result_problem(data: Mapping[str, Any]) -> str | None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text so that readers see the old file or the new one, never half of one."""
+    """Write text so that readers see the old file or the new one, never half of one. The file
+    is world-readable (0644, as a plain ``open`` makes it): reports are uploaded and shared,
+    and ``mkstemp`` alone would leave them 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
