@@ -3,7 +3,8 @@ the sample suite's reference run, done once per test session."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,29 @@ settings.register_profile("ci", max_examples=100, print_blob=True)
 settings.load_profile(HYPOTHESIS_PROFILE)
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "spider2-dbt"
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """``relative path -> sha256`` of every file under ``root`` (the .duckdb files too)."""
+    found = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with path.open("rb") as fh:
+            found[path.relative_to(root).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_dataset_untouched() -> Iterator[None]:
+    """No test may change the real tasks: every file is hashed before the session and again
+    after it (each xdist worker checks its own tests; about 20 ms for the two tasks)."""
+    if not SHARED_DATASET.is_dir():
+        yield
+        return
+    before = tree_digest(SHARED_DATASET)
+    yield
+    after = tree_digest(SHARED_DATASET)
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert changed == [], f"tests changed {SHARED_DATASET}: {changed}"
 
 
 @pytest.fixture

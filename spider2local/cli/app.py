@@ -242,9 +242,13 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
                              "e.g. '[[0,1],[]]' ([] = every column; default: all).")
 @click.option("--ignore-order", help="With --gold: per table, as JSON, e.g. '[true,false]' "
                                      "(default: false for every table).")
+@click.option("--accept-changes", is_flag=True,
+              help="For a run folder: score against today's gold and scorer although they "
+                   "differ from the fingerprints the run recorded (a deliberate fix).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def score(target: Path, task_id: str | None, gold: Path | None, tables: str | None,
-          cols: str | None, ignore_order: str | None, as_json: bool) -> None:
+          cols: str | None, ignore_order: str | None, accept_changes: bool,
+          as_json: bool) -> None:
     """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
     or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
     [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails; for a run
@@ -269,7 +273,7 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
     g = _globals()
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
-    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json))
+    sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json, accept_changes))
 
 
 @cli.command()

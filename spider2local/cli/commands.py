@@ -57,9 +57,10 @@ def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) 
     return OK
 
 
-def score_command(folder: RunFolder, data: Dataset, as_json: bool) -> int:
+def score_command(folder: RunFolder, data: Dataset, as_json: bool,
+                  accept_changes: bool = False) -> int:
     """Re-score ``folder`` from its kept databases, print the report; returns the exit code."""
-    rescored = rescore_run(folder, data)
+    rescored = rescore_run(folder, data, accept_changes=accept_changes)
     for item in rescored:
         if item.result is None:
             _err(f"{item.task_id}: not re-scorable: {item.reason}")

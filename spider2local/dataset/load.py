@@ -54,7 +54,7 @@ def load_dataset(suite: Suite) -> Dataset:
                            fix="point --dataset at the spider2-dbt folder (it holds examples/)")
     warnings: list[str] = []
     entries = list(_read_jsonl(tasks_file, warnings))
-    evals = _read_evals(root / EVAL_FILE, warnings)
+    evals = read_evals(root / EVAL_FILE, warnings)
     specs: list[TaskSpec] = []
     seen: set[str] = set()
     for line_no, entry in entries:
@@ -209,8 +209,9 @@ def _read_jsonl(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str
         yield no, obj
 
 
-def _read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
-    """Map task id to its raw ``evaluation`` object (parsed per task by :func:`_gold_for`)."""
+def read_evals(path: Path, warnings: list[str]) -> dict[str, Any]:
+    """Map task id to its raw ``evaluation`` object (parsed per task by :func:`_gold_for`).
+    The first record of an id wins, here and in the integrity guard that re-reads the file."""
     if not path.is_file():
         warnings.append(f"{path}: missing; no task can be scored")
         return {}

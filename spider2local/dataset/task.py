@@ -51,6 +51,15 @@ class TaskSpec:
     solution_dir: Path | None = None
 
     @property
+    def dataset_root(self) -> Path:
+        """The dataset folder the task was loaded from (its project is ``examples/<id>``)."""
+        return self.project_dir.parent.parent
+
+    @property
+    def eval_file(self) -> Path:
+        return self.dataset_root / EVAL_FILE
+
+    @property
     def excluded(self) -> str | None:
         return self.settings.exclude
 

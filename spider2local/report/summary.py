@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
+from spider2local.integrity.scan import Integrity
 from spider2local.run.folder import RunFolder
 from spider2local.run.results import Status, TaskResult
 
@@ -52,8 +53,8 @@ class Verdict(StrEnum):
     """Not scored: no gold, an error before scoring, or no result at all."""
 
 
-SUSPECT = "suspect"
-CLEAN = "clean"
+SUSPECT = Integrity.SUSPECT.value
+CLEAN = Integrity.CLEAN.value
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ far. The run owns these types; agents (``spider2local.agents``) implement :class
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from spider2local.dataset.task import TaskSpec
@@ -49,6 +50,10 @@ class AgentContext:
     isolation: IsolationMode = IsolationMode.NONE
     """The run's isolation: ``namespace`` means the agent must start its processes inside the
     sandbox (:mod:`spider2local.sandbox`)."""
+    off_limits: tuple[Path, ...] = ()
+    """What the run keeps from the agent (the dataset, the gold folder, the runs folder, the
+    suite file, the cache; decided by :meth:`spider2local.integrity.guard.Watch.off_limits`):
+    a sandbox hides each, also where it lies under a folder the sandbox binds."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
 from spider2local.safepath import NAME_FIX, child, name_problem
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
 DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
                 "numpy", "click", "libfaketime")
 

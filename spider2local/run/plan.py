@@ -4,6 +4,11 @@
 and fails fast with a one-line :class:`UserError` before anything starts. :func:`execute_run`
 writes the manifest, skips tasks an earlier invocation finished (resume), runs the rest and
 turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.rescore`.
+
+Before any agent starts, the scorer is imported and the gold, evaluation records and scorer
+sources of the tasks to run are fingerprinted into run.json (``integrity``; see
+:mod:`spider2local.integrity.guard`). A resume keeps the first fingerprints and is refused when
+the scorer or a task's gold changed since.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from spider2local.clock.faketime import find_library
 from spider2local.dataset.audit import Denominators, denominators, free_passes
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
+from spider2local.integrity import guard
 from spider2local.proc.kill import hurry
 from spider2local.run.folder import (
     RunFolder,
@@ -122,15 +128,18 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     folder, settings = plan.folder, plan.settings
     folder.create()
     with run_lock(folder):
-        manifest = _start_manifest(plan, await _free_passes(plan))
         done = {tid for tid, r in folder.results().items() if is_finished(r)}
         todo = [t for t in plan.selection.tasks if t.id not in done]
         already = tuple(t.id for t in plan.selection.tasks if t.id in done)
+        taken = await anyio.to_thread.run_sync(guard.take, todo)
+        manifest, fingerprints = _start_manifest(plan, taken, await _free_passes(plan))
+        watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
+                            suite_file=plan.suite_path)
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
                              skipped=plan.selection.skipped)
         ran: dict[str, TaskResult] = {}
         _, interrupted = await until_signal(
-            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran))
+            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch))
         folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
     return RunOutcome(folder, ran, already, interrupted)
 
@@ -146,9 +155,11 @@ async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
     return {**known, **await free_passes(todo)}
 
 
-def _start_manifest(plan: RunPlan, free: Mapping[str, bool | None]) -> dict[str, Any]:
-    """The manifest of this invocation, written before any task starts; a resume must match
-    the run's first settings and keeps every task selected so far."""
+def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str, bool | None]
+                    ) -> tuple[dict[str, Any], guard.Fingerprints]:
+    """The manifest of this invocation, written before any task starts, and the fingerprints
+    it records; a resume must match the run's first settings and fingerprints and keeps every
+    task selected so far."""
     folder, settings = plan.folder, plan.settings
     previous = folder.read_manifest()
     counts = plan.denominators.to_json() if plan.denominators is not None else None
@@ -160,9 +171,25 @@ def _start_manifest(plan: RunPlan, free: Mapping[str, bool | None]) -> dict[str,
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
     check_resumable(previous, manifest, folder)
+    recorded = guard.Fingerprints.from_json((previous or {}).get("integrity"))
+    fingerprints = taken if recorded is None else _resumed(recorded, taken, folder)
     manifest["tasks"] = merged_tasks(previous, manifest["tasks"])
+    manifest["integrity"] = fingerprints.to_json()
     folder.write_manifest(manifest)
-    return manifest
+    return manifest, fingerprints
+
+
+def _resumed(recorded: guard.Fingerprints, taken: guard.Fingerprints,
+             folder: RunFolder) -> guard.Fingerprints:
+    """The first invocation's fingerprints stay the reference: a resume with another scorer,
+    or after a task's gold or evaluation record changed, would score against other files."""
+    changed = guard.differences(recorded, taken, all_recorded=False)
+    if changed:
+        more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
+        raise UserError(f"run {folder.run_id} cannot be resumed: changed since it started: "
+                        + "; ".join(changed[:3]) + more, path=folder.root,
+                        fix="restore those files, or start a new run with another --run-id")
+    return recorded.merged(taken)
 
 
 def run_plan_sync(plan: RunPlan, progress: Progress) -> RunOutcome:

@@ -3,6 +3,13 @@
 Never re-runs anything: each task's ``result.duckdb`` (kept with ``--keep-db``) is scored again
 against the dataset's gold and only the verdict fields of its ``result.json`` are rewritten, so
 a scorer fix or a corrected gold file can be applied to an old run.
+
+Integrity: a run whose gold, evaluation records or scorer changed while it ran (a result with
+an ``integrity`` error) is refused, and so is one whose files differ now from the fingerprints
+its run.json recorded before its agents started: both in one line naming what changed (exit 2).
+Applying a real fix is a decision a person makes: ``--accept-changes`` scores against today's
+files and records their fingerprints in run.json (with the time, under ``integrity``). A run
+made before fingerprints existed is re-scored as before (there is nothing to compare).
 """
 
 from __future__ import annotations
@@ -13,9 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.dataset.task import Dataset
-from spider2local.run.folder import RunFolder
+from spider2local.exceptions import UserError
+from spider2local.integrity import guard
+from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.lock import run_lock
-from spider2local.run.results import Stage, Status, TaskResult, keep_traceback, save_result
+from spider2local.run.results import (
+    ErrorKind,
+    Stage,
+    Status,
+    TaskResult,
+    keep_traceback,
+    save_result,
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +68,46 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     return Rescored(old.task_id, new)
 
 
-def rescore_run(folder: RunFolder, data: Dataset) -> list[Rescored]:
+def rescore_run(folder: RunFolder, data: Dataset, *,
+                accept_changes: bool = False) -> list[Rescored]:
     """Re-score every finished task of the run from its kept database, never re-running it
-    (under the run's lock: a run still writing results must not be re-scored meanwhile)."""
+    (under the run's lock: a run still writing results must not be re-scored meanwhile).
+    Raises :class:`UserError` for a tampered or changed run (see the module docstring)."""
     with run_lock(folder):
-        return [rescore_task(folder, data, r) for _, r in sorted(folder.results().items())]
+        results = folder.results()
+        tasks = [t for tid in sorted(results) if (t := data.get(tid)) is not None]
+        taken = guard.take(tasks)
+        if accept_changes:
+            _record(folder, taken)
+        else:
+            _refuse_tampered(folder, results, taken)
+        return [rescore_task(folder, data, r) for _, r in sorted(results.items())]
+
+
+def _refuse_tampered(folder: RunFolder, results: Mapping[str, TaskResult],
+                     taken: guard.Fingerprints) -> None:
+    fix = "start a new run, or pass --accept-changes to score against today's files"
+    tampered = [f"{tid}: {r.error.message}" for tid, r in sorted(results.items())
+                if r.error is not None and r.error.kind is ErrorKind.INTEGRITY]
+    if tampered:
+        raise UserError(f"run {folder.run_id} was tampered with while it ran ({tampered[0]}"
+                        f"{f'; +{len(tampered) - 1} more' if len(tampered) > 1 else ''})",
+                        path=folder.root, fix=fix)
+    recorded = guard.Fingerprints.from_json((folder.read_manifest() or {}).get("integrity"))
+    if recorded is None:
+        return
+    changed = guard.differences(recorded, taken, all_recorded=True)
+    if changed:
+        more = f" (+{len(changed) - 2} more)" if len(changed) > 2 else ""
+        raise UserError(f"run {folder.run_id} changed since it ran: "
+                        + "; ".join(changed[:2]) + more, path=folder.root, fix=fix)
+
+
+def _record(folder: RunFolder, taken: guard.Fingerprints) -> None:
+    """Today's fingerprints become the run's reference, with when that was decided."""
+    manifest = dict(folder.read_manifest() or {})
+    manifest["integrity"] = {**taken.to_json(), "accepted_changes_at": now_iso()}
+    folder.write_manifest(manifest)
 
 
 def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:

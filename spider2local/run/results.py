@@ -20,12 +20,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 2
-"""2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own field.
-1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/``agent``."""
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
+SCHEMA_VERSION = 3
+"""3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
+``integrity``; ``isolation`` (also written by late version-2 files).
+2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
+field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
+``agent``."""
+READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -105,6 +109,9 @@ class ErrorKind(StrEnum):
     """The machine's fault, not the agent's: API overloaded or rate-limited, CLI crash, a full
     disk, a permission refused, a database locked by another process
     (:func:`spider2local.run.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
+    INTEGRITY = "integrity"
+    """What the task is scored against (its gold file, its evaluation record, the scorer's
+    source) changed after the run fingerprinted it: not scored, the message names the change."""
     EXCEPTION = "exception"
     """An unexpected exception in one of our stages; its class is in ``TaskError.exception``
     and its whole traceback in the task folder's ``error.txt``."""
@@ -140,7 +147,8 @@ class TaskResult:
     durations: Mapping[str, float] = field(default_factory=dict)
     """Seconds per step, as the runner times them: ``prepare``, ``agent`` (its dbt runs
     included), ``checkpoint`` and ``score`` (the :class:`Stage` values), ``collect`` (artifacts),
-    ``cleanup`` (workspace removal) and ``total``; a step that never ran is absent."""
+    ``scan`` (the integrity scan), ``cleanup`` (workspace removal) and ``total``; a step that
+    never ran is absent."""
     usage: Usage = field(default_factory=Usage)
     passed: bool | None = None
     tables_passed: int = 0
@@ -152,6 +160,11 @@ class TaskResult:
     model: str | None = None
     verified: bool | None = None
     """Whether the agent's verifier ran (Claude agent only)."""
+    integrity: Integrity | None = None
+    """What the scan of the agent's traces found (:mod:`spider2local.integrity.scan`);
+    ``None`` when the task was never scanned (a result older than schema 3)."""
+    integrity_evidence: tuple[Evidence, ...] = ()
+    """Why a task is ``suspect``: the first hits (source, line, rule, excerpt)."""
     isolation: str | None = None
     """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
     (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
@@ -161,6 +174,8 @@ class TaskResult:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        data["integrity"] = None if self.integrity is None else self.integrity.value
+        data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
         if self.error is not None:
             data["error"]["stage"] = self.error.stage.value
             data["error"]["kind"] = self.error.kind.value
@@ -182,6 +197,10 @@ class TaskResult:
         fields["usage"] = Usage(**fields.get("usage", {}))
         err = fields.get("error")
         fields["error"] = None if err is None else TaskError.from_json(err, version)
+        found = fields.get("integrity")
+        fields["integrity"] = None if found is None else Integrity(found)
+        fields["integrity_evidence"] = tuple(Evidence.from_json(e) for e in
+                                             fields.get("integrity_evidence") or ())
         return cls(**fields)
 
 

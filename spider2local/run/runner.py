@@ -15,6 +15,11 @@ Verdicts follow the official benchmark: the database the agent left is what gets
 after an agent error, a timeout or an infrastructure error in mid-session (the error is recorded
 beside the verdict). Only an infrastructure failure before any turn that outlived its retries
 ends without a score, because no work was done.
+
+Integrity (:mod:`spider2local.integrity`): the gold, evaluation records and scorer sources are
+fingerprinted before the first agent starts and re-checked before each score (a change is an
+``integrity`` error, never a verdict), and every task's traces are scanned before its result is
+written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept).
 """
 
 from __future__ import annotations
@@ -29,12 +34,20 @@ from typing import Any, TypeVar
 import anyio
 
 from spider2local.dataset.task import TaskSpec
+from spider2local.integrity import guard
+from spider2local.integrity.scan import (
+    Evidence,
+    Integrity,
+    ScanResult,
+    project_baseline,
+    scan_task,
+)
 from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_machine_fault
 from spider2local.run.folder import RunFolder, now_iso
-from spider2local.run.layout import TRANSCRIPT
+from spider2local.run.layout import QUERIES, TRANSCRIPT
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
     ErrorKind,
@@ -65,6 +78,10 @@ class _Attempt:
     durations: dict[str, float] = field(default_factory=dict)
     attempts: int = 0
     ws: Ws | None = None
+    baseline: dict[str, str] = field(default_factory=dict)
+    """The project's files as prepared (what the integrity scan leaves out)."""
+    off_limits: tuple[Path, ...] = ()
+    """What the agent must not reach (``guard.Watch.off_limits``), handed to its context."""
 
     def timed(self, stage: str, seconds: float) -> None:
         self.durations[stage] = round(self.durations.get(stage, 0.0) + seconds, 3)
@@ -128,10 +145,12 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                                    skills=task_skills(task, settings))
     ws = state.ws
     assert ws is not None
+    state.baseline = await in_thread(project_baseline, ws.project_dir)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
-                       transcript=transcript, isolation=settings.isolation)
+                       transcript=transcript, isolation=settings.isolation,
+                       off_limits=state.off_limits)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx)
@@ -159,8 +178,9 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         await anyio.sleep(wait)
 
 
-async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
-    """Checkpoint and score the workspace database; returns TaskResult fields."""
+async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
+    """Checkpoint and score the workspace database; returns TaskResult fields. What it is
+    scored against is checked first and its gold file once more after (see module doc)."""
     from spider2local.evaluation import score_database, to_json
 
     task, ws = state.task, state.ws
@@ -177,12 +197,23 @@ async def _score(state: _Attempt, progress: Progress) -> dict[str, Any]:
     progress.stage(task.id, Stage.SCORE)
     try:
         with _Stopwatch(state, "score"):
+            check = await in_thread(guard.changes, watch.fingerprints, task)
+            if check.changed:
+                return _integrity_error(check.changed)
             score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
+            moved = await in_thread(guard.gold_moved, check, task)
+            if moved is not None:
+                return _integrity_error((moved,))
     except Exception as exc:
         return _error(state, Stage.SCORE, exc)
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
             "tables_passed": score.tables_passed, "tables_total": score.tables_total,
             "score": to_json(score)}
+
+
+def _integrity_error(changed: Sequence[str]) -> dict[str, Any]:
+    return {"status": Status.ERROR,
+            "error": TaskError(Stage.SCORE, ErrorKind.INTEGRITY, guard.describe(changed))}
 
 
 def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
@@ -209,11 +240,11 @@ def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
 
 
 async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
-                  timed_out: bool, progress: Progress) -> dict[str, Any]:
+                  timed_out: bool, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
         return {"status": Status.ERROR,
                 "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, outcome.error or "")}
-    fields = _verdict_with_agent(await _score(state, progress), outcome, timed_out)
+    fields = _verdict_with_agent(await _score(state, progress, watch), outcome, timed_out)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
@@ -223,28 +254,53 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     return fields
 
 
+def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
+    """Scan the task's traces while its workspace still exists (agents reaped already)."""
+    ws = state.ws
+    root = ws.root if ws is not None else state.artifacts
+    project = ws.project_dir if ws is not None else None
+    try:
+        prot = watch.protected(state.task, root, project or root, state.artifacts)
+    except Exception as exc:  # the result must still be written; and a blind scan is no "clean"
+        keep_traceback(state.artifacts, Stage.CHECKPOINT, exc)
+        return ScanResult(Integrity.SUSPECT, (Evidence("scanner", None, "scan failed",
+                                                       f"{type(exc).__name__}: {exc}"),), 1)
+    return scan_task(transcript=state.artifacts / TRANSCRIPT,
+                     queries=state.artifacts / QUERIES, project=project,
+                     baseline=state.baseline, prot=prot)
+
+
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
-                   factory: AgentFactory, progress: Progress) -> TaskResult | None:
+                   factory: AgentFactory, progress: Progress,
+                   watch: guard.Watch | None = None) -> TaskResult | None:
     """Run one task start to finish and write its result.json (the last thing written).
 
+    ``watch``: the run's fingerprints (taken here, for this task alone, when not given).
     Returns ``None`` when the run folder could not take the task (its folder or its result
     could not be written: a full disk): the task stays unfinished, which a resume re-runs, and
     one line on stderr names the path. Nothing else of the run is stopped."""
+    if watch is None:
+        watch = guard.Watch(await in_thread(guard.take, [task]), runs_dir=folder.root.parent)
     try:
         artifacts = await in_thread(folder.reset_task, task.id)
     except OSError as exc:
         progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
         return None
-    state = _Attempt(task, artifacts)
+    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task))
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(task.id)
     outcome, timed_out = AgentOutcome(), False
     try:
         try:
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
-            fields = await _finish(state, settings, outcome, timed_out, progress)
+            fields = await _finish(state, settings, outcome, timed_out, progress, watch)
         except Exception as exc:
             fields = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
+        with _Stopwatch(state, "scan"):
+            scan = await in_thread(_scan, state, watch)
+        if scan.evidence:
+            first = scan.evidence[0]
+            progress.note(task.id, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")
         with _Stopwatch(state, "cleanup"):
             await _cleanup(state, settings.keep, progress)
         state.timed("total", time.monotonic() - t0)
@@ -253,6 +309,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             finished_at=now_iso(), durations=dict(state.durations),
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
+                            integrity=scan.integrity, integrity_evidence=scan.evidence,
                             isolation=settings.isolation.value, **fields)
         try:
             await in_thread(save_result, folder.result_path(task.id), result)
@@ -274,17 +331,22 @@ def _oserror(exc: OSError, path: Path | None = None) -> str:
 
 async def run_tasks(tasks: Sequence[TaskSpec], folder: RunFolder, settings: RunSettings,
                     factory: AgentFactory, progress: Progress,
-                    results: dict[str, TaskResult] | None = None) -> dict[str, TaskResult]:
+                    results: dict[str, TaskResult] | None = None,
+                    watch: guard.Watch | None = None) -> dict[str, TaskResult]:
     """Run ``tasks`` at most ``settings.jobs`` at a time; returns the results written.
 
     ``results`` (filled as tasks finish) lets a caller see what finished before a cancellation.
+    ``watch``: the run's fingerprints (:func:`~spider2local.run.plan.execute_run` records them
+    in run.json); when not given they are taken here, before any agent starts.
     """
     limiter = anyio.CapacityLimiter(settings.jobs)
     results = {} if results is None else results
+    if watch is None:
+        watch = guard.Watch(await in_thread(guard.take, tasks), runs_dir=folder.root.parent)
 
     async def one(task: TaskSpec) -> None:
         async with limiter:
-            result = await run_task(task, folder, settings, factory, progress)
+            result = await run_task(task, folder, settings, factory, progress, watch)
             if result is not None:
                 results[task.id] = result
 

@@ -205,3 +205,36 @@ def test_suspect_is_read_defensively_and_counted_apart(tmp_path: Path) -> None:
     assert report.rates.tasks_passed == 1
     assert "1 suspect (1 of the passes)" in render_report(report)
     assert report_json(report)["suspect"] == ["a"]
+
+
+def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
+        tmp_path: Path) -> None:
+    from spider2local.integrity.scan import Evidence, Integrity
+    from spider2local.report.summary import isolation_of
+
+    folder = write_run(tmp_path)
+    for tid in ("a", "b"):
+        path = folder.result_path(tid)
+        data = json.loads(path.read_text())
+        data.update(integrity="suspect", integrity_evidence=[
+            Evidence("transcript.jsonl", 4, "dataset root", "ls /data").to_json()])
+        path.write_text(json.dumps(data))
+    report = load_report(folder)
+    k = report.rates
+    assert (k.tasks_suspect, k.passed_suspect, k.tasks_passed) == (2, 1, 1)  # verdict kept
+    assert [r.integrity for r in report.rows[:3]] == [Integrity.SUSPECT, Integrity.SUSPECT,
+                                                       "clean"]  # no mark reads as clean
+    text = render_report(report)
+    assert "run r1 (agent claude, isolation: none" in text
+    assert "2 suspect (1 of the passes)" in text
+    as_json = report_json(report)
+    assert as_json["suspect"] == ["a", "b"] and as_json["isolation"] == "none"
+    assert as_json["rates"]["tasks_suspect"] == 2
+    # The mode is read defensively from whatever run.json recorded.
+    assert isolation_of({"isolation": "namespace"}) == "namespace"
+    assert isolation_of({"isolation": {"mode": "none", "reason": "no userns"}}) == "none"
+    assert isolation_of({}) == "none" and isolation_of(None) == "none"
+
+
+def test_a_report_without_suspects_has_no_suspect_line(tmp_path: Path) -> None:
+    assert "suspect" not in render_report(load_report(write_run(tmp_path))).split("\n\n")[-1]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.results import (
     SCHEMA_VERSION,
     ErrorKind,
@@ -74,7 +76,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     assert old.error == TaskError(Stage.SCORE, ErrorKind.EXCEPTION,
                                   "gold table 'orders' cannot be read", "ScoringError")
     assert old.usage.cost_usd == 0.42 and old.durations["total"] == 252.0
-    assert old.schema_version == SCHEMA_VERSION == 2
+    assert old.schema_version == SCHEMA_VERSION == 3
     path.write_text(V1_TIMEOUT)
     timeout = load_result(path)
     assert timeout is not None and timeout.error is not None
@@ -82,7 +84,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     # Saved again (as a re-score does), the record is written in the current layout.
     save_result(path, old)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     assert data["error"] == {"stage": "score", "kind": "exception",
                              "message": "gold table 'orders' cannot be read",
                              "exception": "ScoringError"}
@@ -104,7 +106,7 @@ def test_round_trip_keeps_kind_and_exception(tmp_path: Path, error: TaskError) -
 
 
 @pytest.mark.parametrize("mangle", [
-    lambda d: d.update(schema_version=3),
+    lambda d: d.update(schema_version=99),
     lambda d: d.pop("schema_version"),
     lambda d: d["error"].update(kind="ScoringError"),  # a v1 kind in a v2 file
 ])
@@ -117,3 +119,25 @@ def test_unreadable_results_are_rerun_not_misread(
     mangle(data)
     (tmp_path / "result.json").write_text(json.dumps(data))
     assert load_result(tmp_path / "result.json") is None
+
+
+def test_version_2_results_read_as_never_scanned_and_v3_keeps_the_evidence(
+        tmp_path: Path) -> None:
+    """A result written before the integrity scan existed is not called clean: it was never
+    scanned. A suspect one keeps its evidence through a save and a load."""
+    path = tmp_path / "result.json"
+    v2 = TaskResult(task_id="t", status=Status.PASSED, agent="noop", fake_date="2024-09-15",
+                    started_at="s", finished_at="f", passed=True).to_json()
+    v2["schema_version"] = 2
+    del v2["integrity"], v2["integrity_evidence"]
+    path.write_text(json.dumps(v2))
+    old = load_result(path)
+    assert old is not None and old.integrity is None and old.integrity_evidence == ()
+    evidence = (Evidence("project/models/m.sql", 3, "dataset root", "ATTACH '/data/x'"),)
+    suspect = replace(old, integrity=Integrity.SUSPECT, integrity_evidence=evidence,
+                      error=TaskError(Stage.SCORE, ErrorKind.INTEGRITY, "not scored: gold"))
+    save_result(path, suspect)
+    data = json.loads(path.read_text())
+    assert data["integrity"] == "suspect" and data["error"]["kind"] == "integrity"
+    assert data["integrity_evidence"][0]["source"] == "project/models/m.sql"
+    assert load_result(path) == suspect

@@ -194,12 +194,8 @@ class ClaudeAgent:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
         workspace, the Python environment and the system, and nothing of the runner: not the
         dataset (gold, eval file), the run folder, other workspaces or the home folder."""
-        task = ctx.task
-        hidden = [task.project_dir.parent.parent, ctx.workspace.artifacts.parent]
-        if task.gold is not None:
-            hidden += [task.gold.db.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
-                          hidden=hidden, unset_env=blanked(env))
+                          hidden=ctx.off_limits, unset_env=blanked(env))
         return Launcher(spec)
 
     async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,

@@ -106,6 +106,11 @@ def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
         result = json.loads((outcome.folder.root / tid / "result.json").read_text())
         assert result["isolation"] == "namespace"
         assert result["status"] == "failed" and result["passed"] is False, result
+        # The attempts are in the transcript and the model file: detection marks them too.
+        assert result["integrity"] == "suspect", result
+        rules = {(e["source"], e["rule"]) for e in result["integrity_evidence"]}
+        assert {("transcript.jsonl", "dataset root"), ("transcript.jsonl", "process environment"),
+                ("project/models/orders.sql", "file outside the workspace")} <= rules, rules
         attack, _, dbt_out = seen[tid][:3]
         section = dict(part.split("\n", 1) for part in attack.split("== ")[1:])
         found = section["find"].split()

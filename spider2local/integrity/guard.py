@@ -1,0 +1,315 @@
+"""Guards: what a run scores against cannot change under it unnoticed.
+
+Without isolation an agent can write anything its user can: the gold database, the evaluation
+file, the installed scorer (an editable install is plain files). So before any agent starts the
+runner imports the scorer (:func:`import_scorer`: a module imported later would run whatever an
+agent left in its file) and takes :class:`Fingerprints`: every selected task's gold database
+and its ``.wal``, the task's evaluation record (its parsed parameters as canonical JSON), and
+every ``.py`` file of the installed package (the scorer, and the code that turns a score into a
+verdict and a report: one rule with no list to forget a module from). They are kept in run.json.
+
+Before a task is scored its fingerprint and the sources are taken again (:func:`changes`); any
+difference is an integrity error naming what changed, recorded and never a verdict. Right after
+scoring the gold file's metadata is compared once more (:func:`gold_moved`): a write during
+scoring changes its ctime, which no program can set back.
+
+Hashing: a full SHA-256 of each gold file, several files at once in worker threads (hashlib
+releases the GIL). Measured on a shared 2-core machine: about 200 MB/s per thread, so a 300 MB
+gold file costs 1.5 s; the two real tasks' gold (4 MB) about 20 ms. A cheaper stat-only
+fingerprint (size, mtime, inode) was rejected: an agent can set mtime back with ``touch -d``,
+and a run must be re-checkable later (``score RUN_DIR``), on another machine, where only the
+content means anything. Third-party libraries the scorer uses (pandas, numpy, duckdb) are
+imported before any agent starts but not hashed (hundreds of MB): namespace isolation makes
+them read-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import spider2local
+from spider2local.dataset.load import read_evals
+from spider2local.dataset.sample import default_cache_dir
+from spider2local.dataset.task import TaskSpec
+from spider2local.evaluation.params import EvalConfigError, parse_eval
+from spider2local.integrity.scan import Protected
+
+FINGERPRINTS_VERSION = 1
+SOURCE_ROOT = Path(spider2local.__file__).resolve().parent
+"""The installed package whose ``.py`` files are fingerprinted (tests point it at a copy)."""
+SCORER_MODULES = ("spider2local.evaluation.score", "spider2local.evaluation.serialize",
+                  "spider2local.evaluation.verdicts")
+"""Imported before any agent starts; they import the rest of the scorer at module level."""
+HASH_THREADS = 4
+
+
+def import_scorer() -> None:
+    """Load the scorer now, while its files are the ones fingerprinted: ``evaluation`` loads its
+    public names on first use, which would otherwise be after the first agent ran."""
+    for name in SCORER_MODULES:
+        importlib.import_module(name)
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as fh:  # the dataset is never opened writable
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+@dataclass(frozen=True)
+class FileFingerprint:
+    sha256: str
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileFingerprint | None:
+        """``None`` when the file does not exist. The stat is taken before and after hashing and
+        must agree, so a file written meanwhile cannot pass for the content hashed."""
+        try:
+            before = path.stat()
+            digest = sha256_file(path)
+            after = path.stat()
+        except FileNotFoundError:
+            return None
+        if _stat_key(before) != _stat_key(after):
+            digest = "changed-while-hashed"
+        return cls(digest, after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino)
+
+    def same_content(self, other: FileFingerprint | None) -> bool:
+        return other is not None and (self.sha256, self.size) == (other.sha256, other.size)
+
+    def same_stat(self, path: Path) -> bool:
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        return _stat_key(st) == (self.size, self.mtime_ns, self.ctime_ns, self.inode)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def _file_from_json(data: Any) -> FileFingerprint | None:
+    return None if data is None else FileFingerprint(**data)
+
+
+@dataclass(frozen=True)
+class TaskFingerprint:
+    gold: str
+    """The gold database's path (as the dataset names it)."""
+    db: FileFingerprint | None
+    wal: FileFingerprint | None
+    """The gold's ``.wal`` (committed data not yet in the file); ``None`` when there is none."""
+    eval_record: str
+    """The task's evaluation parameters as canonical JSON, or why they could not be read."""
+
+
+@dataclass(frozen=True)
+class Fingerprints:
+    """What run.json keeps under ``integrity``: the package's sources and each task's gold."""
+
+    sources: Mapping[str, str]
+    """``relative path -> sha256`` of every ``.py`` file of the package."""
+    tasks: Mapping[str, TaskFingerprint] = field(default_factory=dict)
+    version: int = FINGERPRINTS_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "sources": dict(self.sources),
+                "tasks": {tid: dataclasses.asdict(fp) for tid, fp in sorted(self.tasks.items())}}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Fingerprints | None:
+        """``None`` for a run made before fingerprints existed (or an unreadable entry)."""
+        if not isinstance(data, Mapping) or data.get("version") != FINGERPRINTS_VERSION:
+            return None
+        try:
+            tasks = {tid: TaskFingerprint(t["gold"], _file_from_json(t["db"]),
+                                          _file_from_json(t["wal"]), t["eval_record"])
+                     for tid, t in data["tasks"].items()}
+            return cls(dict(data["sources"]), tasks)
+        except (KeyError, TypeError, AttributeError):
+            return None
+
+    def merged(self, newer: Fingerprints) -> Fingerprints:
+        """These fingerprints plus ``newer``'s tasks not known yet: a task's reference is the
+        one taken before the first agent of the run started, never a later one."""
+        return Fingerprints(self.sources, {**newer.tasks, **self.tasks})
+
+
+def source_hashes(root: Path | None = None) -> dict[str, str]:
+    base = root or SOURCE_ROOT
+    return {p.relative_to(base).as_posix(): sha256_file(p)
+            for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def canonical_params(raw: Any) -> str:
+    """The parsed parameters of one evaluation record as canonical JSON (key order and
+    whitespace of the file do not matter, what the scorer receives does)."""
+    try:
+        params = parse_eval(raw)
+    except EvalConfigError as exc:
+        return f"unusable: {exc.reason}"
+    return json.dumps(dataclasses.asdict(params), sort_keys=True, separators=(",", ":"))
+
+
+def eval_record(task: TaskSpec) -> str:
+    """The task's record as the evaluation file holds it now (first record of the id wins, as
+    in the loader)."""
+    try:
+        evals = read_evals(task.eval_file, [])
+    except Exception as exc:  # a tampered file may not even read: that is a change too
+        return f"unreadable: {type(exc).__name__}"
+    return canonical_params(evals[task.id]) if task.id in evals else "absent"
+
+
+def task_fingerprint(task: TaskSpec) -> TaskFingerprint | None:
+    """``None`` for a task without gold (nothing is scored, nothing to guard)."""
+    if task.gold is None:
+        return None
+    db = task.gold.db
+    wal = db.with_name(db.name + ".wal")
+    return TaskFingerprint(str(db), FileFingerprint.of(db), FileFingerprint.of(wal),
+                           eval_record(task))
+
+
+def take(tasks: Iterable[TaskSpec], threads: int = HASH_THREADS) -> Fingerprints:
+    """Fingerprint the package and ``tasks`` (gold files hashed ``threads`` at a time).
+
+    The recorded evaluation parameters are the ones the runner will score with (the loaded
+    task's), so a file edited between loading and now is caught at the first check."""
+    import_scorer()
+    todo = [t for t in tasks if t.gold is not None]
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        found = dict(zip((t.id for t in todo), pool.map(task_fingerprint, todo), strict=True))
+    fps: dict[str, TaskFingerprint] = {}
+    for task in todo:
+        fp = found[task.id]
+        if fp is not None:
+            fps[task.id] = dataclasses.replace(fp, eval_record=_loaded_params(task))
+    return Fingerprints(source_hashes(), fps)
+
+
+def _loaded_params(task: TaskSpec) -> str:
+    assert task.gold is not None
+    return json.dumps(dataclasses.asdict(task.gold.params), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def source_changes(recorded: Fingerprints, now: Mapping[str, str] | None = None) -> list[str]:
+    """Package files changed, added or removed since ``recorded`` (sorted paths)."""
+    now = source_hashes() if now is None else now
+    return sorted(p for p in recorded.sources.keys() | now.keys()
+                  if recorded.sources.get(p) != now.get(p))
+
+
+def _short(fp: FileFingerprint | None) -> str:
+    return "absent" if fp is None else f"sha256 {fp.sha256[:12]}, {fp.size} bytes"
+
+
+def task_changes(recorded: TaskFingerprint, now: TaskFingerprint) -> list[str]:
+    """One phrase per difference between two fingerprints of a task (content, not times)."""
+    found = []
+    for what, old, new in (("gold file", recorded.db, now.db),
+                           ("gold .wal", recorded.wal, now.wal)):
+        same = new is None if old is None else old.same_content(new)
+        if not same:
+            found.append(f"{what} {now.gold}{'.wal' if what == 'gold .wal' else ''} changed "
+                         f"({_short(old)} -> {_short(new)})")
+    if recorded.eval_record != now.eval_record:
+        found.append(f"evaluation record changed ({recorded.eval_record} -> "
+                     f"{now.eval_record})")
+    return found
+
+
+def differences(recorded: Fingerprints, taken: Fingerprints, *,
+                all_recorded: bool) -> list[str]:
+    """What differs between a run's recorded fingerprints and ones ``taken`` now, one phrase
+    each. ``all_recorded``: a task of ``taken`` the record lacks counts as a difference (a
+    re-score must have every task's reference; a resume adds the new tasks)."""
+    found = [f"scorer source {p}" for p in source_changes(recorded, taken.sources)]
+    for tid, now in sorted(taken.tasks.items()):
+        before = recorded.tasks.get(tid)
+        if before is not None:
+            found += [f"{tid}: {what}" for what in task_changes(before, now)]
+        elif all_recorded:
+            found.append(f"{tid}: no fingerprint recorded")
+    return found
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of a pre-scoring check: what changed (empty when nothing did) and the gold
+    file's fingerprint as just taken, for :func:`gold_moved` after scoring."""
+
+    changed: tuple[str, ...]
+    gold: FileFingerprint | None = None
+
+
+def changes(recorded: Fingerprints | None, task: TaskSpec,
+            sources: Mapping[str, str] | None = None) -> Check:
+    """Compare ``task``'s gold, evaluation record and the package sources with ``recorded``."""
+    if recorded is None or task.gold is None:
+        return Check(())
+    found: list[str] = []
+    edited = source_changes(recorded, sources)
+    if edited:
+        more = f" (+{len(edited) - 3} more)" if len(edited) > 3 else ""
+        found.append(f"scorer source changed: {', '.join(edited[:3])}{more}")
+    now = task_fingerprint(task)
+    before = recorded.tasks.get(task.id)
+    if before is None:
+        found.append(f"no fingerprint of {task.id}'s gold was taken before the agents started")
+    elif now is not None:
+        found += task_changes(before, now)
+    return Check(tuple(found), now.db if now is not None else None)
+
+
+def gold_moved(check: Check, task: TaskSpec) -> str | None:
+    """After scoring: was the gold file written (or replaced) since :func:`changes` hashed it?"""
+    if task.gold is None or check.gold is None or check.gold.same_stat(task.gold.db):
+        return None
+    return f"gold file {task.gold.db} changed while it was scored"
+
+
+def describe(changed: Sequence[str]) -> str:
+    return "not scored: " + "; ".join(changed)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the runner keeps an eye on for one run: the fingerprints taken before any agent
+    started, and the run's own files an agent must not name (see :mod:`.scan`)."""
+
+    fingerprints: Fingerprints
+    runs_dir: Path | None = None
+    suite_file: Path | None = None
+
+    def off_limits(self, task: TaskSpec) -> tuple[Path, ...]:
+        """What of the runner's lies outside the workspace and is none of ``task``'s agent's
+        business: the dataset (gold and eval file with it), the gold folder, the runs folder,
+        the suite file, spider2local's cache. The one list for both guards: the sandbox hides
+        each of them (``AgentContext.off_limits``) and the scan (:meth:`protected`) calls a
+        task suspect that names one."""
+        gold = task.gold.db.parent if task.gold is not None else None
+        found = (task.dataset_root, gold, self.runs_dir, self.suite_file, default_cache_dir())
+        return tuple(dict.fromkeys(Path(p) for p in found if p is not None))
+
+    def protected(self, task: TaskSpec, workspace: Path, project: Path,
+                  artifacts: Path) -> Protected:
+        return Protected.for_task(
+            workspace=workspace, cwd=project, dataset_root=task.dataset_root,
+            gold=task.gold.db if task.gold is not None else None, start_db=task.start_db,
+            runs_dir=self.runs_dir, suite_file=self.suite_file, cache_dir=default_cache_dir(),
+            artifacts=artifacts)

@@ -1,0 +1,350 @@
+"""Detection: after each task, look for signs that the agent reached outside its workspace.
+
+Always on, with or without isolation: a sandbox stops the attempt, detection makes it visible.
+What is read: the transcript (tool inputs and outputs alike: each JSON line is decoded and
+every string in it is read, so JSON escapes hide nothing), the queries log, and every text file
+of the workspace project the agent created or changed (compared with the project as it was
+prepared: the dataset's own files, vendored packages, the runner's context files and skills
+are not the agent's doing). dbt's own logs and compiled SQL count: a model that ATTACHes gold
+through Jinja shows the resolved path there.
+
+What is looked for (:class:`Protected`): the dataset root, the runs folder, the suite file and
+spider2local's cache by path; the gold folder name (``evaluation_suite``), the evaluation file
+name and the task's gold file name by name (the gold name only when it differs from the start
+database's, which it often equals in upstream's layout); ``ATTACH``, ``read_*``, ``glob``,
+``COPY``, ``FROM '<file>'`` and ``connect(...)`` of a path outside the workspace; and any
+``/proc/<pid>/environ``. Each text is read three ways: as written, with ``\\uXXXX``/``\\xXX``
+escapes decoded, and squashed (quotes, ``+``, backslashes and whitespace removed, so a path
+split across lines or string pieces joins up). Matching ignores case.
+
+A hit makes the task ``suspect`` with the evidence (source, line, rule, excerpt): the verdict is
+kept, reports count suspect tasks apart, a person decides. It is not a proof of cheating (an
+honest agent may look at ``/tmp``) and its absence is not a proof of honesty (a base64 string
+hides anything): the guards and the sandbox are the guarantees, this is the witness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+"""Project files larger than this are not read (a database, a data dump): text the agent
+wrote is far smaller."""
+MAX_EVIDENCE = 20
+EXCERPT = 60
+RUNNER_ENTRIES = frozenset({"attempt", "apply"})
+"""Transcript entries the runner and its built-in agents write about themselves, naming paths
+they chose (the workspace; the reference solution's folder inside the dataset), not actions of
+an agent."""
+BUILD_OUTPUT = frozenset({"target", "logs"})
+GOLD_FOLDER = "evaluation_suite"
+EVAL_FILE_NAME = "spider2_eval.jsonl"
+
+
+class Integrity(StrEnum):
+    CLEAN = "clean"
+    """Nothing found."""
+    SUSPECT = "suspect"
+    """Something outside the workspace was named or opened: see the evidence."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    """``transcript.jsonl``, ``queries.jsonl`` or ``project/<path>``."""
+    line: int | None
+    """1-based line in the source (``None`` when only the squashed text matched)."""
+    rule: str
+    excerpt: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
+        return cls(str(data["source"]), data.get("line"), str(data["rule"]),
+                   str(data["excerpt"]))
+
+
+@dataclass(frozen=True)
+class Protected:
+    """What lies outside one task's workspace and must not be named or opened by its agent.
+
+    The one owner of "outside the workspace": :meth:`outside` decides it for every path the
+    scan finds."""
+
+    workspace: Path
+    """The workspace root (resolved): the project, the CLI's config, everything of the attempt."""
+    cwd: Path
+    """Where relative paths resolve: the project folder, the agent's working directory."""
+    paths: tuple[tuple[str, str], ...] = ()
+    """``(rule, absolute path)``, matched as a path (with boundaries)."""
+    names: tuple[tuple[str, str], ...] = ()
+    """``(rule, name)``, matched anywhere."""
+    own: tuple[str, ...] = ()
+    """Folders of this task a path needle may lead into without a hit: the workspace, and the
+    task's own folder in the run (the runner points the built-in agents' dbt logs there)."""
+
+    @classmethod
+    def for_task(cls, *, workspace: Path, cwd: Path, dataset_root: Path | None,
+                 gold: Path | None, start_db: Path | None, runs_dir: Path | None = None,
+                 suite_file: Path | None = None, cache_dir: Path | None = None,
+                 artifacts: Path | None = None) -> Protected:
+        ws = Path(os.path.realpath(workspace))
+        own = [str(ws)] + ([] if artifacts is None else
+                           list(dict.fromkeys((str(artifacts.absolute()),
+                                               os.path.realpath(artifacts)))))
+        paths: list[tuple[str, str]] = []
+        for rule, path in (("dataset root", dataset_root), ("runs folder", runs_dir),
+                           ("suite file", suite_file), ("spider2local cache", cache_dir)):
+            if path is None:
+                continue
+            for form in dict.fromkeys((str(Path(path).absolute()), os.path.realpath(path))):
+                # A folder that holds the workspace would match every honest path.
+                if form != "/" and not _inside(ws, Path(form)):
+                    paths.append((rule, form))
+        names = [("gold folder", GOLD_FOLDER), ("evaluation file", EVAL_FILE_NAME)]
+        if gold is not None and (start_db is None or gold.name.lower() != start_db.name.lower()):
+            names.append(("gold file", gold.name))
+        return cls(ws, Path(os.path.realpath(cwd)), tuple(paths), tuple(names),
+                   tuple(p.lower() for p in own))
+
+    def outside(self, written: str) -> bool:
+        """Does a path as written in SQL or code (relative to :attr:`cwd`) leave the workspace?
+        Both its lexical form and, where it exists, its real path (symlinks) must stay inside.
+        In-memory databases, URLs and unresolved Jinja are not files here."""
+        text = written.strip()
+        if not text or text.lower() == ":memory:" or _URL.match(text) or "{{" in text:
+            return False
+        try:
+            path = Path(text).expanduser()
+        except RuntimeError:  # ~someone unknown: a path like any other
+            path = Path(text)
+        path = path if path.is_absolute() else self.cwd / path
+        lexical = Path(os.path.normpath(path))
+        return not (_inside(lexical, self.workspace)
+                    and _inside(Path(os.path.realpath(lexical)), self.workspace))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|md:|motherduck:)", re.IGNORECASE)
+_QUOTED = r"""(?:'(?P<s>[^']*)'|"(?P<d>[^"]*)"|\$\$(?P<dd>.*?)\$\$)"""
+_OPENERS = (r"\battach\b(?:\s+database)?(?:\s+if\s+not\s+exists)?\s*",
+            r"\b(?:read_\w+|glob|parquet_scan|sqlite_scan)\s*\(\s*\[?\s*",
+            r"\bcopy\b[^;]{0,300}?\b(?:from|to)\s+",
+            r"\bconnect\s*\(\s*(?:database\s*=\s*)?",
+            r"\bfrom\s+")
+_OPEN_FILE = re.compile(rf"(?:{'|'.join(_OPENERS)}){_QUOTED}", re.IGNORECASE | re.DOTALL)
+_FILE_LIST = re.compile(r"\b(?:read_\w+|glob|parquet_scan)\s*\(\s*\[(?P<items>[^\]]{0,4000})\]",
+                        re.IGNORECASE)
+_QUOTED_ONLY = re.compile(_QUOTED, re.DOTALL)
+_ENVIRON = re.compile(r"/proc/[^/\s'\"]{1,40}/environ", re.IGNORECASE)
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|\\(/)")
+_SQUASH = re.compile(r"""[\s'"+\\]+""")
+_PATH_CHAR = re.compile(r"[A-Za-z0-9_.-]")
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPE.sub(lambda m: m.group(3) or chr(int(m.group(1) or m.group(2), 16)), text)
+
+
+def _variants(text: str) -> Iterator[tuple[str, bool]]:
+    """``(text, lines_kept)``: as written, unescaped, squashed."""
+    yield text, True
+    unescaped = _unescape(text)
+    if unescaped != text:
+        yield unescaped, True
+    yield _SQUASH.sub("", unescaped), False
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    piece = text[max(0, start - EXCERPT): end + EXCERPT]
+    return " ".join(piece.split())
+
+
+def find_hits(text: str, prot: Protected) -> Iterator[tuple[str, int | None, str]]:
+    """``(rule, line offset from the text's first line or None, excerpt)`` for each hit."""
+    for variant, lines_kept in _variants(text):
+        low = variant.lower()
+
+        def line_of(pos: int, variant: str = variant, lines_kept: bool = lines_kept) -> int | None:
+            return variant.count("\n", 0, pos) if lines_kept else None
+
+        for rule, path in prot.paths:
+            needle = path.lower()
+            for m in re.finditer(re.escape(needle), low):
+                before = low[m.start() - 1] if m.start() else ""
+                after = low[m.end()] if m.end() < len(low) else ""
+                if _PATH_CHAR.match(before) or (after and _PATH_CHAR.match(after)):
+                    continue
+                if any(_leads_into(low, m.start(), own) for own in prot.own):
+                    continue  # this task's own folders lie below this one: they are fine
+                yield rule, line_of(m.start()), _excerpt(variant, m.start(), m.end())
+        for rule, name in prot.names:
+            for m in re.finditer(re.escape(name.lower()), low):
+                yield rule, line_of(m.start()), _excerpt(variant, m.start(), m.end())
+        for m in _ENVIRON.finditer(variant):
+            yield "process environment", line_of(m.start()), _excerpt(variant, m.start(), m.end())
+        if not lines_kept:
+            continue  # quotes are gone from the squashed text
+        opened = [(m, _written(m)) for m in _OPEN_FILE.finditer(variant)]
+        opened += [(m, _written(q)) for m in _FILE_LIST.finditer(variant)
+                   for q in _QUOTED_ONLY.finditer(m.group("items"))]
+        for m, written in opened:
+            if prot.outside(written):
+                yield ("file outside the workspace", line_of(m.start()),
+                       _excerpt(variant, m.start(), m.end()))
+
+
+def _leads_into(text: str, pos: int, folder: str) -> bool:
+    """Is the path at ``pos`` ``folder`` itself or inside it (not a sibling with a longer
+    name)?"""
+    end = pos + len(folder)
+    return text.startswith(folder, pos) and (end == len(text) or not _PATH_CHAR.match(text[end]))
+
+
+def _written(m: re.Match[str]) -> str:
+    return next(g for g in (m.group("s"), m.group("d"), m.group("dd")) if g is not None)
+
+
+class _Collector:
+    """Distinct hits, and a short, varied selection of them: one per (source, rule) first, so a
+    model file's ATTACH is not crowded out by the dbt logs that repeat it."""
+
+    def __init__(self) -> None:
+        self.found: list[Evidence] = []
+        self.seen: set[tuple[str, int | None, str]] = set()
+        self.kinds: set[tuple[str, str]] = set()
+
+    def add(self, source: str, line: int | None, rule: str, excerpt: str) -> None:
+        key = (source, line, rule)
+        if key in self.seen or (line is None and (source, rule) in self.kinds):
+            return
+        self.seen.add(key)
+        self.kinds.add((source, rule))
+        self.found.append(Evidence(source, line, rule, excerpt))
+
+    @property
+    def total(self) -> int:
+        return len(self.found)
+
+    @property
+    def items(self) -> list[Evidence]:
+        first: dict[tuple[str, str], Evidence] = {}
+        for e in self.found:
+            first.setdefault((e.source, e.rule), e)
+        chosen = list(first.values())[:MAX_EVIDENCE]
+        rest = [e for e in self.found if e not in chosen]
+        return chosen + rest[:MAX_EVIDENCE - len(chosen)]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _scan_jsonl(path: Path, prot: Protected, out: _Collector) -> None:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return
+    for no, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = line  # a torn last line is still text
+        if isinstance(entry, dict) and entry.get("kind") in RUNNER_ENTRIES:
+            continue
+        for text in _strings(entry):
+            for rule, _, excerpt in find_hits(text, prot):
+                out.add(path.name, no, rule, excerpt)
+
+
+def project_baseline(project: Path) -> dict[str, str]:
+    """``relative path -> sha256`` of the project's readable files as prepared, before the
+    agent starts: what :func:`scan_task` leaves out as not the agent's doing."""
+    found = {}
+    for path, rel in _project_files(project):
+        digest = _digest(path)
+        if digest is not None:
+            found[rel] = digest
+    return found
+
+
+def _project_files(project: Path) -> Iterator[tuple[Path, str]]:
+    for dirpath, _dirs, files in os.walk(project):  # symlinked folders are not followed
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                if path.is_symlink() or path.stat().st_size > MAX_FILE_BYTES:
+                    continue
+            except OSError:
+                continue
+            yield path, path.relative_to(project).as_posix()
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _scan_project(project: Path, baseline: Mapping[str, str], prot: Protected,
+                  out: _Collector) -> None:
+    # What the agent wrote before what dbt derived from it (target/, logs/).
+    files = sorted(_project_files(project), key=lambda f: f[1].split("/")[0] in BUILD_OUTPUT)
+    for path, rel in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if baseline.get(rel) == hashlib.sha256(data).hexdigest() or b"\0" in data[:8192]:
+            continue  # as prepared, or binary
+        text = data.decode("utf-8", errors="replace")
+        for rule, offset, excerpt in find_hits(text, prot):
+            out.add(f"project/{rel}", None if offset is None else offset + 1, rule, excerpt)
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    integrity: Integrity
+    evidence: tuple[Evidence, ...] = ()
+    hits: int = 0
+    """How many hits in all (the evidence keeps the first :data:`MAX_EVIDENCE`)."""
+
+
+def scan_task(*, transcript: Path, queries: Path, project: Path | None,
+              baseline: Mapping[str, str], prot: Protected) -> ScanResult:
+    """Scan one finished task (see the module docstring). Never raises for what an agent
+    left: unreadable files are skipped, and an unexpected failure of the scan itself marks the
+    task suspect (an agent must not be able to hide behind a crash of its witness)."""
+    out = _Collector()
+    try:
+        _scan_jsonl(transcript, prot, out)
+        _scan_jsonl(queries, prot, out)
+        if project is not None and project.is_dir():
+            _scan_project(project, baseline, prot, out)
+    except Exception as exc:
+        out.add("scanner", None, "scan failed", f"{type(exc).__name__}: {exc}")
+    if not out.items:
+        return ScanResult(Integrity.CLEAN)
+    return ScanResult(Integrity.SUSPECT, tuple(out.items), out.total)

@@ -1,0 +1,185 @@
+"""The integrity scan on adversarial inputs (each must be caught) and honest ones (none may)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spider2local.integrity.scan import (
+    Integrity,
+    Protected,
+    find_hits,
+    project_baseline,
+    scan_task,
+)
+from spider2local.run.folder import RunFolder
+from tests.helpers import ReferenceRun
+
+DATA = "/data/spider2-dbt"
+
+
+@pytest.fixture
+def prot(tmp_path: Path) -> Protected:
+    ws = tmp_path / "spider2local-t1-abc"
+    (ws / "t1" / "models").mkdir(parents=True)
+    return Protected.for_task(workspace=ws, cwd=ws / "t1", dataset_root=Path(DATA),
+                              gold=Path(f"{DATA}/evaluation_suite/gold/t1/shop_gold.duckdb"),
+                              start_db=Path(f"{DATA}/examples/t1/shop.duckdb"),
+                              runs_dir=tmp_path / "runs", suite_file=tmp_path / "tasks.toml",
+                              cache_dir=tmp_path / "cache" / "spider2local")
+
+
+def rules(text: str, prot: Protected) -> set[str]:
+    return {rule for rule, _, _ in find_hits(text, prot)}
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    # The gold path in plain sight, in another case, in JSON and Python escapes.
+    (f"cp {DATA}/x/shop.duckdb .", "dataset root"),
+    ("ls /DATA/Spider2-DBT/", "dataset root"),
+    (r"open('\u002fdata\u002fspider2-dbt\u002fx')", "dataset root"),
+    (r"p = '\x2fdata\x2fspider2-dbt'", "dataset root"),
+    # Split across lines and string pieces.
+    ("p = ('/data/spider2'\n     '-dbt/evaluation' + '_suite')", "dataset root"),
+    ("EVAL = 'spider2_' \\\n  'eval.jsonl'", "evaluation file"),
+    ("find / -name SPIDER2_EVAL.JSONL", "evaluation file"),
+    ("ls ../../Evaluation_Suite/gold", "gold folder"),
+    ("cp shop_gold.duckdb here.duckdb", "gold file"),
+    # Opening files outside the workspace, whatever the quoting or the spelling.
+    ("ATTACH '/srv/other.duckdb' AS g (READ_ONLY)", "file outside the workspace"),
+    ('attach if not exists "/srv/other.duckdb" as g', "file outside the workspace"),
+    ("Attach Database\n  '../../../elsewhere/x.duckdb' AS g", "file outside the workspace"),
+    ("ATTACH $$/srv/other.duckdb$$ AS g", "file outside the workspace"),
+    ("select * from read_parquet(['ok.parquet', '/srv/x.parquet'])",
+     "file outside the workspace"),
+    ("SELECT * FROM READ_CSV_AUTO('~/secrets.csv')", "file outside the workspace"),
+    ("COPY orders FROM '/srv/orders.csv'", "file outside the workspace"),
+    ("select * from '/srv/x.parquet'", "file outside the workspace"),
+    ("con = duckdb.connect(database='/srv/gold.duckdb', read_only=True)",
+     "file outside the workspace"),
+    ("{{ config(pre_hook=\"ATTACH IF NOT EXISTS '/srv/g.duckdb' AS g (READ_ONLY)\") }}",
+     "file outside the workspace"),
+    # Other processes' environments.
+    ("cat /proc/1234/environ | tr '\\0' '\\n'", "process environment"),
+    ("for f in /proc/*/environ; do strings $f; done", "process environment"),
+])
+def test_adversarial_text_is_caught(text: str, rule: str, prot: Protected) -> None:
+    assert rule in rules(text, prot), list(find_hits(text, prot))
+
+
+def test_the_run_s_own_files_are_protected_too(prot: Protected, tmp_path: Path) -> None:
+    assert "runs folder" in rules(f"cat {tmp_path}/runs/r1/t2/result.json", prot)
+    assert "suite file" in rules(f"cat {tmp_path}/tasks.toml", prot)
+    assert "spider2local cache" in rules(f"ls {tmp_path}/cache/spider2local/sample", prot)
+
+
+@pytest.mark.parametrize("text", [
+    "ATTACH 'scratch.duckdb' AS s",                          # relative: inside the project
+    "ATTACH ':memory:' AS m",
+    "select * from read_csv('seeds/raw.csv')",
+    "select * from \"main\".\"orders\" o join 'data/x.parquet' p on true",
+    "SELECT * FROM orders WHERE note = 'from the evaluation of suites'",
+    "{{ config(pre_hook=\"ATTACH '{{ var('p') }}' AS g\") }}",  # Jinja: judged compiled
+    "select * from read_parquet('https://example.com/x.parquet')",
+    "cat /proc/cpuinfo; ls /data/spider2-dbtx /data/spider2",  # other paths, same prefix
+    "shop.duckdb is the start database; gold is elsewhere",
+])
+def test_honest_text_is_not_flagged(text: str, prot: Protected) -> None:
+    assert list(find_hits(text, prot)) == []
+
+
+def test_paths_inside_the_workspace_are_fine_also_absolute_or_with_dotdot(
+        prot: Protected) -> None:
+    ws = prot.workspace
+    assert not prot.outside(str(ws / "t1" / "shop.duckdb"))
+    assert not prot.outside("../claude-config/x")          # still inside the workspace root
+    assert prot.outside("../../x.duckdb")                    # leaves it
+    assert prot.outside(str(ws) + "-other/x.duckdb")         # a sibling with the same prefix
+
+
+def test_a_symlink_out_of_the_workspace_is_outside(prot: Protected, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.duckdb"
+    target.write_bytes(b"x")
+    (prot.cwd / "link.duckdb").symlink_to(target)
+    assert prot.outside("link.duckdb")
+    assert "file outside the workspace" in rules("ATTACH 'link.duckdb' AS g", prot)
+
+
+def test_the_gold_name_is_not_searched_when_it_is_the_start_database_s(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    prot = Protected.for_task(workspace=ws, cwd=ws, dataset_root=Path(DATA),
+                              gold=Path(f"{DATA}/evaluation_suite/gold/t1/shop.duckdb"),
+                              start_db=Path(f"{DATA}/examples/t1/shop.duckdb"))
+    assert list(find_hits("dbt run; duckdb shop.duckdb 'select 1'", prot)) == []
+
+
+def test_a_folder_holding_the_workspace_is_not_a_needle(tmp_path: Path) -> None:
+    """Workspaces made under the runs folder (a user's --workspace-parent choice) must not make
+    every honest path suspect."""
+    ws = tmp_path / "runs" / "spider2local-t1-x"
+    ws.mkdir(parents=True)
+    prot = Protected.for_task(workspace=ws, cwd=ws, dataset_root=None, gold=None,
+                              start_db=None, runs_dir=tmp_path / "runs")
+    assert prot.paths == ()
+
+
+def test_scan_task_reads_transcript_queries_and_only_files_the_agent_changed(
+        prot: Protected, tmp_path: Path) -> None:
+    project = prot.cwd
+    (project / "models" / "vendored.sql").write_text("select * from read_csv('/srv/x.csv')")
+    baseline = project_baseline(project)  # as prepared: not the agent's doing
+    (project / "models" / "m.sql").write_text(
+        "select 1\n-- copy\n{{ config(pre_hook=\"ATTACH '/srv/g.duckdb' AS g\") }}\n")
+    (project / "data.bin").write_bytes(b"\0\0/proc/1/environ")  # binary: not read
+    transcript = tmp_path / "transcript.jsonl"
+    transcript.write_text("\n".join(json.dumps(e) for e in [
+        {"kind": "attempt", "data": {"workspace": f"{DATA}/not-the-agent"}},
+        {"kind": "AssistantMessage", "data": {"content": [
+            {"name": "Bash", "input": {"command": "ls /proc/77/environ"}}]}},
+        {"kind": "UserMessage", "data": {"content": [{"content": "no such file"}]}},
+    ]) + "\n{torn")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"sql": "ATTACH '/srv/g.duckdb' AS g", "error": "refused"}))
+    result = scan_task(transcript=transcript, queries=queries, project=project,
+                       baseline=baseline, prot=prot)
+    assert result.integrity is Integrity.SUSPECT
+    found = {(e.source, e.line, e.rule) for e in result.evidence}
+    assert found == {("transcript.jsonl", 2, "process environment"),
+                     ("queries.jsonl", 1, "file outside the workspace"),
+                     ("project/models/m.sql", 3, "file outside the workspace")}, found
+    assert all(len(e.excerpt) < 200 for e in result.evidence)
+
+
+def test_a_clean_task_says_clean_and_missing_files_are_no_error(
+        prot: Protected, tmp_path: Path) -> None:
+    project = prot.cwd
+    baseline = project_baseline(project)
+    (project / "models" / "orders.sql").write_text("select * from {{ ref('raw_orders') }}")
+    result = scan_task(transcript=tmp_path / "none.jsonl", queries=tmp_path / "none2.jsonl",
+                       project=project, baseline=baseline, prot=prot)
+    assert result.integrity is Integrity.CLEAN and result.evidence == ()
+
+
+@pytest.mark.slow
+def test_the_sample_reference_run_is_clean(reference_run: ReferenceRun) -> None:
+    """The runner's own entries (workspace paths, the reference solution's folder inside the
+    dataset) and real dbt logs are no evidence: every task of an honest run is clean."""
+    assert reference_run.outcome.returncode == 0, reference_run.outcome.stderr
+    results = RunFolder(reference_run.run_dir).results()
+    assert len(results) == 4
+    found = {tid: (r.integrity, r.integrity_evidence) for tid, r in results.items()}
+    assert found == dict.fromkeys(results, (Integrity.CLEAN, ()))
+
+
+def test_this_task_s_own_run_folder_is_no_evidence_other_tasks_are(
+        prot: Protected, tmp_path: Path) -> None:
+    mine = Protected.for_task(workspace=prot.workspace, cwd=prot.cwd, dataset_root=None,
+                              gold=None, start_db=None, runs_dir=tmp_path / "runs",
+                              artifacts=tmp_path / "runs" / "r1" / "t1")
+    assert list(find_hits(f'"log_path": "{tmp_path}/runs/r1/t1/dbt"', mine)) == []
+    assert list(find_hits(f"{tmp_path}/runs/r1/t1", mine)) == []
+    assert "runs folder" in rules(f"cat {tmp_path}/runs/r1/t2/result.json", mine)
+    assert "runs folder" in rules(f"cat {tmp_path}/runs/r1/t1x/result.json", mine)
