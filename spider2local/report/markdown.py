@@ -20,7 +20,7 @@ def escape_cell(text: str) -> str:
     one_line = " ".join(str(text).split())
     if len(one_line) > MAX_CELL:
         one_line = one_line[: MAX_CELL - 1] + "…"
-    return html.escape(one_line).replace("|", "\\|").replace("`", "&#96;")
+    return html.escape(one_line, quote=False).replace("|", "\\|").replace("`", "&#96;")
 
 
 def render_markdown(report: RunReport) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import pytest
 
 from spider2local.agents.noop import NoopAgent
 from spider2local.dataset.load import load_dataset
@@ -238,3 +239,29 @@ def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
 
 def test_a_report_without_suspects_has_no_suspect_line(tmp_path: Path) -> None:
     assert "suspect" not in render_report(load_report(write_run(tmp_path))).split("\n\n")[-1]
+
+
+@pytest.mark.slow
+def test_a_run_records_the_audits_denominators_and_free_passes(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """plan_run/execute_run record what the report divides by, and which tasks were free; a
+    resume keeps the measured flags (not measured again)."""
+    from spider2local.run.plan import plan_run
+    from tests.helpers import make_duckdb
+
+    root = tiny_dataset("work", "free", "nogold")
+    (root / "evaluation_suite" / "gold" / "nogold" / "shop.duckdb").unlink()
+    start = root / "examples" / "free" / "shop.duckdb"
+    start.unlink()
+    make_duckdb(start, {"raw_orders": "SELECT 1 AS id", "orders": "SELECT 1 AS id"})
+    suite = Suite(tmp_path / "tasks.toml", root)
+    plan = plan_run(suite, load_dataset(suite), agent="noop", runs_dir=tmp_path / "runs",
+                    run_id="r", isolation="none")
+    anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+    manifest = json.loads(plan.folder.manifest_path.read_text())
+    assert manifest["denominators"] == {"official": 3, "with_gold": 2, "runnable": 2}
+    assert {t["id"]: t.get("free") for t in manifest["tasks"]} == {
+        "free": True, "nogold": None, "work": False}
+    h = load_report(plan.folder).headline
+    assert (h.passed, h.official, h.with_gold, h.runnable, h.free_passes) == (1, 3, 2, 2, 1)
+    assert "free passes: 1 of the 1 passes" in render_report(load_report(plan.folder))
