@@ -4,6 +4,7 @@ the work one test session does once and shares between its processes (see tests/
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -219,3 +220,57 @@ def build_reference_run(folder: Path) -> ReferenceRun:
     outcome = run_once(folder, [sys.executable, "-m", "spider2local", *REFERENCE_RUN_ARGS],
                        env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=900)
     return ReferenceRun(folder / "runs" / "reference", outcome)
+
+
+# --- interpreters of other stacks, built once per machine ----------------------------------
+
+def cache_dir() -> Path:
+    """Where tests keep what outlives a session (built venvs): ``$XDG_CACHE_HOME`` or
+    ``~/.cache``, under ``spider2local-test``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "spider2local-test"
+
+
+class VenvUnavailable(Exception):
+    """The venv could not be built (offline, no wheel for this platform...): skip, saying why."""
+
+
+def cached_venv(name: str, requirements: Sequence[str], *, timeout: float = 600) -> Path:
+    """The python of a venv holding exactly ``requirements``, built on first use and kept in
+    :func:`cache_dir` under ``<name>-<hash of requirements and Python version>``.
+
+    Built under an exclusive ``flock`` (concurrent sessions and xdist workers build it once) in
+    a scratch folder renamed into place only when pip succeeded, so a killed or failed build
+    leaves nothing that looks usable and the next session tries again. Raises
+    :class:`VenvUnavailable` with pip's last words when it cannot be built.
+    """
+    key = json.dumps([sorted(requirements), list(sys.version_info[:2])])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    folder = cache_dir() / f"{name}-{digest}"
+    python = folder / "bin" / "python"
+    if python.is_file():
+        return python
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with folder.with_name(folder.name + ".lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if python.is_file():
+            return python
+        scratch = folder.with_name(folder.name + ".building")
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(scratch)], check=True,
+                           capture_output=True, text=True, timeout=120)
+            subprocess.run([str(scratch / "bin" / "python"), "-m", "pip", "install", "-q",
+                            "--disable-pip-version-check", *requirements], check=True,
+                           capture_output=True, text=True, timeout=timeout)
+        except subprocess.CalledProcessError as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            words = (exc.stderr or exc.stdout or "").strip().splitlines()
+            raise VenvUnavailable(f"cannot install {' '.join(requirements)}: "
+                                  f"{words[-1] if words else exc}") from exc
+        except subprocess.TimeoutExpired as exc:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise VenvUnavailable(f"installing {' '.join(requirements)} took over "
+                                  f"{timeout:g}s") from exc
+        scratch.rename(folder)  # a venv's python finds its packages through pyvenv.cfg
+    return python

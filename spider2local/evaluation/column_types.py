@@ -68,24 +68,28 @@ class NumColumn(Column):
     """Ints, floats and bools: numbers upstream compares with math.isclose.
 
     ``style`` decides the string form in the sort key: '10' (int), '10.0' (float), 'True' (bool).
-    Missing ints and bools are ``pd.NA`` (sorts as '<NA>'); missing floats are NaN ('nan').
+    Missing ints and bools are ``pd.NA`` (sorts as '<NA>'), except in the object columns of
+    bools and NaN that duckdb 1.1.3 (the reference stack) gives for booleans with NULLs
+    (``nan_missing``: 'nan', after 'True'); missing floats are NaN ('nan').
     """
 
     family = "num"
 
     def __init__(self, name: str, num: Array, ints: Array | None, missing: Array,
-                 style: str) -> None:
+                 style: str, *, nan_missing: bool = False) -> None:
         super().__init__(name, missing)
         self.num = num
         self.ints = ints
         self.style = style
+        self.nan_missing = nan_missing or ints is None
 
     @classmethod
-    def from_ints(cls, name: str, ints: Array, missing: Array | None, style: str) -> NumColumn:
+    def from_ints(cls, name: str, ints: Array, missing: Array | None, style: str, *,
+                  nan_missing: bool = False) -> NumColumn:
         mask = np.zeros(len(ints), dtype=bool) if missing is None else np.asarray(missing, bool)
         num = ints.astype(np.float64)
         num[mask] = np.nan
-        return cls(name, num, ints, mask, style)
+        return cls(name, num, ints, mask, style, nan_missing=nan_missing)
 
     @classmethod
     def from_floats(cls, name: str, floats: Array) -> NumColumn:
@@ -96,8 +100,9 @@ class NumColumn(Column):
             return list(self.num.tolist())
         base = self.ints.astype(bool) if self.style == "bool" else self.ints
         values: list[Any] = base.tolist()
+        marker = np.nan if self.nan_missing else pd.NA
         for index in np.flatnonzero(self.missing):
-            values[index] = pd.NA
+            values[index] = marker
         return values
 
     @cached_property
@@ -115,7 +120,7 @@ class NumColumn(Column):
             keys = self.ints.astype(np.bytes_)
         if self.n_missing:
             keys = keys.astype(f"S{max(keys.dtype.itemsize, 4)}")
-            keys[self.missing] = b"<NA>"
+            keys[self.missing] = b"nan" if self.nan_missing else b"<NA>"
         return keys
 
     @cached_property
@@ -155,7 +160,7 @@ class NumColumn(Column):
 
     def text(self, index: int) -> str:
         if self.missing[index]:
-            return "<NA>" if self.ints is not None else "nan"
+            return "nan" if self.nan_missing else "<NA>"
         if self.ints is None:
             return repr(float(self.num[index]))
         return repr(bool(self.ints[index])) if self.style == "bool" else str(int(self.ints[index]))

@@ -151,9 +151,18 @@ def _time_column(name: str, values: np.ndarray[Any, Any], *, style: str,
 
 
 def _object_column(name: str, values: np.ndarray[Any, Any]) -> Column:
-    """VARCHAR columns (str or None) are fast; any other object (TIME, LIST, BLOB...) is literal."""
-    if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+    """VARCHAR columns (str or None) are fast, and so are bools with NaN (booleans with NULLs as
+    the reference stack reads them); any other object (TIME, LIST, BLOB...) is literal."""
+    kind = pd.api.types.infer_dtype(values, skipna=True)
+    if kind in ("string", "empty"):
         missing = np.asarray(pd.isna(values), dtype=bool)
         if all(value is None for value in values[missing]):  # not NaN or NA: those sort apart
             return StrColumn(name, values, missing)
+    if kind == "boolean":
+        missing = np.asarray(pd.isna(values), dtype=bool)
+        # Exactly Python bools and float NaN: numpy bools are not ints upstream, NA sorts apart.
+        if (all(type(value) is bool for value in values[~missing])
+                and all(type(value) is float for value in values[missing])):
+            ints = np.where(missing, False, values).astype(bool).astype(np.int64)
+            return NumColumn.from_ints(name, ints, missing, style="bool", nan_missing=True)
     return ObjColumn(name, values.tolist())

@@ -127,6 +127,8 @@ def _same_multiset_same_order(a: NumColumn, b: NumColumn) -> bool:
     same way in both columns (then every sorted pair is equal). False means 'not sure'."""
     styles = {a.style, b.style}
     if len(styles) == 1:
+        if a.n_missing and a.nan_missing != b.nan_missing:  # bools: '<NA>' first, 'nan' last
+            return False
         if a.style == "float":
             if a.has_negative_zero or b.has_negative_zero:  # '-0.0' sorts apart from '0.0'
                 return False

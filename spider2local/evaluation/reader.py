@@ -1,10 +1,12 @@
 """Read graded tables exactly as upstream does: ``SELECT * FROM <name>`` then ``fetchdf()``.
 
 ``fetchdf`` is kept on purpose: the official verdict is defined on the frame it returns (its
-dtypes decide every value's Python type, and they change between duckdb versions: duckdb 1.5
-returns nullable ``Int64`` where older versions gave floats). Reading the same way keeps verdicts
-exact under whatever duckdb 1.x is installed. It does not build a Python object per number or
-timestamp; only VARCHAR columns arrive as Python strings, as they would anyway.
+dtypes decide every value's Python type). Those dtypes changed between duckdb versions (duckdb
+1.5 returns nullable ``Int64`` where 1.1 gave floats), so every frame is then converted to the
+dtypes of the reference stack, duckdb 1.1.3 (:mod:`.refstack`): verdicts are those of the
+benchmark's era under whatever duckdb 1.x is installed. Reading this way does not build a Python
+object per number or timestamp; only VARCHAR columns arrive as Python strings, as they would
+anyway.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from types import TracebackType
 import duckdb
 import pandas as pd
 
+from spider2local.evaluation.refstack import UnreadableInterval, differing_classes, reference_frame
+
 
 @dataclass(frozen=True)
 class TableRead:
@@ -24,6 +28,9 @@ class TableRead:
     frame: pd.DataFrame | None
     missing: bool = False
     error: str | None = None
+    classes: tuple[str | None, ...] = ()
+    """Per column (when asked for): the class of values whose reading differs between the
+    reference stack and newer duckdb (see :func:`.refstack.differing_classes`), or None."""
 
 
 class Database:
@@ -45,17 +52,33 @@ class Database:
     def close(self) -> None:
         self._con.close()
 
-    def read(self, table: str) -> TableRead:
-        """The whole table, or ``missing``/``error`` (never raises for a bad table)."""
+    def read(self, table: str, *, classify: bool = False) -> TableRead:
+        """The whole table as the reference stack reads it, or ``missing``/``error`` (never
+        raises for a bad table). ``classify`` also names the columns whose reading differs
+        between stacks (one extra ``DESCRIBE``; asked for gold tables only, for notes)."""
         try:
             # Unquoted on purpose, as upstream: case-insensitive, schema-qualified names work.
-            frame = self._con.execute(f"SELECT * FROM {table}").fetchdf()
+            raw = self._con.execute(f"SELECT * FROM {table}").fetchdf()
+            frame = reference_frame(raw)
         except duckdb.CatalogException as exc:
             # A view over a dropped table raises the same error: only an absent name is missing.
             return TableRead(None, missing=not self._exists(table), error=_one_line(exc))
+        except UnreadableInterval as exc:  # duckdb 1.1.3 fails to read it: so does upstream
+            return TableRead(None, error=str(exc))
         except Exception as exc:  # any failure to read scores the table 0, as upstream
             return TableRead(None, error=_one_line(exc))
-        return TableRead(frame)
+        if not classify:
+            return TableRead(frame)
+        return TableRead(frame, classes=tuple(differing_classes(self._types(table), raw)))
+
+    def _types(self, table: str) -> list[str]:
+        """DuckDB's type name of every column, by position (the same under every version,
+        unlike ``fetchdf`` dtypes or the cursor's description); [] if it cannot be told."""
+        try:
+            rows = self._con.execute(f"DESCRIBE SELECT * FROM {table}").fetchall()
+        except duckdb.Error:
+            return []
+        return [str(row[1]) for row in rows]
 
     def _exists(self, table: str) -> bool:
         wanted = table.lower()

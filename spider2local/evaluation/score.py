@@ -10,6 +10,7 @@ so a report can show all of them (the task verdict is the same).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +21,7 @@ from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.compare import columns_match
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import Database, TableRead
+from spider2local.evaluation.refstack import reading_note
 from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
 from spider2local.exceptions import ScoringError
 
@@ -33,24 +35,30 @@ def score_database(result_db: Path, gold_db: Path, params: EvalParams) -> TaskSc
     against).
     """
     _check_params(params, gold_db)
-    gold_frames = _read_gold(gold_db, params.condition_tabs)
+    gold_reads = _read_gold(gold_db, params.condition_tabs)
     try:
         reads, relations = _read_result(result_db, params.condition_tabs)
     except _Unopenable as exc:
-        tables = tuple(TableScore(name, False, len(frame), None, error=exc.reason)
-                       for name, frame in zip(params.condition_tabs, gold_frames, strict=True))
+        tables = tuple(TableScore(name, False, len(gold.frame), None, error=exc.reason)
+                       for name, gold in zip(params.condition_tabs, gold_reads, strict=True))
         return TaskScore(False, tables, error=exc.reason)
     tables = tuple(
-        score_table(name, gold, read, cols, ignore, relations)
+        score_table(name, gold.frame, read, cols, ignore, relations, gold_classes=gold.classes)
         for name, gold, read, cols, ignore in zip(
-            params.condition_tabs, gold_frames, reads, params.condition_cols,
+            params.condition_tabs, gold_reads, reads, params.condition_cols,
             params.ignore_orders, strict=True))
     return TaskScore(all(table.passed for table in tables), tables)
 
 
 def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[int],
-                ignore_order: bool, relations: Sequence[str] = ()) -> TableScore:
-    """One graded table: upstream's ``compare_pandas_table`` plus diagnostics."""
+                ignore_order: bool, relations: Sequence[str] = (), *,
+                gold_classes: Sequence[str | None] = ()) -> TableScore:
+    """One graded table: upstream's ``compare_pandas_table`` plus diagnostics.
+
+    ``gold_classes`` (per gold column, from :meth:`Database.read` with ``classify``) names the
+    columns whose reading differs between the reference stack and newer duckdb; graded ones get
+    a note, whatever the verdict.
+    """
     if read.frame is None:
         near = tuple(diagnostics.name_notes(name, relations)) if read.missing else ()
         return TableScore(name, False, len(gold), None, missing=read.missing, notes=near,
@@ -64,12 +72,13 @@ def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[i
     pred_columns = frame_columns(pred)
     matches = match_columns(gold_columns, pred_columns, ignore_order)
     passed = all(match is not None for match in matches)
+    stack_note = _reading_note(gold, positions, gold_classes)
     if passed or len(gold) != len(pred):
-        return TableScore(name, passed, len(gold), len(pred))
+        return TableScore(name, passed, len(gold), len(pred), notes=stack_note)
     unmatched = [(i, g) for i, (g, m) in enumerate(zip(gold_columns, matches, strict=True))
                  if m is None]
     found: list[ColumnDiagnostic] = []
-    notes: list[str] = []
+    notes: list[str] = list(stack_note)
     for i, column in unmatched:
         found.append(diagnostics.column_diagnostic(column, positions[i], pred_columns,
                                                    ignore_order))
@@ -91,6 +100,19 @@ def match_columns(gold: Sequence[Column], pred: Sequence[Column],
         found.append(next((j for j in order if columns_match(column, pred[j], ignore_order)),
                           None))
     return found
+
+
+def _reading_note(gold: pd.DataFrame, positions: Sequence[int],
+                  classes: Sequence[str | None]) -> tuple[str, ...]:
+    """The note on graded gold columns read differently by other duckdb versions (each column
+    once, in table order, even when ``condition_cols`` repeats it)."""
+    graded = []
+    for i in sorted(set(positions)):
+        cls = classes[i] if i < len(classes) else None
+        if cls is not None:
+            graded.append((str(gold.columns[i]), cls))
+    note = reading_note(graded)
+    return () if note is None else (note,)
 
 
 def _gold_positions(cols: Sequence[int], width: int) -> list[int]:
@@ -129,19 +151,25 @@ def _read_result(result_db: Path,
     return reads, relations
 
 
-def _read_gold(gold_db: Path, tables: Sequence[str]) -> list[pd.DataFrame]:
+@dataclass(frozen=True)
+class _GoldRead:
+    frame: pd.DataFrame
+    classes: tuple[str | None, ...]
+
+
+def _read_gold(gold_db: Path, tables: Sequence[str]) -> list[_GoldRead]:
     try:
         gold = Database(gold_db)
     except Exception as exc:
         raise ScoringError(f"{gold_db}: cannot open gold database: {exc}") from exc
     with gold:
-        reads = [gold.read(name) for name in tables]
-    frames = []
+        reads = [gold.read(name, classify=True) for name in tables]
+    found = []
     for name, read in zip(tables, reads, strict=True):
         if read.frame is None:
             raise ScoringError(f"{gold_db}: gold table {name!r} cannot be read: {read.error}")
-        frames.append(read.frame)
-    return frames
+        found.append(_GoldRead(read.frame, read.classes))
+    return found
 
 
 def _check_params(params: EvalParams, gold_db: Path) -> None:

@@ -9,7 +9,7 @@ them: one read-only connection per table, ``SELECT * FROM <name>``, ``fetchdf()`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,22 @@ def read_frame(db: Path | str, table: str) -> pd.DataFrame:
         return con.execute(f"SELECT * FROM {table}").fetchdf()
     finally:
         con.close()
+
+
+def read_as_reference_stack(db: Path | str, table: str) -> pd.DataFrame:
+    """:func:`read_frame`, then turned into the frame duckdb 1.1.3 would have returned (the
+    conversion tests/evaluation/test_refstack.py checks against the real 1.1.3). Imported
+    lazily: refstack_child.py loads this module under the reference stack, without
+    spider2local."""
+    from spider2local.evaluation.refstack import reference_frame
+
+    return reference_frame(read_frame(db, table))
+
+
+Reader = Callable[[Path | str, str], pd.DataFrame]
+"""How frames are read: :func:`read_frame` (the installed duckdb's frames as they come), or a
+reading that first turns them into the reference stack's (tests of spider2local's verdicts,
+which are defined on those)."""
 
 
 def upstream_key(value: Any) -> tuple[bool, str, bool]:
@@ -94,14 +110,15 @@ def table_agrees(pred: pd.DataFrame, gold: pd.DataFrame, condition_cols: Sequenc
 
 
 def table_verdicts(result: Path, gold: Path, tabs: Sequence[str],
-                   cols: Sequence[Sequence[int]], orders: Sequence[bool]) -> list[bool]:
+                   cols: Sequence[Sequence[int]], orders: Sequence[bool],
+                   read: Reader = read_frame) -> list[bool]:
     """Per graded table, the verdict upstream would reach for that table on its own
     (a table that cannot be read, or an exception while comparing, gives False)."""
     verdicts = []
     for name, table_cols, ignore in zip(tabs, cols, orders, strict=True):
-        gold_frame = read_frame(gold, name)
+        gold_frame = read(gold, name)
         try:
-            pred_frame = read_frame(result, name)
+            pred_frame = read(result, name)
             verdicts.append(table_agrees(pred_frame, gold_frame, table_cols, ignore))
         except Exception:
             verdicts.append(False)
@@ -109,12 +126,12 @@ def table_verdicts(result: Path, gold: Path, tabs: Sequence[str],
 
 
 def duckdb_match(result: Path, gold: Path, tabs: Sequence[str], cols: Sequence[Sequence[int]],
-                 orders: Sequence[bool]) -> int:
+                 orders: Sequence[bool], read: Reader = read_frame) -> int:
     """Upstream's task verdict (1 or 0), including evaluate.py's 'any exception scores 0'."""
     try:
-        gold_frames = [read_frame(gold, name) for name in tabs]
+        gold_frames = [read(gold, name) for name in tabs]
         try:
-            pred_frames = [read_frame(result, name) for name in tabs]
+            pred_frames = [read(result, name) for name in tabs]
         except Exception:
             return 0
         for pred, gold_frame, table_cols, ignore in zip(pred_frames, gold_frames, cols, orders,

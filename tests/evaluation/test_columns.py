@@ -7,11 +7,13 @@ import datetime as dt
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
 from spider2local.evaluation.column_types import NumColumn, ObjColumn, StrColumn, TimeColumn
 from spider2local.evaluation.columns import frame_columns
+from spider2local.evaluation.refstack import reference_frame
 from tests.evaluation import reference_scorer as ref
 
 
@@ -77,3 +79,17 @@ def test_sort_order_is_by_string_form() -> None:
     assert [repr(v) for v in frame_columns(nullable)[0].sequence(True)] == [
         "<NA>", "False", "True"]  # '<' sorts before letters
     assert dt.datetime(2020, 1, 1) == pd.Timestamp("2020-01-01")
+
+
+def test_booleans_with_nulls_as_the_reference_stack_reads_them_stay_fast() -> None:
+    """duckdb 1.1.3's bools-and-NaN object column is a number column (not the literal path),
+    whose NaN sorts as 'nan', after 'True', where a nullable boolean's '<NA>' sorts first."""
+    frame = reference_frame(_frame(
+        "SELECT * FROM (VALUES (true, 'x'), (NULL, 'y'), (false, 'z')) v(b, s)"))
+    column = frame_columns(frame)[0]
+    assert isinstance(column, NumColumn)
+    expected = sorted(ref.column_lists(frame)[0], key=ref.upstream_key)
+    assert [repr(v) for v in column.sequence(True)] == ["False", "True", "nan"]
+    assert _types(column.sequence(True)) == _types(expected) == ["bool", "bool", "float"]
+    numpy_bools = pd.DataFrame({"b": pd.Series([np.True_, np.nan], dtype=object)})
+    assert isinstance(frame_columns(numpy_bools)[0], ObjColumn)  # np.bool_ is no int upstream

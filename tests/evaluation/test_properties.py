@@ -38,6 +38,7 @@ from spider2local.evaluation import score_database
 from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import TableRead
+from spider2local.evaluation.refstack import reference_frame
 from spider2local.evaluation.score import match_columns, score_table
 from tests.evaluation import reference_scorer as ref
 from tests.helpers import FULL_PROPERTIES
@@ -370,9 +371,15 @@ CASES = cases()
 _MEMORY = duckdb.connect()
 
 
-def _frames(gold: list[Col], result: list[Col]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return (_MEMORY.execute(select_sql(gold)).fetchdf(),
-            _MEMORY.execute(select_sql(result)).fetchdf())
+def _frames(gold: list[Col], result: list[Col],
+            as_reference: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both tables as the installed duckdb's ``fetchdf`` gives them, or as the reference stack
+    reads them (what scoring compares): the fast columns must be exact on either."""
+    frames = (_MEMORY.execute(select_sql(gold)).fetchdf(),
+              _MEMORY.execute(select_sql(result)).fetchdf())
+    if as_reference:
+        return reference_frame(frames[0]), reference_frame(frames[1])
+    return frames
 
 
 def _typed(values: list[Any]) -> list[tuple[type, str]]:
@@ -395,11 +402,11 @@ def _counted(test: Callable[..., None]) -> Callable[..., None]:
 
 
 @settings(max_examples=VERDICT_EXAMPLES, **SETTINGS)
-@given(case=CASES)
+@given(case=CASES, as_reference=st.booleans())
 @_counted
-def test_fast_column_verdicts_equal_reference(case: Case) -> None:
+def test_fast_column_verdicts_equal_reference(case: Case, as_reference: bool) -> None:
     """Six verdict comparisons per example, per gold column (stronger than per table)."""
-    gold, pred = _frames(case.gold, case.result)
+    gold, pred = _frames(case.gold, case.result, as_reference)
     pred_columns, pred_lists = frame_columns(pred), ref.column_lists(pred)
     for cols, ignore in case.gradings():
         expected = ref.flags_against(pred_lists, gold, cols, ignore)
@@ -414,11 +421,11 @@ def test_fast_column_verdicts_equal_reference(case: Case) -> None:
 
 
 @settings(max_examples=VALUE_EXAMPLES, **SETTINGS)
-@given(case=CASES)
+@given(case=CASES, as_reference=st.booleans())
 @_counted
-def test_values_and_sort_order_equal_upstreams(case: Case) -> None:
+def test_values_and_sort_order_equal_upstreams(case: Case, as_reference: bool) -> None:
     """Every column carries upstream's exact Python values (type and repr) in both orders."""
-    for frame in _frames(case.gold, case.result):
+    for frame in _frames(case.gold, case.result, as_reference):
         literal_lists = ref.column_lists(frame) if len(frame) else [[] for _ in frame.columns]
         for column, expected in zip(frame_columns(frame), literal_lists, strict=True):
             assert _typed(column.sequence(False)) == _typed(expected), frame.dtypes.tolist()
@@ -468,8 +475,10 @@ def test_database_verdicts_equal_reference(tables: list[DbTable], as_view: bool)
         orders = [table.ignore_order for table in tables]
         params = EvalParams("gold.duckdb", names, tuple(cols), tuple(orders))
         score = score_database(result_db, gold_db, params)
-        expected = ref.table_verdicts(result_db, gold_db, names, cols, orders)
+        read = ref.read_as_reference_stack  # spider2local's verdicts are defined on its frames
+        expected = ref.table_verdicts(result_db, gold_db, names, cols, orders, read)
         assert [t.passed for t in score.tables] == expected
-        assert int(score.passed) == ref.duckdb_match(result_db, gold_db, names, cols, orders)
+        assert int(score.passed) == ref.duckdb_match(result_db, gold_db, names, cols, orders,
+                                                     read)
         assert [t.missing for t in score.tables] == [t.result is None for t in tables]
         event(f"task {'pass' if score.passed else 'fail'}")

@@ -36,7 +36,7 @@ def _real_tasks(root: Path) -> list[tuple[str, EvalParams]]:
 
 def _reference(result: Path, gold: Path, params: EvalParams) -> int:
     return ref.duckdb_match(result, gold, params.condition_tabs, params.condition_cols,
-                            params.ignore_orders)
+                            params.ignore_orders, ref.read_as_reference_stack)
 
 
 def _digest(path: Path) -> str:
