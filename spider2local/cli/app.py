@@ -22,6 +22,7 @@ from spider2local import __version__
 from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
+from spider2local.report.formats import REPORT_FORMATS
 from spider2local.sandbox.isolation import Isolation
 from spider2local.suite.load import default_suite_path, load_suite
 from spider2local.suite.model import MIN_THINKING_BUDGET, Suite
@@ -352,6 +353,25 @@ def merge(runs: tuple[Path, ...], into: Path, force: bool, as_json: bool) -> Non
     click.echo(f"merged {len(merged.kept)} finished task(s) from {len(runs)} run folder(s) "
                f"into {into}", err=True)
     print_report(merged.into, as_json)
+
+
+@cli.command()
+@global_options
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS),
+              default="terminal", show_default=True,
+              help="markdown fits $GITHUB_STEP_SUMMARY; junit is one testcase per task; html "
+                   "is one self-contained file.")
+@click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write to this file instead of stdout.")
+def report(run_dir: Path, fmt: str, output: Path | None) -> None:
+    """The report of a run, rebuilt from RUN_DIR alone (no dataset, no credentials): the
+    honest headline (passed over the official, with-gold, runnable and attempted
+    denominators; free and suspect passes; tokens, cost, time) and one row per task."""
+    from spider2local.cli.commands import report_command
+    from spider2local.run.folder import open_run_dir
+
+    sys.exit(report_command(open_run_dir(run_dir), fmt, output))
 
 
 @cli.command()

@@ -17,7 +17,9 @@ from spider2local.cli.exits import FAILED, INTERRUPTED, OK
 from spider2local.dataset.task import Dataset, Gold
 from spider2local.evaluation.params import EvalParams
 from spider2local.exceptions import ScoringError, UserError
-from spider2local.report.summary import load_report, render_report, report_json
+from spider2local.report.jsonout import report_json
+from spider2local.report.summary import load_report
+from spider2local.report.terminal import render_terminal
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, run_plan_sync
 from spider2local.run.progress import Progress
@@ -37,7 +39,7 @@ def print_report(folder: RunFolder, as_json: bool) -> None:
     if as_json:
         _out(json.dumps(report_json(report), indent=2, default=str, allow_nan=False))
     else:
-        _out(render_report(report))
+        _out(render_terminal(report))
 
 
 def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
@@ -69,6 +71,46 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool,
         _err(f"nothing re-scored: {why} of {folder.root} could be re-scored "
              "(kept databases come from `run --keep-db`)")
         return FAILED
+    return OK
+
+
+def render_format(folder: RunFolder, fmt: str) -> str:
+    """The report of ``folder`` in ``fmt`` (one of
+    :data:`spider2local.report.formats.REPORT_FORMATS`), from the folder
+    alone: no dataset, no credentials."""
+    report = load_report(folder)
+    if fmt == "json":
+        return json.dumps(report_json(report), indent=2, default=str, allow_nan=False) + "\n"
+    if fmt == "markdown":
+        from spider2local.report.markdown import render_markdown
+
+        return render_markdown(report)
+    if fmt == "junit":
+        from spider2local.report.junit import render_junit
+
+        return render_junit(report)
+    if fmt == "html":
+        from spider2local.report.html import render_html
+
+        return render_html(report, folder)
+    return render_terminal(report) + "\n"
+
+
+def report_command(folder: RunFolder, fmt: str, output: Path | None) -> int:
+    """``spider2local report``: print the report, or write it to ``output`` (atomically, so a
+    CI step never uploads half a file)."""
+    text = render_format(folder, fmt)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return OK
+    from spider2local.run.results import write_text_atomic
+
+    try:
+        write_text_atomic(output, text)
+    except OSError as exc:
+        raise UserError(f"cannot write the report: {exc.strerror or exc}", path=output,
+                        fix="pass a writable --output path") from None
     return OK
 
 

@@ -20,10 +20,12 @@ import duckdb
 
 from spider2local.clock.dates import derive_task
 from spider2local.clock.reads import scan_clock_reads
+from spider2local.dataset.load import gold_folder
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
+from spider2local.safepath import name_problem
 from spider2local.suite.model import Confidence, DateMethod, DateSource
 
 
@@ -142,6 +144,47 @@ async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
     except Exception as exc:  # a broken gold must not stop the audit of the other tasks
         return None, f"scoring failed: {str(exc).splitlines()[0]}"
     return score.passed, f"{score.tables_passed}/{score.tables_total} graded tables pass untouched"
+
+
+@dataclass(frozen=True)
+class Denominators:
+    """The numbers a score is divided by, counted on the whole dataset (never the selection,
+    never hard-coded): the sample suite has its own, upstream's has 68, 64 and its runnable
+    count on this machine. A run records them in run.json at its start, so its report needs
+    neither the dataset nor this code's idea of it later."""
+
+    official: int
+    """Every task of the dataset's task list (68 for Spider2-DBT: the official denominator)."""
+    with_gold: int
+    """Tasks whose gold folder holds a DuckDB file, whatever its name (64 for Spider2-DBT, the
+    leaderboard's top entries' denominator: three of them name another file than the one
+    there, so fewer than this have a *usable* gold)."""
+    runnable: int
+    """Tasks that can run here (no problem, not excluded by the suite)."""
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def denominators(data: Dataset) -> Denominators:
+    """The dataset's :class:`Denominators` (cheap: file-system checks only)."""
+    def gold_present(tid: str) -> bool:
+        if name_problem(tid) is not None:  # never a path from a bad id
+            return False
+        folder = gold_folder(data.root, tid)
+        return folder.is_dir() and any(folder.glob("*.duckdb"))
+
+    return Denominators(official=len(data.tasks),
+                        with_gold=sum(gold_present(t.id) for t in data.tasks),
+                        runnable=sum(t.runnable for t in data.tasks))
+
+
+async def free_passes(tasks: Sequence[TaskSpec]) -> dict[str, bool | None]:
+    """Per task, whether its untouched start database already passes (``None``: cannot tell,
+    e.g. no gold). The same check as ``audit --baseline``, so a run can say how many of its
+    passes took no work; one task at a time in a worker thread (the scorer reads the start and
+    gold databases read-only)."""
+    return {task.id: (await _baseline(task))[0] for task in tasks}
 
 
 def _why_unscorable(task: TaskSpec) -> str:

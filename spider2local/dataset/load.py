@@ -115,6 +115,11 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
     )
 
 
+def gold_folder(root: Path, tid: str) -> Path:
+    """Where upstream's setup puts task ``tid``'s gold database(s) (not checked to exist)."""
+    return root / "evaluation_suite" / "gold" / tid
+
+
 def _gold_for(root: Path, tid: str, evals: dict[str, Any],
               problems: list[Problem]) -> tuple[EvalParams | None, Gold | None]:
     """The parsed evaluation (kept for its table names even without gold) and the gold."""
@@ -126,7 +131,7 @@ def _gold_for(root: Path, tid: str, evals: dict[str, Any],
     except EvalConfigError as exc:
         problems.append(Problem(ProblemKind.EVAL, f"evaluation config: {exc.reason}"))
         return None, None
-    gold_dir = root / "evaluation_suite" / "gold" / tid
+    gold_dir = gold_folder(root, tid)
     outside = _outside(gold_dir.parent, tid) or _outside(gold_dir, params.gold)
     if outside is not None:
         problems.append(Problem(ProblemKind.GOLD, f"gold file {outside}"))

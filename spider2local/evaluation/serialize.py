@@ -59,25 +59,39 @@ def render_text(score: TaskScore) -> str:
     return "\n".join(lines)
 
 
+def table_headline(table: TableScore) -> str:
+    """One table's verdict in a phrase (``orders: 10 rows, gold has 12``), without the mark:
+    the head of its text report, and what a run's final table notes for a failed task."""
+    if table.missing:
+        return f"{table.name}: missing from the result"
+    if table.result_rows is None:
+        return f"{table.name}: cannot be read ({table.error})"
+    if table.error:
+        return f"{table.name}: {table.error}"
+    if table.result_rows != table.gold_rows:
+        return f"{table.name}: {table.result_rows} rows, gold has {table.gold_rows}"
+    return f"{table.name} ({table.gold_rows} rows)"
+
+
+def first_diagnostic(table: TableScore) -> str:
+    """The first reason a failed table gives: its headline when it says what is wrong (missing,
+    unreadable, row counts), else its first column diagnostic."""
+    if table.columns and not (table.missing or table.result_rows is None or table.error
+                              or table.result_rows != table.gold_rows):
+        return f"{table.name}: {column_line(table.columns[0])}"
+    return table_headline(table)
+
+
 def _table_lines(table: TableScore) -> list[str]:
     mark = "PASS" if table.passed else "FAIL"
-    if table.missing:
-        head = f"  {mark}  {table.name}: missing from the result"
-    elif table.result_rows is None:
-        head = f"  {mark}  {table.name}: cannot be read ({table.error})"
-    elif table.error:
-        head = f"  {mark}  {table.name}: {table.error}"
-    elif table.result_rows != table.gold_rows:
-        head = f"  {mark}  {table.name}: {table.result_rows} rows, gold has {table.gold_rows}"
-    else:
-        head = f"  {mark}  {table.name} ({table.gold_rows} rows)"
-    lines = [head]
-    lines.extend(f"        - {_column_line(column)}" for column in table.columns)
+    lines = [f"  {mark}  {table_headline(table)}"]
+    lines.extend(f"        - {column_line(column)}" for column in table.columns)
     lines.extend(f"        note: {note}" for note in table.notes)
     return lines
 
 
-def _column_line(column: ColumnDiagnostic) -> str:
+def column_line(column: ColumnDiagnostic) -> str:
+    """One column diagnostic in a line: which gold column, why, and where it first differs."""
     text = f"gold column {column.gold_column!r} (#{column.gold_index}): {column.reason}"
     if column.position is not None:
         text += (f"; first difference at position {column.position}: gold {column.gold_value}"

@@ -1,27 +1,33 @@
-"""The final table and pass rates, rebuilt from the run folder on disk.
+"""The report model: one frozen :class:`RunReport` rebuilt from the run folder on disk.
 
-Never from the runner's memory: the same report must come out after a resume, a re-score, or
-for a run another machine made. Two denominators are shown because both are quoted: over the
-tasks attempted (those with a result) and over every task of the selection, where a task that
-could not run or never finished counts as failed, as in the official benchmark. Table rates
-count each graded table of a task; a task that errored before scoring counts all its graded
-tables (from the manifest) as failed.
+Never from the runner's memory: the same report must come out after a resume, a re-score, a
+merge of shards, or for a run another machine made, with no credentials and without the
+dataset. Every renderer (:mod:`.terminal`, :mod:`.markdown`, :mod:`.jsonout`, :mod:`.junit`,
+:mod:`.html`) reads this model and nothing else of the run folder (the HTML adds the per-task
+files through :mod:`.details`).
 
-Suspect tasks (the integrity scan found traces of the agent reaching outside its workspace)
-keep their verdict and are counted apart: a column, a headline count, and how many of the
-passes they are. The header names the run's isolation mode (run.json; ``none`` for runs that
-recorded none), because what a pass rate is worth depends on it.
+The honest headline (README, "how to report a score"): passes over the official denominator,
+over the tasks with a gold database, over the runnable ones and over the attempted ones. The
+first three are the dataset audit's counts recorded in run.json when the run started
+(:func:`spider2local.dataset.audit.denominators`), never numbers written here; a run made before
+they were recorded shows only what its folder knows. How many passes are free (the untouched
+start database already passes: measured per task at the run's start) and how many are suspect
+(the integrity scan's mark, read defensively: a result without one counts as clean) are shown
+beside it, because a pass rate means little without them.
+
+Table rates count each graded table of a task; a task that errored before scoring counts all
+its graded tables (from the manifest) as failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
 from spider2local.integrity.scan import Integrity
-from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
 from spider2local.run.results import Status, TaskResult
 
@@ -31,8 +37,11 @@ class NotAttempted(StrEnum):
 
     SKIPPED = "skipped"
     """It cannot run (a dataset problem or a suite exclusion); the note says why."""
+    INTERRUPTED = "interrupted"
+    """It started, and the run was stopped (a signal, kill -9) before it finished; a resume
+    runs it again."""
     NOT_RUN = "not run"
-    """It could run but has no result yet (interrupted; a resume runs it)."""
+    """It could run but has no result yet (never started; a resume runs it)."""
 
 
 class Verdict(StrEnum):
@@ -42,6 +51,27 @@ class Verdict(StrEnum):
     FAIL = "fail"
     NONE = "-"
     """Not scored: no gold, an error before scoring, or no result at all."""
+
+
+SUSPECT = Integrity.SUSPECT.value
+CLEAN = Integrity.CLEAN.value
+
+
+@dataclass(frozen=True)
+class Tokens:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_creation
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(self.input + other.input, self.output + other.output,
+                      self.cache_read + other.cache_read,
+                      self.cache_creation + other.cache_creation)
 
 
 @dataclass(frozen=True)
@@ -55,8 +85,23 @@ class Row:
     seconds: float | None
     cost_usd: float | None
     note: str = ""
-    integrity: Integrity | None = None
-    """``suspect`` or ``clean`` from the result; ``None`` when never scanned or not run."""
+    """Why it failed or did not run: the error's stage and message, or the failing tables and
+    the first diagnostic, or the reason it was skipped."""
+    integrity: str | None = None
+    """``clean`` or ``suspect`` from the result (``None`` without a result); a result that
+    carries no mark (written before the scan existed) reads as ``clean``."""
+    free: bool | None = None
+    """Whether the untouched start database already passes (``None``: not measured)."""
+    tokens: Tokens = field(default_factory=Tokens)
+    turns: int = 0
+    durations: Mapping[str, float] | None = None
+    """Seconds per runner step (prepare, agent, score...), as result.json has them."""
+    failing_tables: tuple[str, ...] = ()
+    error_stage: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    diagnostics: str = ""
+    """The per-table verdicts and diagnostics as ``score`` prints them (empty: not scored)."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +122,57 @@ class Rates:
 
 
 @dataclass(frozen=True)
+class Headline:
+    """The numbers every format leads with (see the module docstring)."""
+
+    passed: int
+    official: int | None
+    """The dataset's task count (68 for Spider2-DBT); ``None``: the run did not record it."""
+    with_gold: int | None
+    """Tasks with a gold database (64 for Spider2-DBT)."""
+    runnable: int | None
+    """Tasks runnable on the machine that made the run."""
+    attempted: int
+    selected: int
+    free_passes: int | None
+    """Passes whose untouched start database already passes; ``None``: not measured."""
+    suspect: int
+    suspect_passes: int
+    interrupted: int
+    tables_passed: int
+    tables_attempted: int
+    tokens: Tokens
+    cost_usd: float | None
+    seconds: float
+    """Task time summed over tasks (the run's wall time is shorter with --jobs > 1)."""
+    stage_seconds: Mapping[str, float]
+    """Summed per runner step over every task: where the time went."""
+
+    def denominators(self) -> list[tuple[str, int]]:
+        """``(label, denominator)`` in the order they are quoted; unknown ones are left out."""
+        pairs = [("official", self.official), ("with gold", self.with_gold),
+                 ("runnable", self.runnable), ("attempted", self.attempted)]
+        return [(label, n) for label, n in pairs if n is not None]
+
+
+@dataclass(frozen=True)
 class RunReport:
     run_id: str
     rows: tuple[Row, ...]
     rates: Rates
-    cost_usd: float | None
+    headline: Headline
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
+    agent: str | None = None
+    model: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    interrupted: bool = False
+    dataset: str | None = None
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.headline.cost_usd
 
 
 def _verdict(result: TaskResult) -> Verdict:
@@ -92,12 +181,47 @@ def _verdict(result: TaskResult) -> Verdict:
     return Verdict.PASS if result.passed else Verdict.FAIL
 
 
-def _row(result: TaskResult, graded: int) -> Row:
-    note = f"{result.error.stage.value}: {result.error.message}" if result.error else ""
-    total = result.tables_total or graded
+def _integrity(result: TaskResult) -> str:
+    """The scan's mark, read defensively: absent (older results, or a runner without the scan)
+    or unknown values read as clean; only an explicit ``suspect`` is suspect."""
+    value = getattr(result, "integrity", None)
+    return SUSPECT if str(getattr(value, "value", value)) == SUSPECT else CLEAN
+
+
+def failing_tables(result: TaskResult) -> tuple[tuple[str, ...], str, str]:
+    """The names of the graded tables that failed, the first diagnostic among them, and the
+    whole per-table text (all empty when the result holds no usable per-table score)."""
+    if not isinstance(result.score, Mapping):
+        return (), "", ""
+    try:
+        score = from_json(dict(result.score))
+    except (KeyError, TypeError, ValueError):  # a hand-edited score: no detail, verdict kept
+        return (), "", ""
+    failed = [t for t in score.tables if not t.passed]
+    first = first_diagnostic(failed[0]) if failed else (score.error or "")
+    return tuple(t.name for t in failed), first, render_text(score)
+
+
+def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
+    parts = []
+    if result.error is not None:
+        parts.append(f"{result.error.stage.value}: {result.error.message}")
+    if result.passed is False:
+        parts.append(f"failed {', '.join(failing)}: {first}" if failing else first)
+    return "; ".join(p for p in parts if p)
+
+
+def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
+    failing, first, text = failing_tables(result)
+    u = result.usage
+    error = result.error
     return Row(result.task_id, result.status, _verdict(result), result.tables_passed,
-               total, result.durations.get("total"), result.usage.cost_usd, note,
-               result.integrity)
+               result.tables_total or graded, result.durations.get("total"), u.cost_usd,
+               _note(result, failing, first), _integrity(result), free,
+               Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens,
+                      u.cache_creation_tokens), u.turns, dict(result.durations), failing,
+               error.stage.value if error else None, error.kind.value if error else None,
+               error.message if error else None, text)
 
 
 def _selection(manifest: Mapping[str, Any] | None,
@@ -109,18 +233,34 @@ def _selection(manifest: Mapping[str, Any] | None,
             for tid, r in sorted(results.items())]
 
 
-def build_rows(selection: Sequence[Mapping[str, Any]],
-               results: Mapping[str, TaskResult]) -> list[Row]:
+def was_interrupted(manifest: Mapping[str, Any] | None) -> bool:
+    """Whether the run's last invocation was stopped: finished as interrupted (a signal), or
+    never finished at all (kill -9, power loss: ``finished_at`` still empty)."""
+    if not manifest:
+        return False
+    return bool(manifest.get("interrupted")) or manifest.get("finished_at") is None
+
+
+def build_rows(selection: Sequence[Mapping[str, Any]], results: Mapping[str, TaskResult],
+               *, interrupted: bool = False, started: frozenset[str] = frozenset()
+               ) -> list[Row]:
+    """One row per selected task. Without a result: skipped (cannot run), interrupted (it
+    started, in ``started``, and the run was stopped) or not run."""
     rows = []
     for item in selection:
         tid, graded = str(item["id"]), int(item.get("tables") or 0)
+        free = item.get("free") if isinstance(item.get("free"), bool) else None
         if tid in results:
-            rows.append(_row(results[tid], graded))
+            rows.append(_row(results[tid], graded, free))
         elif item.get("skipped"):
             rows.append(Row(tid, NotAttempted.SKIPPED, Verdict.NONE, 0, graded, None, None,
-                            str(item["skipped"])))
+                            str(item["skipped"]), free=free))
+        elif interrupted and tid in started:
+            rows.append(Row(tid, NotAttempted.INTERRUPTED, Verdict.NONE, 0, graded, None,
+                            None, "cut by an interrupt; a resume runs it again", free=free))
         else:
-            rows.append(Row(tid, NotAttempted.NOT_RUN, Verdict.NONE, 0, graded, None, None))
+            rows.append(Row(tid, NotAttempted.NOT_RUN, Verdict.NONE, 0, graded, None, None,
+                            free=free))
     return rows
 
 
@@ -132,10 +272,39 @@ def compute_rates(rows: Sequence[Row]) -> Rates:
         tables_passed=sum(r.tables_passed for r in rows),
         tables_attempted=sum(r.tables_total for r in attempted),
         tables_total=sum(r.tables_total for r in rows),
-        tasks_suspect=sum(r.integrity is Integrity.SUSPECT for r in rows),
-        passed_suspect=sum(r.integrity is Integrity.SUSPECT and r.verdict is Verdict.PASS
-                           for r in rows),
+        tasks_suspect=sum(r.integrity == SUSPECT for r in rows),
+        passed_suspect=sum(r.integrity == SUSPECT and r.verdict is Verdict.PASS for r in rows),
     )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def compute_headline(rows: Sequence[Row], rates: Rates,
+                     denominators: Mapping[str, Any] | None) -> Headline:
+    counts = denominators if isinstance(denominators, Mapping) else {}
+    passes = [r for r in rows if r.verdict is Verdict.PASS]
+    measured = [r for r in rows if isinstance(r.status, Status) and r.free is not None]
+    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    stages: dict[str, float] = {}
+    for r in rows:
+        for step, secs in (r.durations or {}).items():
+            if step != "total":
+                stages[step] = stages.get(step, 0.0) + secs
+    tokens = Tokens()
+    for r in rows:
+        tokens += r.tokens
+    return Headline(
+        passed=rates.tasks_passed, official=_count(counts.get("official")),
+        with_gold=_count(counts.get("with_gold")), runnable=_count(counts.get("runnable")),
+        attempted=rates.tasks_attempted, selected=rates.tasks_total,
+        free_passes=sum(bool(r.free) for r in passes) if measured else None,
+        suspect=rates.tasks_suspect, suspect_passes=rates.passed_suspect,
+        interrupted=sum(r.status is NotAttempted.INTERRUPTED for r in rows),
+        tables_passed=rates.tables_passed, tables_attempted=rates.tables_attempted,
+        tokens=tokens, cost_usd=sum(costs) if costs else None,
+        seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages)
 
 
 def isolation_of(manifest: Mapping[str, Any] | None) -> str:
@@ -147,50 +316,25 @@ def isolation_of(manifest: Mapping[str, Any] | None) -> str:
     return str(value) if value else "none"
 
 
+def _text(manifest: Mapping[str, Any] | None, key: str) -> str | None:
+    value = manifest.get(key) if manifest else None
+    return value if isinstance(value, str) else None
+
+
 def load_report(folder: RunFolder) -> RunReport:
+    """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
     results = folder.results()
     manifest = folder.read_manifest()
-    rows = tuple(build_rows(_selection(manifest, results), results))
-    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
-    return RunReport(folder.run_id, rows, compute_rates(rows), sum(costs) if costs else None,
-                     isolation_of(manifest))
-
-
-def _pct(part: int, whole: int) -> str:
-    ratio = Rates.ratio(part, whole)
-    return f"{part}/{whole} ({ratio:.1%})" if ratio is not None else f"{part}/{whole}"
-
-
-def render_report(report: RunReport) -> str:
-    rows = [(r.task_id, r.status, r.verdict,
-             f"{r.tables_passed}/{r.tables_total}" if r.tables_total else "-",
-             f"{r.seconds:.1f}s" if r.seconds is not None else "-",
-             f"${r.cost_usd:.2f}" if r.cost_usd is not None else "-",
-             r.integrity or "-", r.note)
-            for r in report.rows]
-    table = render_table(("task", "status", "verdict", "tables", "time", "cost", "integrity",
-                          "note"), rows)
-    k = report.rates
-    lines = [
-        table, "",
-        f"run {report.run_id} (isolation: {report.isolation}): tasks passed "
-        f"{_pct(k.tasks_passed, k.tasks_attempted)} of attempted, "
-        f"{_pct(k.tasks_passed, k.tasks_total)} of all selected",
-        f"tables passed {_pct(k.tables_passed, k.tables_attempted)} of attempted, "
-        f"{_pct(k.tables_passed, k.tables_total)} of all selected",
-    ]
-    if k.tasks_suspect:
-        lines.append(f"{k.tasks_suspect} suspect ({k.passed_suspect} of the passes): the agent "
-                     "named or opened something outside its workspace; evidence in each "
-                     "result.json (integrity_evidence)")
-    if report.cost_usd is not None:
-        lines.append(f"cost ${report.cost_usd:.2f}")
-    return "\n".join(lines)
-
-
-def report_json(report: RunReport) -> dict[str, Any]:
-    return {"run_id": report.run_id, "isolation": report.isolation,
-            "suspect": [r.task_id for r in report.rows if r.integrity is Integrity.SUSPECT],
-            "rates": asdict(report.rates),
-            "cost_usd": report.cost_usd, "tasks": [asdict(r) for r in report.rows]}
-
+    interrupted = was_interrupted(manifest)
+    selection = _selection(manifest, results)
+    started = frozenset(str(t["id"]) for t in selection
+                        if str(t["id"]) not in results and folder.task_dir(str(t["id"])).is_dir())
+    rows = tuple(build_rows(selection, results, interrupted=interrupted, started=started))
+    rates = compute_rates(rows)
+    return RunReport(
+        folder.run_id, rows, rates,
+        compute_headline(rows, rates, manifest.get("denominators") if manifest else None),
+        isolation=isolation_of(manifest), agent=_text(manifest, "agent"),
+        model=_text(manifest, "model"), started_at=_text(manifest, "started_at"),
+        finished_at=_text(manifest, "finished_at"), interrupted=interrupted,
+        dataset=_text(manifest, "dataset"))

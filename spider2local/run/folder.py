@@ -178,9 +178,11 @@ _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": (str,), "agent": (str,), "model": (str, type(None)), "settings": (dict,),
     "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)), "tasks": (list,),
     "sessions": (list,), "started_at": (str, type(None)), "finished_at": (str, type(None)),
+    "denominators": (dict,),
 }
 _TASK_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "fake_date": (str,), "tables": (int,), "skipped": (str, type(None)),
+    "free": (bool, type(None)),
 }
 
 
@@ -245,17 +247,22 @@ class SelectedTask:
     """Number of graded tables (0 when the task has no evaluation)."""
     skipped: str | None = None
     """Why the task cannot run; ``None`` when it is run."""
+    free: bool | None = None
+    """Whether the untouched start database already passes (measured at the run's start,
+    :func:`spider2local.dataset.audit.free_passes`); ``None`` when unknown or not measured."""
 
 
 def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
                    suite_path: Path, suite_sha256: str, dataset_root: Path,
                    tasks: Iterable[SelectedTask], previous: Mapping[str, Any] | None,
                    argv: list[str] | None = None, prompts_dir: Path | None = None,
-                   skills_dir: Path | None = None) -> dict[str, Any]:
+                   skills_dir: Path | None = None,
+                   denominators: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The run.json written at the start of an invocation. A resumed run keeps the first
     invocation's ``started_at`` and appends to ``sessions`` so every restart is visible.
     ``prompts_dir`` / ``skills_dir``: the kit used instead of the bundled one (its hashes are
-    recorded, so a resume with another kit is refused like one with other bundled files)."""
+    recorded, so a resume with another kit is refused like one with other bundled files).
+    ``denominators`` (the dataset audit's counts) are what the report divides by."""
     started = now_iso()
     sessions = list(previous.get("sessions", [])) if previous else []
     sessions.append({"started_at": started, "finished_at": None, "interrupted": None,
@@ -272,6 +279,7 @@ def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
         "prompts_sha256": tree_sha256(prompts_dir) if prompts_dir else _resource_hash("prompts"),
         "skills_sha256": tree_sha256(skills_dir) if skills_dir else _resource_hash("skills"),
         "tasks": [vars(t) for t in tasks],
+        **({"denominators": dict(denominators)} if denominators is not None else {}),
         "started_at": previous.get("started_at", started) if previous else started,
         "finished_at": None,
         "sessions": sessions,

@@ -13,6 +13,7 @@ Layout::
     <runs-dir>/<run-id>/<task>/reference_snapshot.json  START_SNAPSHOT: the start database
     <runs-dir>/<run-id>/<task>/dbt/               DBT_LOGS: dbt logs and run_results
     <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
+    <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
 
 Workspaces live elsewhere (a temporary folder) and are named ``WORKSPACE_PREFIX<task>-...``;
@@ -32,5 +33,6 @@ SCAN = "scan.json"
 START_SNAPSHOT = "reference_snapshot.json"
 DBT_LOGS = "dbt"
 PROJECT_FILES = "project"
+START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"
 WORKSPACE_PREFIX = "spider2local-"

@@ -24,6 +24,7 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
+from spider2local.dataset.audit import Denominators, denominators, free_passes
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
@@ -111,6 +112,8 @@ class RunPlan:
     """How the tasks were chosen (:func:`.resume.selection_request`), recorded in run.json."""
     agent_options: Mapping[str, Any] = field(default_factory=dict)
     """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
+    denominators: Denominators | None = None
+    """The dataset audit's counts the report divides by (recorded in run.json)."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,10 @@ class RunOutcome:
     interrupted: bool
 
 
-def _selected(plan: RunPlan) -> list[SelectedTask]:
+def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTask]:
     sel = plan.selection
-    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0)) for t in sel.tasks]
+    run = [SelectedTask(t.id, t.date.isoformat(), sel.graded.get(t.id, 0), None,
+                        free.get(t.id)) for t in sel.tasks]
     skipped = [SelectedTask(tid, "", sel.graded.get(tid, 0), why) for tid, why in sel.skipped]
     return sorted(run + skipped, key=lambda s: s.id)
 
@@ -140,7 +144,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         todo = [t for t in plan.selection.tasks if t.id not in done]
         already = tuple(t.id for t in plan.selection.tasks if t.id in done)
         taken = await anyio.to_thread.run_sync(guard.take, todo)
-        manifest, fingerprints = _start_manifest(plan, taken)
+        manifest, fingerprints = _start_manifest(plan, taken, await _free_passes(plan))
         watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
                             suite_file=plan.suite_path)
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
@@ -152,18 +156,31 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     return RunOutcome(folder, ran, already, interrupted)
 
 
-def _start_manifest(plan: RunPlan,
-                    taken: guard.Fingerprints) -> tuple[dict[str, Any], guard.Fingerprints]:
+async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
+    """Which selected tasks pass untouched, so the report can say how many passes were free.
+    Measured once per task and run: what an earlier invocation of the run recorded is kept
+    (the start and gold databases are the dataset's, unchanged between sessions)."""
+    previous = plan.folder.read_manifest() or {}
+    known = {t["id"]: t["free"] for t in previous.get("tasks", ())
+             if isinstance(t.get("free"), bool)}
+    todo = [t for t in plan.selection.tasks if t.id not in known]
+    return {**known, **await free_passes(todo)}
+
+
+def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str, bool | None]
+                    ) -> tuple[dict[str, Any], guard.Fingerprints]:
     """The manifest of this invocation, written before any task starts, and the fingerprints
     it records; a resume must match the run's first settings and fingerprints and keeps every
     task selected so far."""
     folder, settings = plan.folder, plan.settings
     previous = folder.read_manifest()
+    counts = plan.denominators.to_json() if plan.denominators is not None else None
     manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
                               settings=settings.to_json(), suite_path=plan.suite_path,
                               suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
-                              tasks=_selected(plan), previous=previous, argv=plan.argv,
-                              prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir)
+                              tasks=_selected(plan, free), previous=previous, argv=plan.argv,
+                              prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir,
+                              denominators=counts)
     if plan.isolation is not None:
         manifest["isolation"] = plan.isolation.to_json()
     manifest["dataset_sha256"] = dataset_fingerprint(plan.dataset_root)
@@ -246,7 +263,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     return RunPlan(folder=folder, selection=selection,
                    settings=settings, factory=lambda: make_agent(name, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
-                   argv=argv, isolation=choice,
+                   argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
                    agent_options={k: Path(v).resolve() for k, v in options.items()})
 

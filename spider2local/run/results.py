@@ -235,6 +235,24 @@ def _result_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so that readers see the old file or the new one, never half of one. The file
+    is world-readable (0644, as a plain ``open`` makes it): reports are uploaded and shared,
+    and ``mkstemp`` alone would leave them 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers (and a resume after SIGKILL) see the old file or the new one,
     never half of one: temp file in the same folder, fsync, then rename."""

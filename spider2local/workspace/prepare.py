@@ -43,6 +43,7 @@ from spider2local.run.layout import (
     PROJECT_FILES,
     RESULT_DB,
     SCAN,
+    START_PROJECT,
     START_SNAPSHOT,
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
@@ -158,6 +159,7 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
         confine_profile(project, task.project_dir)
     except ValueError as exc:
         raise DatasetError(str(exc), fix=PROFILE_FIX) from None
+    copy_text_files(project, artifacts / START_PROJECT, root=root)  # what the report diffs
     for name, source in skill_dirs.items():
         copy_tree(source, project / ".claude" / "skills" / name)
     scan = scan_project(project)
@@ -269,25 +271,7 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     it into the run folder), and a text file larger than :data:`ARTIFACT_MAX_BYTES` is left
     out (a sparse file the size of the disk would fill it)."""
     target = ws.artifacts / PROJECT_FILES
-    if target.exists():
-        shutil.rmtree(target)
-    files = 0
-    # os.walk follows a symlinked top: a project folder the agent swapped for a link to / is
-    # not walked at all (every file would be refused by the guard anyway, after a long walk)
-    tops = [] if ws.project_dir.is_symlink() else [ws.project_dir]
-    for folder, dirs, names in (step for top in tops for step in os.walk(top)):
-        here = Path(folder)
-        if here == ws.project_dir:
-            dirs[:] = [d for d in dirs if d not in ARTIFACT_SKIP]
-        dirs.sort()
-        for name in sorted(names):
-            path = here / name
-            if path.suffix not in ARTIFACT_SUFFIXES or not _small_plain(ws.root, path):
-                continue
-            rel = path.relative_to(ws.project_dir)
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel, follow_symlinks=False)
-            files += 1
+    files = copy_text_files(ws.project_dir, target, root=ws.root)
     _collect_dbt_files(ws, ws.artifacts / DBT_LOGS)
     database = None
     if keep_db and is_workspace_file(ws.root, ws.database):
@@ -307,6 +291,34 @@ def _small_plain(root: Path, path: Path) -> bool:
         return workspace_file(root, path).st_size <= ARTIFACT_MAX_BYTES
     except (OSError, OutsideWorkspace):
         return False
+
+
+def copy_text_files(project: Path, target: Path, *, root: Path) -> int:
+    """Copy the project's text files an agent may write (:data:`ARTIFACT_SUFFIXES`, outside
+    :data:`ARTIFACT_SKIP`) into a fresh ``target``; returns how many. One rule for both copies
+    kept in the run folder: the start project and the project as the agent left it, so the
+    report diffs like with like. Only small plain files inside ``root`` are copied
+    (:func:`_small_plain`)."""
+    if target.exists():
+        shutil.rmtree(target)
+    files = 0
+    # os.walk follows a symlinked top: a project folder the agent swapped for a link to / is
+    # not walked at all (every file would be refused by the guard anyway, after a long walk)
+    tops = [] if project.is_symlink() else [project]
+    for folder, dirs, names in (step for top in tops for step in os.walk(top)):
+        here = Path(folder)
+        if here == project:
+            dirs[:] = [d for d in dirs if d not in ARTIFACT_SKIP]
+        dirs.sort()
+        for name in sorted(names):
+            path = here / name
+            if path.suffix not in ARTIFACT_SUFFIXES or not _small_plain(root, path):
+                continue
+            rel = path.relative_to(project)
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / rel, follow_symlinks=False)
+            files += 1
+    return files
 
 
 def _collect_dbt_files(ws: Workspace, target: Path) -> None:

@@ -161,3 +161,34 @@ def test_missing_start_database_is_reported_because_of_its_kind(
     (audit,) = anyio.run(lambda: audit_dataset(data, baseline=True))
     assert audit.baseline_note == f"cannot score: {task.problems[0].message}"
     assert audit.problems[0].startswith("profiles.yml unparsable")
+
+
+def test_denominators_count_the_dataset_not_a_constant(tiny_dataset: Callable[..., Path],
+                                                        tmp_path: Path) -> None:
+    """official = every task listed; with gold = a DuckDB file in its gold folder, whatever
+    its name (upstream's misnamed gold counts, as the leaderboard's 64 do); runnable = here."""
+    from spider2local.dataset.audit import denominators
+
+    root = tiny_dataset("ok1", "ok2")
+    tiny_dataset("nogold", with_gold=False)
+    tiny_dataset("misnamed", evaluation={"func": "duckdb_match", "parameters": {
+        "gold": "other.duckdb", "condition_tabs": ["orders"], "condition_cols": [[0]],
+        "ignore_orders": [True]}})
+    counts = denominators(load_dataset(Suite(tmp_path / "tasks.toml", root)))
+    assert counts.to_json() == {"official": 4, "with_gold": 3, "runnable": 2}
+
+
+def test_free_passes_score_the_untouched_start_database(tiny_dataset: Callable[..., Path],
+                                                         tmp_path: Path) -> None:
+    from spider2local.dataset.audit import free_passes
+
+    root = tiny_dataset("work", "free")
+    tiny_dataset("nogold", with_gold=False)
+    start = root / "examples" / "free" / "shop.duckdb"
+    start.unlink()
+    make_duckdb(start, {"raw_orders": "SELECT 1 AS id", "orders": "SELECT 1 AS id"})
+    data = load_dataset(Suite(tmp_path / "tasks.toml", root))
+    before = start.read_bytes()
+    found = anyio.run(free_passes, data.tasks)
+    assert found == {"work": False, "free": True, "nogold": None}
+    assert start.read_bytes() == before  # read, never written

@@ -22,7 +22,9 @@ from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.integrity.scan import Integrity
-from spider2local.report.summary import load_report, render_report, report_json
+from spider2local.report.jsonout import report_json
+from spider2local.report.summary import load_report
+from spider2local.report.terminal import render_terminal as render_report
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
@@ -156,7 +158,7 @@ def test_attacks_without_isolation_are_suspect_or_refused(
     report = load_report(folder)
     assert report.rates.tasks_suspect == 4 and report.rates.passed_suspect >= 1
     text = render_report(report)
-    assert "(isolation: none)" in text and "4 suspect" in text
+    assert "isolation: none)" in text and "4 suspect" in text
     assert sorted(report_json(report)["suspect"]) == sorted(ids[:4])
     # The run was tampered with: a re-score refuses it, in one line.
     with pytest.raises(UserError) as info:

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import pytest
 
 from spider2local.agents.noop import NoopAgent
 from spider2local.dataset.load import load_dataset
-from spider2local.report.summary import NotAttempted, load_report, render_report, report_json
+from spider2local.report.jsonout import report_json
+from spider2local.report.summary import NotAttempted, load_report
+from spider2local.report.terminal import render_terminal as render_report
 from spider2local.run.folder import RunFolder, SelectedTask, build_manifest
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
@@ -109,6 +112,102 @@ def test_skipped_tasks_tables_count_in_all_selected(tiny_dataset: Callable[..., 
         render_report(report)
 
 
+def _score(*tables: dict[str, object]) -> dict[str, object]:
+    return {"passed": all(t["passed"] for t in tables), "error": None,
+            "tables_passed": sum(bool(t["passed"]) for t in tables),
+            "tables_total": len(tables), "tables": list(tables)}
+
+
+def _table(name: str, passed: bool, **kw: object) -> dict[str, object]:
+    return {"name": name, "passed": passed, "gold_rows": kw.get("gold_rows", 3),
+            "result_rows": kw.get("result_rows", 3), "missing": kw.get("missing", False),
+            "error": None, "notes": [], "columns": kw.get("columns", [])}
+
+
+def test_a_failed_tasks_note_names_the_failing_tables_and_the_first_diagnostic(
+        tmp_path: Path) -> None:
+    """Main left the note of a failed task empty: the user had to open result.json."""
+    folder = write_run(tmp_path)
+    column = {"gold_column": "amount", "gold_index": 1, "reason": "2 of 3 values differ",
+              "nearest": "amount", "position": 0, "gold_value": "1.5", "result_value": "2.5"}
+    path = folder.result_path("b")
+    data = json.loads(path.read_text())
+    data["score"] = _score(_table("orders", True), _table("totals", False, columns=[column]),
+                           _table("daily", False, missing=True, result_rows=None))
+    path.write_text(json.dumps(data))
+    row = {r.task_id: r for r in load_report(folder).rows}["b"]
+    assert row.failing_tables == ("totals", "daily")
+    assert row.note.startswith("failed totals, daily: totals: gold column 'amount' (#1): "
+                               "2 of 3 values differ")
+    assert "FAIL  daily: missing from the result" in row.diagnostics
+    assert "failed totals, daily" in render_report(load_report(folder))
+
+
+def test_tasks_cut_by_an_interrupt_are_interrupted_not_not_run(tmp_path: Path) -> None:
+    """d started (its folder exists) and the run was stopped: main listed it as "not run"."""
+    folder = write_run(tmp_path)
+    folder.task_dir("d").mkdir()
+    manifest = json.loads(folder.manifest_path.read_text())
+    folder.write_manifest({**manifest, "finished_at": "f", "interrupted": True})
+    report = load_report(folder)
+    statuses = {r.task_id: r.status for r in report.rows}
+    assert statuses["d"] is NotAttempted.INTERRUPTED
+    assert report.headline.interrupted == 1 and report.interrupted
+    text = render_report(report)
+    assert "1 task(s) interrupted: resume with --run-id r1" in text
+    # The same folder in a run that finished normally (a result the disk refused): not run.
+    folder.write_manifest({**manifest, "finished_at": "f", "interrupted": False})
+    assert {r.task_id: r.status for r in load_report(folder).rows}["d"] is \
+        NotAttempted.NOT_RUN
+
+
+def test_the_headline_divides_by_the_recorded_denominators(tmp_path: Path) -> None:
+    folder = write_run(tmp_path)
+    manifest = json.loads(folder.manifest_path.read_text())
+    for task in manifest["tasks"]:
+        task["free"] = task["id"] in ("a", "c")
+    manifest["denominators"] = {"official": 68, "with_gold": 64, "runnable": 58}
+    folder.write_manifest(manifest)
+    report = load_report(folder)
+    h = report.headline
+    assert (h.passed, h.official, h.with_gold, h.runnable, h.attempted) == (1, 68, 64, 58, 3)
+    assert h.free_passes == 1  # a passed and was free; c was free but errored
+    text = render_report(report)
+    assert "passed 1/68 (1.5%) official, 1/64 (1.6%) with gold, 1/58 (1.7%) runnable, " \
+           "1/3 (33.3%) attempted" in text
+    assert "free passes: 1 of the 1 passes" in text
+    assert h.cost_usd == 0.75 and h.seconds == 37.5
+
+
+def test_a_run_without_recorded_denominators_says_what_it_knows(tmp_path: Path) -> None:
+    report = load_report(write_run(tmp_path))
+    assert report.headline.official is None and report.headline.free_passes is None
+    text = render_report(report)
+    assert "passed 1/3 (33.3%) attempted, 1/5 (20.0%) of all selected" in text
+    assert "free passes: not measured" in text
+
+
+def test_suspect_is_read_defensively_and_counted_apart(tmp_path: Path) -> None:
+    """A result without the integrity mark reads as clean; an explicit suspect counts apart
+    and keeps its verdict."""
+    folder = write_run(tmp_path)
+    path = folder.result_path("a")
+    data = json.loads(path.read_text())
+    data.update(integrity="suspect", schema_version=3)
+    path.write_text(json.dumps(data))
+    path = folder.result_path("c")
+    data = json.loads(path.read_text())
+    data.pop("integrity", None)
+    path.write_text(json.dumps(data))
+    report = load_report(folder)
+    rows = {r.task_id: r for r in report.rows}
+    assert rows["a"].integrity == "suspect" and rows["c"].integrity == "clean"
+    assert (report.headline.suspect, report.headline.suspect_passes) == (1, 1)
+    assert report.rates.tasks_passed == 1
+    assert "1 suspect (1 of the passes)" in render_report(report)
+    assert report_json(report)["suspect"] == ["a"]
+
+
 def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
         tmp_path: Path) -> None:
     from spider2local.integrity.scan import Evidence, Integrity
@@ -125,9 +224,9 @@ def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
     k = report.rates
     assert (k.tasks_suspect, k.passed_suspect, k.tasks_passed) == (2, 1, 1)  # verdict kept
     assert [r.integrity for r in report.rows[:3]] == [Integrity.SUSPECT, Integrity.SUSPECT,
-                                                       None]
+                                                       "clean"]  # no mark reads as clean
     text = render_report(report)
-    assert "run r1 (isolation: none):" in text
+    assert "run r1 (agent claude, isolation: none" in text
     assert "2 suspect (1 of the passes)" in text
     as_json = report_json(report)
     assert as_json["suspect"] == ["a", "b"] and as_json["isolation"] == "none"
@@ -140,3 +239,29 @@ def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
 
 def test_a_report_without_suspects_has_no_suspect_line(tmp_path: Path) -> None:
     assert "suspect" not in render_report(load_report(write_run(tmp_path))).split("\n\n")[-1]
+
+
+@pytest.mark.slow
+def test_a_run_records_the_audits_denominators_and_free_passes(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """plan_run/execute_run record what the report divides by, and which tasks were free; a
+    resume keeps the measured flags (not measured again)."""
+    from spider2local.run.plan import plan_run
+    from tests.helpers import make_duckdb
+
+    root = tiny_dataset("work", "free", "nogold")
+    (root / "evaluation_suite" / "gold" / "nogold" / "shop.duckdb").unlink()
+    start = root / "examples" / "free" / "shop.duckdb"
+    start.unlink()
+    make_duckdb(start, {"raw_orders": "SELECT 1 AS id", "orders": "SELECT 1 AS id"})
+    suite = Suite(tmp_path / "tasks.toml", root)
+    plan = plan_run(suite, load_dataset(suite), agent="noop", runs_dir=tmp_path / "runs",
+                    run_id="r", isolation="none")
+    anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+    manifest = json.loads(plan.folder.manifest_path.read_text())
+    assert manifest["denominators"] == {"official": 3, "with_gold": 2, "runnable": 2}
+    assert {t["id"]: t.get("free") for t in manifest["tasks"]} == {
+        "free": True, "nogold": None, "work": False}
+    h = load_report(plan.folder).headline
+    assert (h.passed, h.official, h.with_gold, h.runnable, h.free_passes) == (1, 3, 2, 2, 1)
+    assert "free passes: 1 of the 1 passes" in render_report(load_report(plan.folder))

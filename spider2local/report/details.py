@@ -1,0 +1,259 @@
+"""What one task left in its run folder, read for people: the files the agent wrote (as a diff
+against the start project), the queries it ran, its dbt errors, its transcript in readable
+entries, the verifier's reports, and the integrity evidence.
+
+Everything is read from the task's folder alone. The diff's "before" side is the copy of the
+start project the runner keeps (``start_project/``, written when the workspace is prepared);
+a run made before that copy existed falls back to the dataset's project when the run's
+recorded dataset is still reachable, and otherwise lists the files as the agent left them,
+saying so (:attr:`TaskDetails.diff_source`).
+
+Every reader here is defensive: a missing, truncated or hand-edited file yields less detail,
+never an exception (one broken task must not stop the report of the others). Sizes are capped
+so one huge transcript cannot make an unusable page.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spider2local.run.layout import (
+    DBT_LOGS,
+    ERROR_TRACEBACK,
+    PROJECT_FILES,
+    QUERIES,
+    RESULT,
+    START_PROJECT,
+    TRANSCRIPT,
+)
+
+MAX_TEXT = 20_000
+"""Characters kept of one transcript entry, query, diff or traceback."""
+MAX_ENTRIES = 2_000
+"""Transcript entries and queries kept per task."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    change: str
+    """``added``, ``changed``, ``removed`` or ``as left`` (no start copy to compare with)."""
+    diff: str
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    rows: int | None
+    seconds: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One readable step of the transcript."""
+
+    kind: str
+    """``prompt``, ``assistant``, ``thinking``, ``tool call``, ``tool result``, ``tool error``,
+    ``result``, ``subagent`` (its report) or the runner's own kinds (``attempt``...)."""
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TaskDetails:
+    task_id: str
+    files: tuple[FileChange, ...] = ()
+    diff_source: str = ""
+    queries: tuple[Query, ...] = ()
+    transcript: tuple[Entry, ...] = ()
+    subagent_reports: tuple[Entry, ...] = ()
+    """What subagents (the verifier) answered: the verifier's findings."""
+    dbt_errors: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    """The integrity scan's evidence lines (empty for a clean task)."""
+    traceback: str = ""
+
+
+def _cut(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more " \
+                                                          "characters cut]"
+
+
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for count, line in enumerate(fh):
+                if count >= MAX_ENTRIES:
+                    return
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(item, dict):
+                    yield item
+    except OSError:
+        return
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _text_files(root: Path) -> dict[str, Path]:
+    if not root.is_dir() or root.is_symlink():
+        return {}
+    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def project_changes(task_dir: Path, start: Path | None) -> tuple[FileChange, ...]:
+    """The agent's files against ``start`` (unified diffs); without ``start``, every file as
+    left. Unchanged files are left out."""
+    after = _text_files(task_dir / PROJECT_FILES)
+    if start is None:
+        return tuple(FileChange(rel, "as left", _cut(_read(p) or "")) for rel, p in after.items())
+    before = _text_files(start)
+    changes = []
+    for rel in sorted(set(before) | set(after)):
+        old = _read(before[rel]) if rel in before else None
+        new = _read(after[rel]) if rel in after else None
+        if old == new:
+            continue
+        change = "added" if old is None else "removed" if new is None else "changed"
+        diff = "".join(difflib.unified_diff(
+            (old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+            fromfile=f"start/{rel}", tofile=f"agent/{rel}"))
+        changes.append(FileChange(rel, change, _cut(diff)))
+    return tuple(changes)
+
+
+def _start_project(task_dir: Path, dataset: str | None) -> tuple[Path | None, str]:
+    kept = task_dir / START_PROJECT
+    if kept.is_dir():
+        return kept, "the start project kept in the run folder"
+    if dataset:
+        project = Path(dataset) / "examples" / task_dir.name
+        if project.is_dir():
+            return project, f"the dataset's project {project} (this run kept no start copy)"
+    return None, "the files as the agent left them (no start copy kept, dataset not reachable)"
+
+
+def _queries(task_dir: Path) -> tuple[Query, ...]:
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) and \
+            not isinstance(value, bool) else None
+
+    out = []
+    for item in _json_lines(task_dir / QUERIES):
+        rows = item.get("rows")
+        out.append(Query(_cut(str(item.get("sql", ""))),
+                         rows if isinstance(rows, int) and not isinstance(rows, bool) else None,
+                         number(item.get("duration")),
+                         None if item.get("error") is None else _cut(str(item["error"]))))
+    return tuple(out)
+
+
+def _block_entries(block: Mapping[str, Any], role: str) -> Iterator[Entry]:
+    if "text" in block and role == "assistant":
+        yield Entry("assistant", "assistant", _cut(str(block["text"])))
+    elif "thinking" in block:
+        yield Entry("thinking", "thinking", _cut(str(block["thinking"])))
+    elif "name" in block and "input" in block:
+        body = json.dumps(block.get("input"), indent=2, ensure_ascii=False, default=str)
+        yield Entry("tool call", str(block["name"]), _cut(body))
+    elif "tool_use_id" in block:
+        kind = "tool error" if block.get("is_error") else "tool result"
+        yield Entry(kind, f"result of {block['tool_use_id']}", _cut(_content(block.get(
+            "content"))))
+    elif "text" in block:
+        yield Entry(role, role, _cut(str(block["text"])))
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) if isinstance(c, dict) else str(c)
+                         for c in content)
+    return "" if content is None else str(content)
+
+
+def transcript_entries(path: Path) -> tuple[tuple[Entry, ...], tuple[Entry, ...]]:
+    """The transcript as readable entries, and the subagents' reports (the verifier's
+    findings: the results of tool calls that named a ``subagent_type``)."""
+    entries: list[Entry] = []
+    reports: list[Entry] = []
+    subagents: dict[str, str] = {}
+    for line in _json_lines(path):
+        kind, data = str(line.get("kind", "")), line.get("data")
+        if isinstance(data, str):
+            entries.append(Entry(kind, kind, _cut(data)))
+            continue
+        if not isinstance(data, dict):
+            continue
+        content = data.get("content")
+        if kind in ("AssistantMessage", "UserMessage") and isinstance(content, list):
+            role = "assistant" if kind == "AssistantMessage" else "user"
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                inputs = block.get("input")
+                if isinstance(inputs, dict) and inputs.get("subagent_type"):
+                    subagents[str(block.get("id"))] = str(inputs["subagent_type"])
+                for entry in _block_entries(block, role):
+                    entries.append(entry)
+                    who = subagents.get(str(block.get("tool_use_id")))
+                    if who is not None and entry.kind == "tool result":
+                        reports.append(Entry("subagent", who, entry.text))
+        elif kind == "UserMessage" and isinstance(content, str):
+            entries.append(Entry("user", "user", _cut(content)))
+        elif kind == "ResultMessage":
+            text = f"{data.get('subtype', '')}: {data.get('result') or ''}".strip(": ")
+            entries.append(Entry("result", "result", _cut(text)))
+        elif kind != "SystemMessage":
+            entries.append(Entry(kind, kind, _cut(json.dumps(data, indent=2, default=str))))
+    return tuple(entries), tuple(reports)
+
+
+def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
+    out = []
+    for path in sorted((task_dir / DBT_LOGS).glob("*run_results*.json")):
+        try:
+            results = json.loads(path.read_text(encoding="utf-8")).get("results") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        for item in results if isinstance(results, list) else []:
+            if isinstance(item, dict) and item.get("status") in ("error", "fail",
+                                                                  "runtime error"):
+                out.append(_cut(f"{item.get('unique_id', '?')}: {item.get('message') or ''}"))
+    return tuple(out)
+
+
+def _evidence(task_dir: Path) -> tuple[str, ...]:
+    text = _read(task_dir / RESULT)
+    try:
+        found = json.loads(text).get("integrity_evidence") if text else None
+    except (ValueError, AttributeError):
+        return ()
+    if not isinstance(found, list):
+        return ()
+    return tuple(_cut(" ".join(f"{k}: {v}" for k, v in e.items()) if isinstance(e, dict)
+                      else str(e), 2_000) for e in found)
+
+
+def load_details(task_dir: Path, dataset: str | None = None) -> TaskDetails:
+    """Everything readable about one task in ``task_dir`` (see the module docstring)."""
+    start, source = _start_project(task_dir, dataset)
+    transcript, reports = transcript_entries(task_dir / TRANSCRIPT)
+    return TaskDetails(
+        task_id=task_dir.name, files=project_changes(task_dir, start), diff_source=source,
+        queries=_queries(task_dir), transcript=transcript, subagent_reports=reports,
+        dbt_errors=_dbt_errors(task_dir), evidence=_evidence(task_dir),
+        traceback=_cut(_read(task_dir / ERROR_TRACEBACK) or ""))

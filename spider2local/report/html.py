@@ -1,0 +1,295 @@
+"""The report as one self-contained HTML file: no network, no CDN, inline SVG charts.
+
+What is on the page: the headline (the same sentences as the terminal), three charts (outcome
+per task, time and cost per task, where the time went by runner step), a sortable and
+filterable task table, and per task its per-table diagnostics, dbt errors, the verifier's
+reports, the files the agent wrote (diff against the start project), the queries it ran, the
+transcript, and the integrity flag with its evidence.
+
+Agent text is hostile (a transcript may hold ``</script>`` or ``<img onerror=...>``), so:
+every text goes through :func:`html.escape` (quotes included) and nothing from the run ever
+goes inside the ``<script>`` element (the script only reads the DOM); and the page carries a
+Content-Security-Policy that allows no network at all and runs only the one script whose hash
+it names, so even a missed escape could not run code or fetch anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+from html import escape
+
+from spider2local.report.details import Entry, TaskDetails, load_details
+from spider2local.report.summary import SUSPECT, Row, RunReport, Verdict
+from spider2local.report.text import headline_lines, money, seconds
+from spider2local.run.folder import RunFolder
+from spider2local.run.results import Status
+
+COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#6a1b9a", "timeout": "#ef6c00",
+           "unscored": "#9e9e9e", "skipped": "#bdbdbd", "interrupted": "#f9a825",
+           "not run": "#e0e0e0"}
+STAGE_COLOURS = ("#1565c0", "#00838f", "#558b2f", "#f9a825", "#6d4c41", "#8e24aa", "#546e7a")
+
+SCRIPT = """
+(function () {
+  var table = document.getElementById('tasks');
+  var body = table.tBodies[0];
+  var filter = document.getElementById('filter');
+  var status = document.getElementById('status-filter');
+  function apply() {
+    var text = filter.value.toLowerCase();
+    var wanted = status.value;
+    var shown = 0;
+    Array.prototype.forEach.call(body.rows, function (row) {
+      var ok = row.textContent.toLowerCase().indexOf(text) !== -1 &&
+               (wanted === '' || row.getAttribute('data-status') === wanted);
+      row.hidden = !ok;
+      if (ok) { shown += 1; }
+    });
+    document.getElementById('shown').textContent = String(shown);
+  }
+  filter.addEventListener('input', apply);
+  status.addEventListener('change', apply);
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, index) {
+    th.addEventListener('click', function () {
+      var numeric = th.getAttribute('data-type') === 'number';
+      var down = th.getAttribute('data-dir') !== 'asc';
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (other) {
+        other.removeAttribute('data-dir');
+      });
+      th.setAttribute('data-dir', down ? 'asc' : 'desc');
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = a.cells[index].getAttribute('data-value');
+        var y = b.cells[index].getAttribute('data-value');
+        var order = numeric ? (parseFloat(x) || 0) - (parseFloat(y) || 0)
+                            : x.localeCompare(y);
+        return down ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+  apply();
+})();
+"""
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #212121; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
+.headline li { margin: .15em 0; }
+.charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
+.chart { border: 1px solid #e0e0e0; padding: .5em; }
+table { border-collapse: collapse; } td, th { padding: .2em .6em; border-bottom: 1px solid #eee;
+  text-align: left; vertical-align: top; }
+th { cursor: pointer; background: #f5f5f5; user-select: none; }
+th[data-dir=asc]::after { content: " \\25B2"; } th[data-dir=desc]::after { content: " \\25BC"; }
+td.note { max-width: 40em; }
+.badge { padding: 0 .4em; border-radius: .3em; color: #fff; }
+.suspect { background: #b71c1c; color: #fff; padding: 0 .4em; border-radius: .3em; }
+pre { background: #fafafa; border: 1px solid #eee; padding: .5em; overflow: auto;
+  max-height: 30em; white-space: pre-wrap; word-break: break-word; }
+details.task { border: 1px solid #e0e0e0; margin: .5em 0; padding: .3em .6em; }
+details.task > summary { cursor: pointer; font-weight: 600; }
+.entry { margin: .3em 0; } .entry .kind { font-weight: 600; color: #455a64; }
+.controls { margin: .5em 0; }
+"""
+
+
+def _e(value: object) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+            "img-src data:; base-uri 'none'; form-action 'none'")
+
+
+def _anchor(task_id: str) -> str:
+    return "task-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)
+
+
+def _bar_chart(title: str, items: Sequence[tuple[str, float, str]], unit: str,
+               fmt: str = "{:.1f}") -> str:
+    """A horizontal bar chart as inline SVG: ``(label, value, colour)`` per bar."""
+    label_w, bar_w, row_h = 160, 260, 16
+    peak = max((v for _, v, _ in items), default=0.0) or 1.0
+    height = row_h * len(items) + 24
+    parts = [f'<svg class="chart" role="img" aria-label="{_e(title)}" '
+             f'xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 80}" '
+             f'height="{height}"><title>{_e(title)}</title>',
+             f'<text x="0" y="14" font-weight="600">{_e(title)}</text>']
+    for i, (label, value, colour) in enumerate(items):
+        y = 22 + i * row_h
+        width = max(1.0, bar_w * value / peak) if value else 0.0
+        text = fmt.format(value) + unit
+        parts.append(f'<g><title>{_e(label)}: {_e(text)}</title>'
+                     f'<text x="0" y="{y + 11}" font-size="11">{_e(label[:24])}</text>'
+                     f'<rect x="{label_w}" y="{y}" width="{width:.1f}" height="{row_h - 3}" '
+                     f'fill="{colour}"/>'
+                     f'<text x="{label_w + width + 4:.1f}" y="{y + 11}" font-size="11">'
+                     f'{_e(text)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _outcome_chart(rows: Sequence[Row]) -> str:
+    """One square per task, coloured by its status, then a legend with counts."""
+    size, per_line = 18, 34
+    lines = (len(rows) + per_line - 1) // per_line or 1
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[str(row.status)] = counts.get(str(row.status), 0) + 1
+    height = 24 + lines * size + 18 * len(counts) + 6
+    parts = [f'<svg class="chart" id="outcome-chart" role="img" aria-label="outcome per task" '
+             f'xmlns="http://www.w3.org/2000/svg" width="{per_line * size + 10}" '
+             f'height="{height}"><title>outcome per task</title>'
+             '<text x="0" y="14" font-weight="600">outcome per task</text>']
+    for i, row in enumerate(rows):
+        x, y = (i % per_line) * size, 22 + (i // per_line) * size
+        colour = COLOURS.get(str(row.status), "#757575")
+        parts.append(f'<a href="#{_anchor(row.task_id)}"><rect x="{x}" y="{y}" '
+                     f'width="{size - 2}" height="{size - 2}" fill="{colour}">'
+                     f'<title>{_e(row.task_id)}: {_e(row.status)}</title></rect></a>')
+    y = 22 + lines * size + 4
+    for status, count in counts.items():
+        parts.append(f'<rect x="0" y="{y}" width="12" height="12" '
+                     f'fill="{COLOURS.get(status, "#757575")}"/>'
+                     f'<text x="18" y="{y + 10}" font-size="12">{_e(status)}: {count}</text>')
+        y += 18
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _charts(report: RunReport) -> str:
+    rows = report.rows
+    timed = [(r.task_id, r.seconds or 0.0, COLOURS.get(str(r.status), "#757575"))
+             for r in rows]
+    costs = [(r.task_id, r.cost_usd or 0.0, COLOURS.get(str(r.status), "#757575"))
+             for r in rows]
+    stages = sorted(report.headline.stage_seconds.items(), key=lambda kv: -kv[1])
+    stage_bars = [(name, secs, STAGE_COLOURS[i % len(STAGE_COLOURS)])
+                  for i, (name, secs) in enumerate(stages)]
+    return ('<div class="charts">' + _outcome_chart(rows)
+            + _bar_chart("time per task", timed, " s")
+            + _bar_chart("cost per task", costs, "", "${:.2f}")
+            + _bar_chart("time by stage (all tasks)", stage_bars, " s") + "</div>")
+
+
+def _cell(text: object, sort_value: object = None) -> str:
+    value = text if sort_value is None else sort_value
+    return f'<td data-value="{_e(value)}">{_e(text)}</td>'
+
+
+def _table(report: RunReport) -> str:
+    heads = [("task", "text"), ("status", "text"), ("verdict", "text"), ("tables", "number"),
+             ("time", "number"), ("cost", "number"), ("tokens", "number"),
+             ("integrity", "text"), ("free", "text"), ("note", "text")]
+    statuses = sorted({str(r.status) for r in report.rows})
+    out = ['<div class="controls"><label>filter <input id="filter" type="search" '
+           'placeholder="task, status, note..."></label> <label>status <select '
+           'id="status-filter"><option value="">all</option>'
+           + "".join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in statuses)
+           + f'</select></label> <span id="shown">{len(report.rows)}</span> of '
+           f'{len(report.rows)} shown</div>',
+           '<table id="tasks"><thead><tr>'
+           + "".join(f'<th data-type="{t}">{_e(h)}</th>' for h, t in heads)
+           + "</tr></thead><tbody>"]
+    for r in report.rows:
+        colour = COLOURS.get(str(r.status), "#757575")
+        integrity = r.integrity or "-"
+        mark = f'<span class="suspect">{_e(integrity)}</span>' if integrity == SUSPECT \
+            else _e(integrity)
+        out.append(
+            f'<tr data-status="{_e(r.status)}">'
+            f'<td data-value="{_e(r.task_id)}"><a href="#{_anchor(r.task_id)}">'
+            f'{_e(r.task_id)}</a></td>'
+            f'<td data-value="{_e(r.status)}"><span class="badge" style="background:{colour}">'
+            f'{_e(r.status)}</span></td>'
+            + _cell(r.verdict)
+            + _cell(f"{r.tables_passed}/{r.tables_total}" if r.tables_total else "-",
+                    r.tables_passed / r.tables_total if r.tables_total else -1)
+            + _cell(seconds(r.seconds), r.seconds if r.seconds is not None else -1)
+            + _cell(money(r.cost_usd), r.cost_usd if r.cost_usd is not None else -1)
+            + _cell(f"{r.tokens.total:,}", r.tokens.total)
+            + f'<td data-value="{_e(integrity)}">{mark}</td>'
+            + _cell("-" if r.free is None else "yes" if r.free else "no")
+            + f'<td class="note" data-value="{_e(r.note)}">{_e(r.note)}</td></tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{_e(text)}</pre>"
+
+
+def _section(title: str, body: str, empty: str = "none") -> str:
+    return f"<h3>{_e(title)}</h3>" + (body or f"<p>{_e(empty)}</p>")
+
+
+def _entries(entries: Iterable[Entry]) -> str:
+    return "".join(f'<div class="entry"><span class="kind">{_e(e.kind)}</span> '
+                   f'<span class="title">{_e(e.title)}</span>{_pre(e.text)}</div>'
+                   for e in entries)
+
+
+def _task(row: Row, details: TaskDetails) -> str:
+    flag = f' <span class="suspect">{_e(SUSPECT)}</span>' if row.integrity == SUSPECT else ""
+    head = (f'<details class="task" id="{_anchor(row.task_id)}"><summary>{_e(row.task_id)}: '
+            f'{_e(row.status)}, verdict {_e(row.verdict)}{flag}</summary>')
+    facts = [f"integrity: {row.integrity or '-'}",
+             f"free (untouched start already passes): "
+             f"{'unknown' if row.free is None else 'yes' if row.free else 'no'}",
+             f"time {seconds(row.seconds)}, cost {money(row.cost_usd)}, tokens "
+             f"{row.tokens.total:,}, turns {row.turns}"]
+    if row.durations:
+        facts.append("steps: " + ", ".join(f"{k} {v:.1f}s" for k, v in row.durations.items()))
+    if row.error_stage:
+        facts.append(f"error: {row.error_stage} ({row.error_kind}): {row.error_message}")
+    body = "<ul>" + "".join(f"<li>{_e(f)}</li>" for f in facts) + "</ul>"
+    if row.note:
+        body += f"<p><b>note:</b> {_e(row.note)}</p>"
+    body += _section("per-table diagnostics", _pre(row.diagnostics) if row.diagnostics else "",
+                     "not scored")
+    body += _section("integrity evidence", "".join(_pre(e) for e in details.evidence))
+    body += _section("dbt errors", "".join(_pre(e) for e in details.dbt_errors))
+    body += _section("verifier's findings", _entries(details.subagent_reports))
+    files = "".join(f"<h4>{_e(f.path)} ({_e(f.change)})</h4>{_pre(f.diff)}"
+                    for f in details.files)
+    body += _section(f"files the agent wrote (against {details.diff_source})", files,
+                     "no file changed")
+    queries = "".join(
+        f"<h4>query {i} ({_e(q.rows)} rows, {_e(seconds(q.seconds))})"
+        f"{' error: ' + _e(q.error) if q.error else ''}</h4>{_pre(q.sql)}"
+        for i, q in enumerate(details.queries, start=1))
+    body += _section("queries it ran", queries)
+    body += _section("transcript", _entries(details.transcript))
+    if details.traceback:
+        body += _section("traceback (error.txt)", _pre(details.traceback))
+    return head + body + "</details>"
+
+
+def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
+    """The page; with ``folder``, each task's details are read from its folder too."""
+    lines = headline_lines(report)
+    tasks = []
+    for row in report.rows:
+        details = load_details(folder.task_dir(row.task_id), report.dataset) \
+            if folder is not None and isinstance(row.status, Status) \
+            else TaskDetails(row.task_id)
+        tasks.append(_task(row, details))
+    passed = sum(r.verdict is Verdict.PASS for r in report.rows)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_csp(SCRIPT))}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>spider2local {_e(report.run_id)}: {passed} passed</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f"<h1>{_e(lines[0])}</h1>"
+        '<ul class="headline">' + "".join(f"<li>{_e(x)}</li>" for x in lines[1:]) + "</ul>"
+        + "<h2>charts</h2>" + _charts(report)
+        + "<h2>tasks</h2>" + _table(report)
+        + "<h2>per task</h2>" + "".join(tasks)
+        + f"<script>{SCRIPT}</script></body></html>\n")
+

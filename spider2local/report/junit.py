@@ -1,0 +1,70 @@
+"""The report as JUnit XML: one ``testcase`` per task, for CI test-report viewers.
+
+A failed verdict is a ``failure`` carrying the per-table diagnostics; a task that ended without
+a verdict (an error, a timeout with nothing scored) or was cut by an interrupt is an ``error``
+carrying the stage and message; a task that cannot run, was never run, or has no gold is
+``skipped``. Built with :mod:`xml.etree` so every text is escaped by the library.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
+from spider2local.run.results import Status
+
+CLASSNAME = "spider2local"
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 cannot hold at all, escaped or not (dbt's colour codes, NULs in agent
+text): ElementTree writes them as they are and the file no longer parses."""
+
+
+def xml_text(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
+def _outcome(row: Row) -> tuple[str, str, str, str] | None:
+    """``(element, type, message, body)`` or ``None`` for a pass."""
+    if row.verdict is Verdict.PASS:
+        return None
+    if row.verdict is Verdict.FAIL:
+        message = row.note or "failed"
+        return "failure", str(row.status), message, row.diagnostics or message
+    if row.status is NotAttempted.INTERRUPTED:
+        return "error", "interrupted", row.note, row.note
+    if row.status in (NotAttempted.SKIPPED, NotAttempted.NOT_RUN, Status.UNSCORED):
+        return "skipped", str(row.status), row.note or str(row.status), ""
+    stage = row.error_stage or "run"
+    message = f"{stage}: {row.error_message or row.status}"
+    return "error", row.error_kind or str(row.status), message, message
+
+
+def render_junit(report: RunReport) -> str:
+    counts = {"failure": 0, "error": 0, "skipped": 0}
+    suite = ET.Element("testsuite", name=f"spider2local {report.run_id}")
+    for row in report.rows:
+        case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=row.task_id,
+                             time=f"{row.seconds or 0.0:.3f}")
+        if row.integrity == SUSPECT:
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="integrity", value=SUSPECT)
+        outcome = _outcome(row)
+        if outcome is not None:
+            tag, kind, message, body = outcome
+            counts[tag] += 1
+            element = ET.SubElement(case, tag, message=xml_text(message))
+            if tag != "skipped":
+                element.set("type", xml_text(kind))
+            element.text = xml_text(body) if body else None
+    suite.set("tests", str(len(report.rows)))
+    suite.set("failures", str(counts["failure"]))
+    suite.set("errors", str(counts["error"]))
+    suite.set("skipped", str(counts["skipped"]))
+    suite.set("time", f"{report.headline.seconds:.3f}")
+    root = ET.Element("testsuites", name="spider2local", tests=suite.get("tests", "0"),
+                      failures=suite.get("failures", "0"), errors=suite.get("errors", "0"),
+                      skipped=suite.get("skipped", "0"))
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
