@@ -9,19 +9,23 @@ because a report that silently kept every old verdict would look like a successf
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from spider2local.cli.exits import FAILED, INTERRUPTED, OK
 from spider2local.dataset.task import Dataset, Gold
 from spider2local.evaluation.params import EvalParams
 from spider2local.exceptions import ScoringError, UserError
+from spider2local.proc.kill import hurry
 from spider2local.report.jsonout import report_json
 from spider2local.report.summary import load_report
 from spider2local.report.terminal import render_terminal
 from spider2local.run.folder import RunFolder
-from spider2local.run.plan import RunPlan, run_plan_sync
+from spider2local.run.plan import STOP_SIGNALS, RunPlan, run_plan_sync, stop_requested
 from spider2local.run.progress import Progress
 from spider2local.run.rescore import rescore_run
 
@@ -42,11 +46,37 @@ def print_report(folder: RunFolder, as_json: bool) -> None:
         _out(render_terminal(report))
 
 
+@contextlib.contextmanager
+def _late_signals_hurry() -> Iterator[None]:
+    """Around a run: a stop signal is the run's (``until_signal``) while it runs; one that
+    arrives outside it (before, or once the run gave its handlers back) is a KeyboardInterrupt
+    when nothing was stopped yet, and only hurries the exit when the run was stopped already:
+    two Ctrl-C 50 ms apart used to kill the runner with SIGINT in the middle of its report.
+    Once a run was stopped, further stop signals are ignored (the command only prints and
+    exits)."""
+    def handler(signum: int, frame: object) -> None:
+        if stop_requested():
+            hurry()
+            return
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        # Stopped: the command only prints and exits. SIG_IGN, not a Python handler: the
+        # interpreter's finalization resets Python handlers to SIG_DFL, and a signal then
+        # killed the runner (exit -2 instead of 130); it leaves SIG_IGN alone.
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_IGN if stop_requested() else old)
+
+
 def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
     """Run ``plan``, print the final report; returns the exit code."""
     if plan.isolation is not None and plan.isolation.warning:
         _err(plan.isolation.warning)
-    outcome = run_plan_sync(plan, progress or Progress())
+    with _late_signals_hurry():
+        outcome = run_plan_sync(plan, progress or Progress())
     print_report(outcome.folder, as_json)
     if not as_json:
         _out(f"run folder: {outcome.folder.root}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,6 +63,16 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 its default action kills the runner outright, leaving dbt running and run.json unfinished."""
 
 
+_stopping = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Has a signal stopped the current (or last) run? After :func:`until_signal` has given its
+    handlers back, a late second Ctrl-C must still only hurry the exit (see
+    :func:`spider2local.cli.commands.run_command`)."""
+    return _stopping.is_set()
+
+
 async def until_signal(main: Callable[[], Awaitable[T]],
                        signals: Sequence[signal.Signals] = STOP_SIGNALS,
                        ) -> tuple[T | None, bool]:
@@ -75,6 +86,7 @@ async def until_signal(main: Callable[[], Awaitable[T]],
     """
     box: list[T] = []
     interrupted = False
+    _stopping.clear()
     with anyio.open_signal_receiver(*signals) as received:
 
         async def watch(scope: anyio.CancelScope) -> None:
@@ -84,6 +96,7 @@ async def until_signal(main: Callable[[], Awaitable[T]],
                     hurry()
                 else:
                     interrupted = True
+                    _stopping.set()
                     scope.cancel()
 
         async with anyio.create_task_group() as tg:
