@@ -86,6 +86,11 @@ class AgentOutcome:
     error: str | None = None
     infrastructure: bool = False
     verified: bool | None = None
+    acted: bool = False
+    """The agent ran at least one tool, as the runner saw it happen: its workspace may hold work.
+    Decided from what was observed before the tool ran, never from the session's own later
+    report: an agent's code runs with the CLI's user id and can forge the CLI's output (an
+    "API error" with zero usage, measured), which must not buy it a fresh attempt."""
 
 
 class Agent(Protocol):

@@ -25,8 +25,11 @@ def turns_completed(usage: Usage) -> int:
 
 
 def nothing_done(outcome: AgentOutcome, timed_out: bool) -> bool:
-    """An infrastructure failure before any completed turn: the workspace is untouched."""
-    return outcome.infrastructure and not timed_out and turns_completed(outcome.usage) == 0
+    """An infrastructure failure before any completed turn and before any tool ran: the
+    workspace is untouched. ``acted`` is checked on its own because usage comes from the
+    session's report, which the agent's tools can forge once they run."""
+    return (outcome.infrastructure and not timed_out and not outcome.acted
+            and turns_completed(outcome.usage) == 0)
 
 
 def should_retry(outcome: AgentOutcome, timed_out: bool, attempts: int, retries: int) -> bool:

@@ -37,3 +37,13 @@ def test_turns_without_tokens_are_not_completed_turns() -> None:
 def test_backoff_doubles_and_is_capped() -> None:
     assert [backoff(5.0, n) for n in (1, 2, 3)] == [5.0, 10.0, 20.0]
     assert backoff(5.0, 20) == MAX_BACKOFF
+
+
+def test_an_agent_that_ran_a_tool_never_gets_a_fresh_attempt() -> None:
+    """Once a tool ran, the agent's code can write to the CLI's stdout and forge "API error
+    529, no tokens spent" (measured in the sandbox, through /proc/1/fd/1): the work is scored
+    as it stands instead of being thrown away for a new try (or left for resume to re-run)."""
+    forged = AgentOutcome(usage=Usage(turns=1), error="API error 529: overloaded",
+                          infrastructure=True, acted=True)
+    assert not nothing_done(forged, False)
+    assert not should_retry(forged, False, attempts=1, retries=2)

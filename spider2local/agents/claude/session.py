@@ -242,7 +242,8 @@ class ClaudeAgent:
                     launcher.remove()
                 ctx.meter.set(tracker.usage())
         return AgentOutcome(usage=tracker.usage(), error=state.error,
-                            infrastructure=state.infrastructure, verified=state.verified)
+                            infrastructure=state.infrastructure, verified=state.verified,
+                            acted=state.tools_called > 0)
 
     def _launcher(self, ctx: AgentContext, env: dict[str, str]) -> Launcher:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its

@@ -140,7 +140,12 @@ class SessionState:
         report, or a report arrived that the main agent has yet to answer."""
         return self.error is None and (bool(self.background) or self.notified)
 
+    tools_called: int = 0
+    """Tool calls seen (main agent and verifier): counted as each call is announced, before
+    the tool runs, so nothing the tool does can take it back."""
+
     def on_tool_use(self, tool_id: str, name: str, arguments: Mapping[str, Any]) -> None:
+        self.tools_called += 1
         if name in AGENT_TOOLS and arguments.get("subagent_type") == prompts.VERIFIER:
             self.pending = self.pending | {tool_id}
 

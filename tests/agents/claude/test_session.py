@@ -618,3 +618,11 @@ def test_a_session_cut_at_its_deadline_says_nothing_of_the_sdk_on_the_console(
     assert result["status"] == "timeout", (result, proc.stderr[-2000:])
     assert "Fatal error in message reader" not in proc.stderr, proc.stderr
     assert "claude_agent_sdk" not in proc.stderr, proc.stderr
+
+
+def test_tool_calls_are_counted_as_announced() -> None:
+    """``acted`` comes from tool calls seen before they ran, whatever the session says later."""
+    state = SessionState()
+    state.on_tool_use("t1", "Bash", {"command": "echo hi"})
+    state.on_error_result("success", 529, "API Error: overloaded")
+    assert state.infrastructure and state.tools_called == 1
