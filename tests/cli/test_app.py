@@ -150,37 +150,48 @@ def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
 
 
+def in_process(*args: str, env: dict[str, str | None], cwd: Path) -> tuple[int, str, str]:
+    """The CLI in this process (click's runner): the doctor's imports (the SDK, for the CLI's
+    version) are paid once per test worker instead of once per call."""
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli
+
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        out = CliRunner().invoke(cli, list(args), env=env)
+    finally:
+        os.chdir(old)
+    return out.exit_code, out.stdout, out.stderr
+
+
+NO_KEYS: dict[str, str | None] = {"ANTHROPIC_API_KEY": None, "CLAUDE_CODE_OAUTH_TOKEN": None}
+
+
 def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
     for agent, code, mark in (("claude", 1, "FAIL"), ("reference", 0, "warn")):
         suite = tmp_path / f"{agent}.toml"
         suite.write_text(f'schema = 1\n[run]\nagent = "{agent}"\n')
-        proc = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite),
-                               "doctor", "--no-clock-test"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == code, proc.stdout
-        assert any(line.startswith(f"{mark}  credentials") for line in proc.stdout.splitlines())
+        got, stdout, _ = in_process("--suite", str(suite), "doctor", "--no-clock-test",
+                                    env=NO_KEYS, cwd=tmp_path)
+        assert got == code, stdout
+        assert any(line.startswith(f"{mark}  credentials") for line in stdout.splitlines())
 
 
 def test_doctor_refuses_a_blank_key_as_run_does(tmp_path: Path) -> None:
     # One rule for "credentials are set": a key of spaces is refused by `run` (exit 2), so
     # doctor must not call it ok (it did: it only asked whether the variable was non-empty).
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
-    env["ANTHROPIC_API_KEY"] = "   "
+    env: dict[str, str | None] = {**NO_KEYS, "ANTHROPIC_API_KEY": "   "}
     suite = tmp_path / "claude.toml"
     suite.write_text('schema = 1\n[run]\nagent = "claude"\n')
-    doctor = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite),
-                             "doctor", "--no-clock-test"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert doctor.returncode == 1, doctor.stdout
-    assert "FAIL  credentials: none (set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN" \
-        in doctor.stdout
-    run = subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite), "run",
-                          "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode == 2 and "needs credentials" in run.stderr
+    code, stdout, _ = in_process("--suite", str(suite), "doctor", "--no-clock-test", env=env,
+                                 cwd=tmp_path)
+    assert code == 1, stdout
+    assert "FAIL  credentials: none (set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN" in stdout
+    code, _, stderr = in_process("--suite", str(suite), "run", "--runs-dir",
+                                 str(tmp_path / "runs"), env=env, cwd=tmp_path)
+    assert code == 2 and "needs credentials" in stderr
 
 
 def test_score_a_file_that_is_not_duckdb(shared_dataset: Path, tmp_path: Path) -> None:

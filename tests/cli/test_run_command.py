@@ -242,6 +242,7 @@ def test_shell_command_runs_in_the_agents_environment(tmp_path: Path) -> None:
     assert workspace.name == "gym001" and not workspace.exists()  # removed afterwards
 
 
+@pytest.mark.slow  # four CLI runs (~4 s)
 def test_score_run_dir_exits_1_when_nothing_could_be_rescored(tmp_path: Path) -> None:
     for run_id, keep in (("plain", ()), ("kept", ("--keep-db",))):
         proc = cli("run", "bakery001", "--agent", "noop", "--runs-dir", "runs", "--run-id",
