@@ -152,3 +152,24 @@ def test_three_reference_shards_merge_into_the_unsharded_report(
                               timeout=300)
     assert rescored.returncode == 0, rescored.stderr
     assert "not re-scorable" not in rescored.stderr
+
+
+def test_links_and_special_files_in_a_source_are_not_followed(tmp_path: Path) -> None:
+    """A source is a downloaded artifact: a link in a task folder to a folder outside (``/``,
+    a home) must not copy that folder into the merged run, and a FIFO must not stop the merge."""
+    import os
+
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "secret.txt").write_text("TOP-SECRET")
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
+    task = a.task_dir("t1")
+    (task / "home").symlink_to(outside)
+    (task / "error.txt").symlink_to(outside / "deep" / "secret.txt")
+    os.mkfifo(task / "pipe")
+    merged = merge_runs([a], RunFolder(tmp_path / "m" / "r"))
+    copied = merged.into.task_dir("t1")
+    assert (copied / "transcript.jsonl").is_file() and merged.into.load_result("t1")
+    assert not any("TOP-SECRET" in p.read_text() for p in copied.rglob("*")
+                   if p.is_file() and not p.is_symlink())
+    assert not any(p.is_symlink() for p in copied.rglob("*"))
