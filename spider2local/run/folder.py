@@ -121,6 +121,8 @@ class RunFolder:
         if not self.root.is_dir():
             return found
         for path in sorted(self.root.glob(f"*/{RESULT}")):
+            if path.parent.is_symlink():  # a folder elsewhere: not this run's (task_dir refuses it)
+                continue
             result = load_result(path)
             if result is not None and result.task_id == path.parent.name:
                 found[result.task_id] = result  # another task's id: corrupt, so unfinished
