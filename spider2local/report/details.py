@@ -10,7 +10,10 @@ saying so (:attr:`TaskDetails.diff_source`).
 
 Every reader here is defensive: a missing, truncated or hand-edited file yields less detail,
 never an exception (one broken task must not stop the report of the others). Sizes are capped
-so one huge transcript cannot make an unusable page.
+so one huge transcript cannot make an unusable page. A run folder may come from elsewhere (a CI
+artifact): a file of the task folder is read only when it is a plain regular file below it
+(:func:`spider2local.workspace.guard.is_workspace_file`), since a link named ``error.txt`` once
+put a file of this machine into the page, and a FIFO named like a log hung the report.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from spider2local.run.layout import (
     START_PROJECT,
     TRANSCRIPT,
 )
+from spider2local.workspace.guard import is_workspace_file
 
 MAX_TEXT = 20_000
 """Characters kept of one transcript entry, query, diff or traceback."""
 MAX_ENTRIES = 2_000
 """Transcript entries and queries kept per task."""
+MAX_LINE = 4_000_000
+"""Characters read of one JSON line; a longer line is skipped whole, not held in memory."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,24 @@ def _cut(text: str, limit: int = MAX_TEXT) -> str:
                                                           "characters cut]"
 
 
-def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
+def _plain(task_dir: Path, path: Path) -> bool:
+    """Whether ``path`` (below ``task_dir``) is a plain file of the task folder, safe to read."""
+    return is_workspace_file(task_dir, path)
+
+
+def _json_lines(task_dir: Path, path: Path) -> Iterator[dict[str, Any]]:
+    if not _plain(task_dir, path):
+        return
     try:
         with path.open(encoding="utf-8", errors="replace") as fh:
-            for count, line in enumerate(fh):
-                if count >= MAX_ENTRIES:
+            for _ in range(MAX_ENTRIES):
+                line = fh.readline(MAX_LINE)
+                if not line:
                     return
+                if len(line) >= MAX_LINE and not line.endswith("\n"):
+                    while (rest := fh.readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass
+                    continue
                 try:
                     item = json.loads(line)
                 except ValueError:
@@ -101,7 +119,10 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
         return
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path, task_dir: Path | None = None) -> str | None:
+    """The file's text; with ``task_dir``, only a plain file of that task folder."""
+    if task_dir is not None and not _plain(task_dir, path):
+        return None
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except (OSError, ValueError):
@@ -153,7 +174,7 @@ def _queries(task_dir: Path) -> tuple[Query, ...]:
             not isinstance(value, bool) else None
 
     out = []
-    for item in _json_lines(task_dir / QUERIES):
+    for item in _json_lines(task_dir, task_dir / QUERIES):
         rows = item.get("rows")
         out.append(Query(_cut(str(item.get("sql", ""))),
                          rows if isinstance(rows, int) and not isinstance(rows, bool) else None,
@@ -191,7 +212,7 @@ def transcript_entries(path: Path) -> tuple[tuple[Entry, ...], tuple[Entry, ...]
     entries: list[Entry] = []
     reports: list[Entry] = []
     subagents: dict[str, str] = {}
-    for line in _json_lines(path):
+    for line in _json_lines(path.parent, path):
         kind, data = str(line.get("kind", "")), line.get("data")
         if isinstance(data, str):
             entries.append(Entry(kind, kind, _cut(data)))
@@ -225,6 +246,8 @@ def transcript_entries(path: Path) -> tuple[tuple[Entry, ...], tuple[Entry, ...]
 def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
     out = []
     for path in sorted((task_dir / DBT_LOGS).glob("*run_results*.json")):
+        if not _plain(task_dir, path):
+            continue
         try:
             results = json.loads(path.read_text(encoding="utf-8")).get("results") or []
         except (OSError, ValueError, AttributeError):
@@ -237,7 +260,7 @@ def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
 
 
 def _evidence(task_dir: Path) -> tuple[str, ...]:
-    text = _read(task_dir / RESULT)
+    text = _read(task_dir / RESULT, task_dir)
     try:
         found = json.loads(text).get("integrity_evidence") if text else None
     except (ValueError, AttributeError):
@@ -256,4 +279,4 @@ def load_details(task_dir: Path, dataset: str | None = None) -> TaskDetails:
         task_id=task_dir.name, files=project_changes(task_dir, start), diff_source=source,
         queries=_queries(task_dir), transcript=transcript, subagent_reports=reports,
         dbt_errors=_dbt_errors(task_dir), evidence=_evidence(task_dir),
-        traceback=_cut(_read(task_dir / ERROR_TRACEBACK) or ""))
+        traceback=_cut(_read(task_dir / ERROR_TRACEBACK, task_dir) or ""))

@@ -321,6 +321,12 @@ def _text(manifest: Mapping[str, Any] | None, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _started(folder: RunFolder, task_id: str) -> bool:
+    """Whether the task's folder exists (a run began it); a link in its place is not ours."""
+    path = folder.root / task_id
+    return path.is_dir() and not path.is_symlink()
+
+
 def load_report(folder: RunFolder) -> RunReport:
     """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
     results = folder.results()
@@ -328,7 +334,7 @@ def load_report(folder: RunFolder) -> RunReport:
     interrupted = was_interrupted(manifest)
     selection = _selection(manifest, results)
     started = frozenset(str(t["id"]) for t in selection
-                        if str(t["id"]) not in results and folder.task_dir(str(t["id"])).is_dir())
+                        if str(t["id"]) not in results and _started(folder, str(t["id"])))
     rows = tuple(build_rows(selection, results, interrupted=interrupted, started=started))
     rates = compute_rates(rows)
     return RunReport(

@@ -121,6 +121,8 @@ class RunFolder:
         if not self.root.is_dir():
             return found
         for path in sorted(self.root.glob(f"*/{RESULT}")):
+            if path.parent.is_symlink():  # a folder elsewhere: not this run's (task_dir refuses it)
+                continue
             result = load_result(path)
             if result is not None and result.task_id == path.parent.name:
                 found[result.task_id] = result  # another task's id: corrupt, so unfinished
@@ -194,11 +196,15 @@ def manifest_problem(data: Any) -> str | None:
     for key, types in _MANIFEST_TYPES.items():
         if key in data and not _typed(data[key], types):
             return f"{key!r} is {type(data[key]).__name__}, not {_names(types)}"
+    ids: set[str] = set()
     for number, task in enumerate(data.get("tasks", ()), start=1):
         if not isinstance(task, dict) or not isinstance(task.get("id"), str):
             return f"tasks entry {number} is not an object with an id"
         if (problem := name_problem(task["id"])) is not None:
             return f"tasks entry {number}: id {problem}"
+        if task["id"] in ids:  # every reader counts entries: a twice-listed task counts twice
+            return f"tasks entry {number}: id {task['id']!r} is listed twice"
+        ids.add(task["id"])
         for key, types in _TASK_TYPES.items():
             if key in task and not _typed(task[key], types):
                 return f"tasks entry {number}: {key!r} is {type(task[key]).__name__}, " \

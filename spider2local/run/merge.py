@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +110,27 @@ def _check_into(into: RunFolder) -> None:
                         fix="merge into a new folder (the sources are left as they are)")
 
 
+def _not_copied(folder: str, names: list[str]) -> set[str]:
+    """What a merge leaves behind: our bookkeeping files, and anything but plain files and
+    folders. A source may be a downloaded artifact: ``copytree`` follows links, so a link to
+    ``/`` once copied the whole file system into the merged run (and a link kept as a link
+    would lead the report outside); a FIFO made the merge fail with a traceback."""
+    skipped = {RESULT, WORKSPACE_RECORD, LOCK}
+    for name in names:
+        try:
+            mode = (Path(folder) / name).lstat().st_mode
+        except OSError:
+            skipped.add(name)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            skipped.add(name)
+    return skipped
+
+
 def _copy_task(source: RunFolder, into: RunFolder, task_id: str) -> None:
     """The task's folder, result.json last (its presence means "finished", also here)."""
     target = into.task_dir(task_id)
-    shutil.copytree(source.task_dir(task_id), target,
-                    ignore=shutil.ignore_patterns(RESULT, WORKSPACE_RECORD, LOCK))
+    shutil.copytree(source.task_dir(task_id), target, ignore=_not_copied)
     partial = target / f".{RESULT}.merge"
     shutil.copyfile(source.result_path(task_id), partial)
     partial.replace(target / RESULT)

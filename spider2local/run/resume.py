@@ -42,6 +42,8 @@ MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
     ("timeout", _settings("timeout")),
     ("max_turns", _settings("max_turns")),
     ("thinking_budget", _settings("thinking_budget")),
+    ("verify_rounds", _settings("verify_rounds")),
+    ("max_budget_usd", _settings("max_budget_usd")),
     ("templates", lambda m: bool((m.get("settings") or {}).get("templates"))),
     ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )

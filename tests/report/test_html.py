@@ -160,3 +160,39 @@ def test_the_html_report_in_a_real_headless_browser(reference_run: ReferenceRun,
         finally:
             browser.close()
     assert console == [] and (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def _finished_task(root: Path, tid: str = "t1") -> RunFolder:
+    from tests.run.test_merge import make_run
+
+    return make_run(root, {tid: (False, "2026-01-01T00:10:00+00:00")})
+
+
+def test_links_and_special_files_in_a_task_folder_are_not_read(tmp_path: Path) -> None:
+    """A run folder from elsewhere (a CI artifact) is hostile: a link named ``error.txt`` or
+    ``transcript.jsonl`` must not put a file of this machine into the page, and a FIFO or
+    ``/dev/zero`` under such a name must not hang the report or eat the memory."""
+    import os
+    import subprocess
+    import sys
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-LINE\n" + _line("AssistantMessage", {"content": [
+        {"text": "TOP-SECRET-JSON"}]}))
+    folder = _finished_task(tmp_path / "runs" / "r")
+    task = folder.task_dir("t1")
+    (task / "transcript.jsonl").unlink()
+    (task / "transcript.jsonl").symlink_to(secret)
+    (task / "error.txt").symlink_to(secret)
+    (task / "queries.jsonl").symlink_to(secret)
+    details = load_details(task)
+    assert details.traceback == "" and details.transcript == () and details.queries == ()
+    (task / "dbt").mkdir(exist_ok=True)
+    os.mkfifo(task / "dbt" / "run_results.json")
+    out = tmp_path / "page.html"
+    done = subprocess.run([sys.executable, "-m", "spider2local", "report", str(folder.root),
+                           "--format", "html", "--output", str(out)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "TOP-SECRET" not in page

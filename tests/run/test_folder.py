@@ -152,6 +152,9 @@ def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) ->
     ('{"tasks": [5]}', "tasks entry 1 is not an object with an id"),
     ('{"tasks": [{"id": "a001", "tables": true}]}', "tasks entry 1: 'tables' is bool, not int"),
     ('{"tasks": [{"id": "../a001"}]}', "tasks entry 1: id '../a001' is not a plain folder name"),
+    # a task listed twice counted twice: a 4-task run reported 6/6 passed
+    ('{"tasks": [{"id": "a001"}, {"id": "b001"}, {"id": "a001"}]}',
+     "tasks entry 3: id 'a001' is listed twice"),
     ('{"settings": "x"}', "'settings' is str, not dict"),
     ('{"sessions": 5}', "'sessions' is int, not list"),
     ('{"sessions": [1]}', "sessions must be a list of objects"),

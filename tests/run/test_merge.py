@@ -152,3 +152,42 @@ def test_three_reference_shards_merge_into_the_unsharded_report(
                               timeout=300)
     assert rescored.returncode == 0, rescored.stderr
     assert "not re-scorable" not in rescored.stderr
+
+
+def test_links_and_special_files_in_a_source_are_not_followed(tmp_path: Path) -> None:
+    """A source is a downloaded artifact: a link in a task folder to a folder outside (``/``,
+    a home) must not copy that folder into the merged run, and a FIFO must not stop the merge."""
+    import os
+
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "secret.txt").write_text("TOP-SECRET")
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
+    task = a.task_dir("t1")
+    (task / "home").symlink_to(outside)
+    (task / "error.txt").symlink_to(outside / "deep" / "secret.txt")
+    os.mkfifo(task / "pipe")
+    merged = merge_runs([a], RunFolder(tmp_path / "m" / "r"))
+    copied = merged.into.task_dir("t1")
+    assert (copied / "transcript.jsonl").is_file() and merged.into.load_result("t1")
+    assert not any("TOP-SECRET" in p.read_text() for p in copied.rglob("*")
+                   if p.is_file() and not p.is_symlink())
+    assert not any(p.is_symlink() for p in copied.rglob("*"))
+
+
+def test_a_task_folder_that_is_a_link_is_not_a_result_of_the_run(tmp_path: Path) -> None:
+    """A task folder replaced by a link to a folder elsewhere: its result is not this run's.
+    Merge used to copy the tasks before it, then stop on it with a half-merged --into folder
+    (no run.json, and a second merge refused as "not empty"); the report stopped on it too."""
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00"),
+                                        "t2": (True, "2026-01-01T00:10:00+00:00")})
+    elsewhere = tmp_path / "elsewhere"
+    a.task_dir("t2").rename(elsewhere)
+    (a.root / "t2").symlink_to(elsewhere)
+    assert sorted(a.results()) == ["t1"]
+    report = load_report(a)
+    assert [(r.task_id, str(r.status)) for r in report.rows] == [("t1", "passed"),
+                                                                  ("t2", "not run")]
+    merged = merge_runs([a], RunFolder(tmp_path / "m" / "r"))
+    assert merged.kept == {"t1": str(a.root)} and merged.into.read_manifest() is not None
+    assert not (merged.into.root / "t2").exists()

@@ -38,6 +38,10 @@ BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s
     ({"settings": {**BASE["settings"], "isolation": "namespace"}}, "isolation"),
     ({"settings": {**BASE["settings"], "thinking_budget": 4096}}, "thinking_budget"),
     ({"settings": {**BASE["settings"], "templates": True}}, "templates"),
+    # the verifier's fix rounds and the spending cap change what the agent does: remembered
+    # when left out, and so compared when given (a resume with --verify-rounds 0 was accepted)
+    ({"settings": {**BASE["settings"], "verify_rounds": 0}}, "verify_rounds"),
+    ({"settings": {**BASE["settings"], "max_budget_usd": 0.5}}, "max_budget_usd"),
 ])
 def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
                                                   name: str) -> None:
