@@ -58,6 +58,12 @@ def hurry() -> None:
     _hurried.set()
 
 
+def unhurry() -> None:
+    """A new run starts (:func:`spider2local.run.plan.until_signal`): kills get their grace
+    again. Only matters where one process runs several times (tests, library use)."""
+    _hurried.clear()
+
+
 @dataclass(frozen=True)
 class KillResult:
     """What a kill did: the pids that received a signal, and whether the finder came back

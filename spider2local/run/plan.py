@@ -30,7 +30,7 @@ from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
-from spider2local.proc.kill import hurry
+from spider2local.proc.kill import hurry, unhurry
 from spider2local.run.folder import (
     RunFolder,
     SelectedTask,
@@ -87,6 +87,7 @@ async def until_signal(main: Callable[[], Awaitable[T]],
     box: list[T] = []
     interrupted = False
     _stopping.clear()
+    unhurry()
     with anyio.open_signal_receiver(*signals) as received:
 
         async def watch(scope: anyio.CancelScope) -> None:

@@ -255,3 +255,30 @@ def test_finders_find_exactly_their_processes(targets: Targets) -> None:
     # A sibling folder sharing the prefix is not "inside".
     assert procfs.working_in(Path(str(targets.root) + "x")) == []
     assert procfs.carrying_env(support.MARKER_ENV, targets.marker + "x") == []
+
+
+def test_a_hurried_kill_skips_the_grace_until_the_next_run_starts() -> None:
+    """A second Ctrl-C hurries every kill of that shutdown; the next run in the same process
+    (``until_signal`` calls :func:`kill.unhurry`) gives processes their grace again."""
+    def stubborn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                 "print('ready', flush=True); time.sleep(60)"],
+                                stdout=subprocess.PIPE)
+
+    def kill_one(proc: subprocess.Popen[bytes]) -> float:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        started = time.monotonic()
+        result = kill.kill_processes(lambda: [proc.pid] if proc.poll() is None else [],
+                                     grace=1.5)
+        assert result.gone
+        return time.monotonic() - started
+
+    try:
+        kill.hurry()
+        hurried = kill_one(stubborn())
+        kill.unhurry()
+        calm = kill_one(stubborn())
+    finally:
+        kill.unhurry()
+    assert hurried < 1.0 <= calm
