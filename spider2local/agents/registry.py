@@ -64,6 +64,14 @@ class Capabilities:
                                    fix="set " + " or ".join(self.credentials))
 
 
+@dataclass(frozen=True)
+class ApiStatus:
+    """How one tiny real request to an agent's model API went (``doctor --check-api``)."""
+
+    ok: bool
+    detail: str
+
+
 def agent_names() -> tuple[str, ...]:
     return tuple(sorted(_BUILT_IN))
 
@@ -89,6 +97,14 @@ def tool_version(name: str) -> str | None:
     missing."""
     probe: Callable[[], str] | None = getattr(agent_class(name), "tool_version", None)
     return probe() if probe is not None else None
+
+
+def api_status(name: str, env: Mapping[str, str], model: str,
+               timeout: float) -> ApiStatus | None:
+    """One tiny real request to the API the agent ``name`` calls, with the credentials of
+    ``env`` (for ``doctor --check-api``); ``None`` when the agent calls no API."""
+    probe: Callable[..., ApiStatus] | None = getattr(agent_class(name), "check_api", None)
+    return probe(env, model, timeout) if probe is not None else None
 
 
 def takes_option(name: str, option: str) -> bool:

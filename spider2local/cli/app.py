@@ -159,17 +159,23 @@ def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
 @cli.command()
 @global_options
 @click.option("--no-clock-test", is_flag=True, help="Skip the fake-clock self-test (faster).")
-def doctor(no_clock_test: bool) -> None:
+@click.option("--check-api", is_flag=True,
+              help="Also send one tiny real request (max_tokens 1) to the agent's API with the "
+                   "suite's model and the credential from the environment.")
+@click.option("--api-timeout", type=click.FloatRange(min=0.1, max=600), default=None,
+              help="Seconds --check-api waits for an answer (default 30).")
+def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None) -> None:
     """Check this machine: versions, libfaketime, the fake clock, Claude CLI, credentials,
-    dataset. Exit 1 if something needed is missing."""
-    from spider2local.cli.doctor import exit_code, run_checks
+    dataset (and, with --check-api, the API itself). Exit 1 if something needed is missing."""
+    from spider2local.cli.doctor import API_TIMEOUT, exit_code, run_checks
 
     try:
         suite = _globals().load_suite()
     except UserError as exc:
         click.echo(f"FAIL  suite: {exc}")
         sys.exit(1)
-    checks = run_checks(suite, clock_selftest=not no_clock_test)
+    checks = run_checks(suite, clock_selftest=not no_clock_test, check_api=check_api,
+                        api_timeout=API_TIMEOUT if api_timeout is None else api_timeout)
     for check in checks:
         click.echo(check.line)
     sys.exit(exit_code(checks))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -15,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from spider2local.agents.registry import agent_names, capabilities, tool_version
+from spider2local.agents.registry import agent_names, api_status, capabilities, tool_version
 from spider2local.exceptions import Spider2LocalError
 from spider2local.suite.model import Suite
 
@@ -33,13 +34,30 @@ class Check:
         return f"{mark}  {self.name}: {self.detail}"
 
 
-def run_checks(suite: Suite, *, clock_selftest: bool = True) -> list[Check]:
+API_TIMEOUT = 30.0
+"""Seconds ``--check-api`` waits for the API's answer (a healthy one takes about one)."""
+
+
+def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = False,
+               api_timeout: float = API_TIMEOUT) -> list[Check]:
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
     checks.append(_pdeathsig())
     checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
+    if check_api:
+        checks.append(api_check(suite, os.environ, api_timeout))
     return checks
+
+
+def api_check(suite: Suite, env: Mapping[str, str], timeout: float) -> Check:
+    """One tiny real request to the suite's agent's API with the suite's model (the agent
+    decides how: :func:`~spider2local.agents.registry.api_status`)."""
+    agent, model = suite.defaults.agent, suite.defaults.model
+    status = api_status(agent, env, model, timeout)
+    if status is None:
+        return Check("api", True, f"--agent {agent} calls no API", required=False)
+    return Check("api", status.ok, status.detail)
 
 
 def _python() -> Check:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local.clock.faketime import TELEMETRY_ENV, env_date, find_real_dbt
+from spider2local.clock.faketime import RUNS_ENV, TELEMETRY_ENV, env_date, find_real_dbt
 from spider2local.exceptions import ClockError, DbtError
 from spider2local.proc.run import run_process
 from spider2local.resources import faketime_dir
@@ -223,6 +223,8 @@ async def run_dbt(
     forget_parse_cache_of_other_dates(run_results.parent, _date_seen(executable, env))
     command = [executable, *args]
     child_env = {**env, **dbt_path_env(project_dir, log_path)}
+    if logs_dir is not None:  # kept here, numbered: the shim need not keep a second copy
+        child_env.pop(RUNS_ENV, None)
     try:
         result = await run_process(command, cwd=project_dir, env=child_env, timeout=timeout)
     except OSError as exc:

@@ -29,6 +29,9 @@ FAKE_DATE_ENV = "SPIDER2LOCAL_FAKE_DATE"
 """The task's date (YYYY-MM-DD) as the shim reads it."""
 REAL_DBT_ENV = "SPIDER2LOCAL_REAL_DBT"
 """The real dbt executable the shim execs (the shim must never find itself on PATH)."""
+RUNS_ENV = "SPIDER2LOCAL_DBT_RUNS"
+"""Optional: the folder where the shim keeps each faked call's ``run_results.json`` as
+``NNN-<command>.json`` (dbt overwrites its one file on every call; see faketime/README.md)."""
 
 TELEMETRY_ENV: Mapping[str, str] = {"DO_NOT_TRACK": "1", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
 """Runs are offline and must not phone home; both are honoured by dbt 1.11."""

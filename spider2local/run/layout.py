@@ -12,9 +12,13 @@ Layout::
     <runs-dir>/<run-id>/<task>/scan.json          SCAN: the project scan the agent was given
     <runs-dir>/<run-id>/<task>/reference_snapshot.json  START_SNAPSHOT: the start database
     <runs-dir>/<run-id>/<task>/dbt/               DBT_LOGS: dbt logs and run_results
+    <runs-dir>/<run-id>/<task>/dbt/NNN-<command>.run_results.json  each agent dbt call's results
     <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
     <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
+
+In the workspace, the dbt shim keeps each dbt call's run_results in the project's
+``.spider2local/DBT_RUNS/NNN-<command>.json``; they are collected into ``<task>/dbt/``.
 
 Workspaces live elsewhere (a temporary folder) and are named ``WORKSPACE_PREFIX<task>-...``;
 nothing whose name lacks that prefix is ever deleted as a workspace.
@@ -32,6 +36,8 @@ WORKSPACE_RECORD = "workspace.json"
 SCAN = "scan.json"
 START_SNAPSHOT = "reference_snapshot.json"
 DBT_LOGS = "dbt"
+DBT_RUNS = "dbt-runs"
+RUN_RESULTS_SUFFIX = ".run_results.json"
 PROJECT_FILES = "project"
 START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"

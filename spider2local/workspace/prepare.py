@@ -27,7 +27,7 @@ from pathlib import Path
 
 import duckdb
 
-from spider2local.clock.faketime import Clock, find_library
+from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
@@ -40,8 +40,10 @@ from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir, skills_dir
 from spider2local.run.layout import (
     DBT_LOGS,
+    DBT_RUNS,
     PROJECT_FILES,
     RESULT_DB,
+    RUN_RESULTS_SUFFIX,
     SCAN,
     START_PROJECT,
     START_SNAPSHOT,
@@ -62,6 +64,10 @@ ARTIFACT_SKIP = frozenset({"target", "logs", "dbt_packages", "dbt_modules", CONT
                            ".claude", ".git", "__pycache__"})
 PROJECT_DBT_FILES = (("logs/dbt.log", "dbt.log"), ("target/run_results.json", "run_results.json"))
 """What an agent's own ``dbt`` calls leave in the project (kept small: no manifest)."""
+DBT_RECORD = re.compile(r"^[0-9]{3,}-[A-Za-z0-9_-]+\.json$")
+"""A run_results record the dbt shim kept (``NNN-<command>.json``, see faketime/README.md)."""
+MAX_DBT_RECORDS = 1000
+"""Records collected per task at most: far above any real session, a bound on a loop's spam."""
 _SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CHECKPOINT_LOCK_WAIT = LockWait(seconds=3.0, max_delay=0.5)
 """How long a just-killed dbt may keep its lock before the checkpoint gives up."""
@@ -179,7 +185,8 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     for private in (HOME_DIR, TMP_DIR):
         (root / private).mkdir()
     start_copy = copy_start_database(project / start_db, root / START_DIR)
-    env = workspace_env(task, os.environ, forbidden, root)
+    env = {**workspace_env(task, os.environ, forbidden, root),
+           RUNS_ENV: str(context / DBT_RUNS)}
     _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
                    time.monotonic() - started, written)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
@@ -322,13 +329,30 @@ def copy_text_files(project: Path, target: Path, *, root: Path) -> int:
 
 
 def _collect_dbt_files(ws: Workspace, target: Path) -> None:
-    """Keep the last dbt log and run_results an agent's own ``dbt`` calls left in the project.
+    """Keep the dbt log and the run_results of each of an agent's own ``dbt`` calls.
 
     The Claude agent runs dbt through Bash, so its logs stay in the workspace and would vanish
-    with it. A file already in ``target`` (the non-LLM agents log there directly) is never
-    overwritten.
+    with it. dbt keeps only the last call's ``target/run_results.json`` (a ``dbt show`` after
+    the ``dbt run`` replaces it), so the shim numbers a copy of each (:data:`DBT_RECORD`); they
+    come over as ``NNN-<command>.run_results.json``, and the last file itself only when there
+    are none (dbt run without the shim). A file already in ``target`` (the non-LLM agents log
+    there directly) is never overwritten.
     """
+    records = ws.project_dir / CONTEXT_DIR / DBT_RUNS
+    kept = 0
+    # each record passes the guard itself (:func:`_small_plain`); a linked folder is not even listed
+    listable = records.is_dir() and not records.is_symlink()
+    names = sorted(p.name for p in records.iterdir()) if listable else []
+    for name in (n for n in names if DBT_RECORD.match(n)):
+        path, copy = records / name, target / (name.removesuffix(".json") + RUN_RESULTS_SUFFIX)
+        if kept >= MAX_DBT_RECORDS or not _small_plain(ws.root, path) or copy.exists():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy, follow_symlinks=False)
+        kept += 1
     for source, name in PROJECT_DBT_FILES:
+        if kept and name == "run_results.json":
+            continue  # the last record is this file
         path = ws.project_dir / source
         if _small_plain(ws.root, path) and not (target / name).exists():
             target.mkdir(parents=True, exist_ok=True)

@@ -248,3 +248,28 @@ def test_every_command_shows_the_date_run_will_use(tiny_dataset: Callable[..., P
     row = {t["id"]: t for t in audited["tasks"]}["d001"]
     assert (row["date"], row["date_source"], row["suggested_date"]) == (
         "2024-03-09", "task", None)
+
+
+def test_doctor_check_api_makes_one_tiny_request(tmp_path: Path) -> None:
+    from spider2local.testing.fake_api import FakeAnthropic, Hang, HttpError, reply
+
+    suite = tmp_path / "claude.toml"
+    suite.write_text('schema = 1\n[run]\nagent = "claude"\nmodel = "claude-doctor-test"\n')
+    for turn, code, line in ((reply("Hi"), 0, "ok    api: HTTP 200"),
+                             (HttpError(529), 1, "FAIL  api: HTTP 529"),
+                             (Hang(), 1, "FAIL  api: no answer")):
+        with FakeAnthropic([turn]) as fake:
+            env: dict[str, str | None] = {**NO_KEYS, **fake.env()}
+            code_got, stdout, _ = in_process("--suite", str(suite), "doctor", "--no-clock-test",
+                                             "--check-api", "--api-timeout", "0.5",
+                                             env=env, cwd=tmp_path)
+            served = fake.requests
+        assert code_got == code, stdout
+        assert any(x.startswith(line) for x in stdout.splitlines()), stdout
+        assert "test-key-fake-api" not in stdout
+        assert [r.body["model"] for r in served] == ["claude-doctor-test"]
+    # without the flag, no request at all
+    with FakeAnthropic([reply("Hi")]) as fake:
+        in_process("--suite", str(suite), "doctor", "--no-clock-test",
+                   env={**NO_KEYS, **fake.env()}, cwd=tmp_path)
+        assert fake.requests == []

@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -182,3 +184,88 @@ def test_parse_then_run_builds_what_run_alone_builds(tmp_path: Path) -> None:
             assert con.execute("select d from today").fetchall() == [(FAKE_DATE,)]
     assert built[0] == built[1] == ({f"m_{FAKE_DATE.year}"}, FAKE_DATE.isoformat(),
                                     {FAKE_DATE.isoformat()})
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Path:
+    """A stand-in dbt that writes ``target/run_results.json`` (unless its command is
+    ``parse-fail``), echoes its stdin, records its pid, sleeps on ``sleep`` and exits with
+    ``DBT_STUB_EXIT``."""
+    path = tmp_path / "bin" / "writer-dbt"
+    path.parent.mkdir()
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, pathlib, sys, time\n"
+        "command = [a for a in sys.argv[1:] if not a.startswith('-') and a != 'debug'][0]\n"
+        "pathlib.Path('pid').write_text(str(os.getpid()))\n"
+        "print('pid=' + str(os.getpid()))\n"
+        "print('stdin=' + sys.stdin.read().strip())\n"
+        "if command == 'sleep':\n"
+        "    time.sleep(60)\n"
+        "if command != 'parse-fail':\n"
+        "    args = sys.argv[1:]\n"
+        "    flag = args[args.index('--target-path') + 1] if '--target-path' in args else None\n"
+        "    target = pathlib.Path(flag or os.environ.get('DBT_TARGET_PATH', 'target'))\n"
+        "    target.mkdir(exist_ok=True)\n"
+        "    (target / 'run_results.json').write_text(json.dumps({'command': sys.argv[1:]}))\n"
+        "sys.exit(int(os.environ.get('DBT_STUB_EXIT', '0')))\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_each_faked_call_keeps_its_run_results_numbered(writer: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "project" / ".spider2local" / "dbt-runs"
+    project = tmp_path / "project"
+    project.mkdir()
+    env = shim_env(writer, SPIDER2LOCAL_DBT_RUNS=str(runs))
+    for args in (["run", "-s", "+a+"], ["parse-fail"], ["--log-level", "debug", "show"],
+                 ["deps"]):
+        done = subprocess.run([str(SHIM), *args], env=env, cwd=project, capture_output=True,
+                              text=True, input="hello", timeout=LIMIT, check=False)
+        assert done.returncode == 0, done.stderr
+        assert report(done.stdout)["stdin"] == "hello"  # the caller's stdin reaches dbt
+    # parse-fail wrote nothing (its call keeps no stale copy); deps runs unfaked, exec'd as before
+    assert sorted(p.name for p in runs.iterdir()) == ["001-run.json", "002-show.json"]
+    assert json.loads((runs / "001-run.json").read_text()) == {"command": ["run", "-s", "+a+"]}
+    assert json.loads((runs / "002-show.json").read_text())["command"][-1] == "show"
+    env["DBT_STUB_EXIT"] = "3"  # dbt's exit code is the shim's; an odd command word is renamed
+    done = subprocess.run([str(SHIM), "../x", "--target-path", "elsewhere"], env=env,
+                          cwd=project, capture_output=True, text=True, timeout=LIMIT, check=False)
+    assert done.returncode == 3
+    assert (runs / "003-dbt.json").is_file() and (project / "elsewhere").is_dir()
+    assert not list(runs.glob(".stamp*"))
+
+
+def test_without_a_runs_folder_the_shim_still_execs_dbt(writer: Path, tmp_path: Path) -> None:
+    shim = subprocess.Popen([str(SHIM), "run"], env=shim_env(writer), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    out, _ = shim.communicate(timeout=LIMIT)
+    assert report(out)["pid"] == str(shim.pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signalled_shim_takes_dbt_with_it(writer: Path, tmp_path: Path,
+                                            sig: signal.Signals) -> None:
+    env = shim_env(writer, SPIDER2LOCAL_DBT_RUNS=str(tmp_path / "runs"))
+    shim = subprocess.Popen([str(SHIM), "sleep"], env=env, cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + LIMIT
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dbt_pid = int((tmp_path / "pid").read_text())
+    assert dbt_pid != shim.pid
+    shim.send_signal(sig)  # to the shim alone, not its group
+    assert shim.wait(timeout=30) != 0
+    gone = time.monotonic() + 10
+    while _alive(dbt_pid) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert not _alive(dbt_pid)
+    assert not list((tmp_path / "runs").iterdir())  # killed before it wrote anything
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -407,3 +407,49 @@ def test_templates_are_written_only_when_asked_and_stay_stubs(shared_dataset: Pa
     finally:
         cleanup_workspace(plain)
         cleanup_workspace(with_templates)
+
+
+@pytest.mark.slow
+def test_each_agent_dbt_call_leaves_its_own_numbered_run_results(
+        sample: Dataset, tmp_path: Path) -> None:
+    """The issue's case: a ``dbt show`` after the ``dbt run`` replaced the run's results, so
+    the run folder kept only the show. Real dbt through the shim, as the agent runs it."""
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    for args in (["run"], ["show", "--inline", "select 1 as x"]):
+        done = subprocess.run(["dbt", *args], cwd=ws.project_dir, env=dict(ws.env),
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    collect_artifacts(ws, keep_db=False)
+    dbt_dir = tmp_path / "a" / "dbt"
+    kept = sorted(p.name for p in dbt_dir.glob("*.json"))
+    assert kept == ["001-run.run_results.json", "002-show.run_results.json"]
+    run = json.loads((dbt_dir / kept[0]).read_text())
+    models = {r["unique_id"] for r in run["results"]}
+    assert models and all(m.startswith("model.") for m in models)
+    assert all(r["status"] == "success" for r in run["results"])
+    show = json.loads((dbt_dir / kept[1]).read_text())
+    assert "show" in show["args"]["invocation_command"]
+    cleanup_workspace(ws)
+
+
+def test_dbt_records_are_collected_only_as_plain_files(sample: Dataset, tmp_path: Path) -> None:
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    outside = tmp_path / "secret.json"
+    outside.write_text('{"gold": 1}')
+    runs = ws.project_dir / ".spider2local" / "dbt-runs"
+    runs.mkdir()
+    (runs / "001-run.json").write_text('{"results": []}')
+    (runs / "002-run.json").symlink_to(outside)
+    (runs / "003-x.txt").write_text("not a record")
+    (ws.project_dir / "target").mkdir()
+    (ws.project_dir / "target" / "run_results.json").write_text('{"last": 1}')
+    collect_artifacts(ws, keep_db=False)
+    dbt_dir = tmp_path / "a" / "dbt"
+    assert sorted(p.name for p in dbt_dir.iterdir()) == ["001-run.run_results.json"]
+    shutil.rmtree(dbt_dir)
+    shutil.rmtree(runs)
+    runs.symlink_to(tmp_path)  # a linked records folder is not even listed
+    (tmp_path / "004-run.json").write_text("{}")
+    collect_artifacts(ws, keep_db=False)
+    assert sorted(p.name for p in dbt_dir.iterdir()) == ["run_results.json"]
+    cleanup_workspace(ws)

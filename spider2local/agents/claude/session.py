@@ -43,7 +43,7 @@ from claude_agent_sdk import (
     tool,
 )
 
-from spider2local.agents.claude import prompts
+from spider2local.agents.claude import apicheck, prompts
 from spider2local.agents.claude.dbtools import QueryLimits, QueryService
 from spider2local.agents.claude.pricing import UsageTracker
 from spider2local.agents.claude.support import (
@@ -178,6 +178,7 @@ class ClaudeAgent:
     capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS,
                                 sandboxed=True)
     tool_version = staticmethod(cli_version)
+    check_api = staticmethod(apicheck.check_api)
 
     def __init__(self, *, cli_path: str | Path | None = None,
                  query_limits: QueryLimits | None = None,

@@ -253,11 +253,13 @@ def test_writes_builds_queries_verifies_and_passes(
     checkpoint_database(ctx.workspace.database, root=ctx.workspace.root)
     score = score_database(ctx.workspace.database, task.gold.db, task.gold.params)
     assert score.passed, score
-    # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt.
+    # The agent's own `dbt run` (through Bash) left its log and run_results in artifacts/dbt,
+    # numbered by the shim (one file per dbt call).
     collect_artifacts(ctx.workspace, keep_db=False)
     dbt_dir = ctx.workspace.artifacts / "dbt"
     assert "membership_status" in (dbt_dir / "dbt.log").read_text()
-    run_results = json.loads((dbt_dir / "run_results.json").read_text())
+    assert sorted(p.name for p in dbt_dir.glob("*.json")) == ["001-run.run_results.json"]
+    run_results = json.loads((dbt_dir / "001-run.run_results.json").read_text())
     statuses = {r["unique_id"].split(".")[-1]: r["status"] for r in run_results["results"]}
     assert statuses.get("membership_status") == "success"
     # The query ran under the task's clock and was audited.
