@@ -94,18 +94,46 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def holder_of(folder: RunFolder) -> str | None:
-    """The pid of the invocation working on ``folder`` now, or ``None`` when none is (a
-    command that only reads a run, such as ``merge``, must not read one still being written).
-    Takes no lock that could block that invocation: a shared one, tried and dropped."""
-    try:
-        fd = os.open(folder.root / LOCK, os.O_RDONLY)
-    except OSError:
-        return None  # no lock file: nothing runs (or a read-only copy, which nothing runs)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _holder(fd)
-    finally:
+@contextmanager
+def reading(folder: RunFolder) -> Iterator[None]:
+    """Keep ``folder`` from being written while a command reads it whole (``merge``): a shared
+    lock on its lock file for the ``with`` block, so an invocation starting on the run meanwhile
+    refuses ("in use") instead of changing results half-copied; raises a one-line
+    :class:`UserError` when an invocation holds it now. A folder we may not write (a read-only
+    copy, a downloaded artifact) cannot be written by a run either: it is read as it is. A lock
+    file this made is removed again, under the lock (the module docstring's protocol)."""
+    path = folder.root / LOCK
+    while True:
+        made = False
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            made = True
+        except FileExistsError:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # removed between the two opens: try again
+            except OSError:
+                fd = -1
+        except OSError:
+            fd = -1
+        if fd < 0:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise UserError(f"run {folder.run_id} is still being written (pid {holder})",
+                            path=folder.root, fix="wait for it to finish, then merge") from None
+        if _still_at(fd, path):
+            break
         os.close(fd)
-    return None
+    try:
+        yield
+    finally:
+        if made:
+            with suppress(OSError):
+                path.unlink()
+        os.close(fd)

@@ -13,6 +13,7 @@ Sources are only read; one still being written by a run is refused.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import stat
@@ -25,7 +26,7 @@ from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
-from spider2local.run.lock import holder_of, run_lock
+from spider2local.run.lock import reading, run_lock
 from spider2local.run.results import TaskResult
 from spider2local.run.resume import SAME_EXPERIMENT
 
@@ -92,10 +93,6 @@ def _check_sources(sources: Sequence[RunFolder], into: RunFolder) -> list[dict[s
         if root in seen:
             raise UserError("run folder given twice", path=folder.root, fix="name it once")
         seen.add(root)
-        pid = holder_of(folder)
-        if pid is not None:
-            raise UserError(f"run {folder.run_id} is still being written (pid {pid})",
-                            path=folder.root, fix="wait for it to finish, then merge")
         manifest = folder.read_manifest()
         if manifest is None:
             raise UserError("no run.json here", path=folder.root,
@@ -181,6 +178,13 @@ def merge_runs(sources: Sequence[RunFolder], into: RunFolder, *, force: bool = F
     """Join ``sources`` into the new run folder ``into`` (see the module docstring)."""
     if not sources:
         raise UserError("nothing to merge", fix="name the run folders to merge")
+    with contextlib.ExitStack() as reads:  # no source may change while it is read and copied
+        for folder in dict.fromkeys(sources):
+            reads.enter_context(reading(folder))
+        return _merge(sources, into, force)
+
+
+def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged:
     manifests = _check_sources(sources, into)
     differing = [f"{folder.root}: {diff}" for folder, manifest in zip(sources[1:], manifests[1:],
                                                                       strict=True)

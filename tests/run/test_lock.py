@@ -167,3 +167,20 @@ def test_a_removed_lock_file_is_never_held_twice(tmp_path: Path) -> None:
     finally:
         os.close(c_fd)
         os.close(stale_fd)
+
+
+def test_a_run_cannot_start_on_a_folder_while_merge_reads_it(tmp_path: Path) -> None:
+    """merge holds a shared lock on each source for the whole copy (it only checked once
+    before): an invocation starting on the run meanwhile refuses instead of writing results
+    into a half-copied merge; the lock file merge made is gone afterwards."""
+    from spider2local.run.lock import reading
+
+    folder = RunFolder.at(tmp_path, "shard1")
+    folder.create()
+    with reading(folder), reading(folder), pytest.raises(  # readers share
+            UserError, match="in use by another spider2local process"), run_lock(folder):
+        pass
+    assert not (folder.root / ".lock").exists()
+    with run_lock(folder), pytest.raises(UserError, match="still being written"), \
+            reading(folder):
+        pass
