@@ -71,6 +71,9 @@ def profile_target(project: Path, cfg: dict[str, Any]) -> tuple[Path | None, str
     if not isinstance(name, str) or not name:
         return None, "dbt_project.yml names no profile"
     for value in _duckdb_paths(profiles.get(name)):
+        if _templated(value):
+            return None, (f"profiles.yml path {value!r} is made by Jinja, which dbt renders "
+                          f"to a path no check here can see ({PROFILE_FIX})")
         if _inside(project, project, value) is None:
             return None, f"profiles.yml path {value!r} is outside the project ({PROFILE_FIX})"
     db = _output_path(profiles.get(name))
@@ -95,6 +98,8 @@ def confine_profile(copy: Path, original: Path) -> bool:
     changed = False
     for holder in _path_holders(profiles):
         value = holder["path"]
+        if _templated(value):
+            raise ValueError(f"{path}: path {value!r} is made by Jinja")
         if Path(value).parts[:1] == (".",) or not _rewritten(value):
             continue
         inside = _inside(original, original, value)
@@ -105,6 +110,12 @@ def confine_profile(copy: Path, original: Path) -> bool:
     if changed:
         path.write_text(yaml.safe_dump(profiles, sort_keys=False), encoding="utf-8")
     return changed
+
+
+def _templated(value: str) -> bool:
+    """Whether dbt would render ``value`` as Jinja (``{{ env_var('X', '/abs/gold') }}``): what
+    it names is known only to dbt, so it can be neither checked nor rewritten."""
+    return "{{" in value or "{%" in value or "{#" in value
 
 
 def _rewritten(value: str) -> bool:

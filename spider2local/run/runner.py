@@ -129,7 +129,11 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
         if keep:
             progress.note(state.task.id, f"workspace kept: {ws.project_dir}")
         else:
-            await in_thread(ws_mod.cleanup_workspace, ws)
+            try:
+                await in_thread(ws_mod.cleanup_workspace, ws)
+            except OSError as exc:  # a file the agent made undeletable (chattr +i), a busy
+                # mount: the task's result still counts and the other tasks go on
+                progress.note(state.task.id, f"workspace not removed: {_oserror(exc)}")
 
 
 async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentFactory,

@@ -27,6 +27,13 @@ class OutsideWorkspace(ScoringError):
     """A workspace path leads outside the workspace, or is not a plain regular file."""
 
 
+class LockedOut(OutsideWorkspace):
+    """The agent made a workspace file (or a folder on its way) unopenable for the runner:
+    ``chmod 000``, ``chattr +i``. The runner made every such file writable, so the OS's
+    "permission denied" there is the agent's doing, not the machine's: a verdict (no usable
+    result), never an ``infrastructure`` error that a resume would run again for ever."""
+
+
 def workspace_file(root: Path, path: Path) -> os.stat_result:
     """Check that ``path`` is a plain regular file inside ``root`` and return its ``lstat``.
 

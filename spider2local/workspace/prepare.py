@@ -53,7 +53,12 @@ from spider2local.run.layout import (
 from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
-from spider2local.workspace.guard import OutsideWorkspace, is_workspace_file, workspace_file
+from spider2local.workspace.guard import (
+    LockedOut,
+    OutsideWorkspace,
+    is_workspace_file,
+    workspace_file,
+)
 
 CONTEXT_DIR = ".spider2local"
 """Inside the project: scan.json and snapshot.json for the agent (dbt ignores the folder)."""
@@ -368,12 +373,19 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     sandbox. A just-killed dbt may still hold the lock for a moment: retry briefly. Raises
     :class:`ScoringError` when the file is missing (opening it would create an empty one),
     stays locked, or is not a DuckDB file; :class:`OutsideWorkspace` (a ScoringError) when it
-    is not a plain file of the workspace.
+    is not a plain file of the workspace, and its :class:`LockedOut` when the agent made it
+    unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result.
     """
     try:
         workspace_file(root, db)
+        refused = _refused_to_us(db)
     except FileNotFoundError:
         raise ScoringError(f"{db}: result database missing") from None
+    except PermissionError as exc:  # a folder on the way made untraversable
+        refused = exc.strerror or "Permission denied"
+    if refused is not None:
+        raise LockedOut(f"{db}: the agent made its database unopenable ({refused}: a mode "
+                        "or attribute changed in the workspace)")
     try:
         retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
     except DatabaseLocked as locked:
@@ -381,6 +393,23 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
                            f"{locked.waited:.1f}s; cannot checkpoint") from locked
     except duckdb.Error as exc:  # corrupt or not DuckDB: waiting would not help
         raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
+
+
+def _refused_to_us(db: Path) -> str | None:
+    """What the OS says when the runner cannot open ``db`` (or its WAL) read-write, as
+    DuckDB's checkpoint must; ``None`` when it can.
+
+    Asked here, before DuckDB, because DuckDB's message has no errno: "permission denied" on a
+    file the runner made writable is the agent's ``chmod``/``chattr``, while a read-only file
+    system (EROFS, the machine's) is left for DuckDB to report."""
+    for path in (db, db.with_name(db.name + ".wal")):
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_NOFOLLOW))
+        except FileNotFoundError:
+            continue  # no WAL
+        except PermissionError as exc:  # EACCES, EPERM
+            return exc.strerror or "Permission denied"
+    return None
 
 
 def _checkpoint(db: Path) -> None:

@@ -154,6 +154,22 @@ def test_attach_outside_the_project_refuses_the_task(tiny_dataset: Build) -> Non
     assert problems(load(root))["bad001"][0].startswith(f"profiles.yml path '{gold}' is outside")
 
 
+@pytest.mark.parametrize("template", ["{{{{ env_var('SHOP_DB', '{path}') }}}}",
+                                      "{{% if true %}}{path}{{% endif %}}"])
+def test_attach_path_made_by_jinja_refuses_the_task(tiny_dataset: Build, template: str) -> None:
+    # dbt renders profiles.yml as Jinja: "{{ env_var('X', '/abs/gold') }}" reads as a relative
+    # path to a plain check (its first part is "{{ env_var('X', '"), but dbt attaches the gold
+    root = tiny_dataset("bad001", "ok001")
+    gold = root / "evaluation_suite/gold/bad001/shop.duckdb"
+    value = template.format(path=gold)
+    (root / "examples/bad001/profiles.yml").write_text(
+        "shop:\n  target: dev\n  outputs:\n    dev:\n      type: duckdb\n"
+        f"      path: ./shop.duckdb\n      attach:\n        - path: \"{value}\"\n")
+    got = problems(load(root))
+    assert got["ok001"] == ()
+    assert got["bad001"] and "Jinja" in got["bad001"][0] and repr(value) in got["bad001"][0]
+
+
 def test_absolute_profile_path_to_the_own_start_db_is_rewritten_in_the_workspace(
         tiny_dataset: Build, tmp_path: Path) -> None:
     root = tiny_dataset("abs001")

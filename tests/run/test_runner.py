@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import duckdb
@@ -451,6 +453,7 @@ def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
 FULL_DISK_SCRIPT = """
 import io, sys
 from pathlib import Path
+from typing import ClassVar
 import anyio
 from spider2local.dataset.load import load_dataset
 from spider2local.run.folder import RunFolder
@@ -511,3 +514,51 @@ def test_a_full_disk_at_the_result_stops_that_task_only_and_says_what_is_full(
     assert len(lines) == 1 and "t1" in lines[0], proc.stderr
     assert f"{runs}/r/t1/" in lines[0] and "No space left on device" in lines[0]
     assert "t2: passed" in proc.stderr
+
+
+def _lock_out(path: Path) -> bool:
+    """Make ``path`` unusable the way an agent can: ``chmod 000`` (enough for an ordinary
+    user) and, as root (which ignores modes), ``chattr +i``. False when neither is possible."""
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return True
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def _unlock_all(root: Path) -> None:
+    if os.geteuid() == 0 and root.exists():
+        subprocess.run(["chattr", "-R", "-i", str(root)], capture_output=True, check=False)
+
+
+class LockingOutAgent(WriterAgent):
+    """Does the work (right or wrong), then makes its own database unopenable: a fault of the
+    agent's own making, which must never read as the machine's (a resume would run it again on
+    every invocation, paying for the agent each time, and the task would never be scored)."""
+
+    locked: ClassVar[list[Path]] = []
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        outcome = await super().run(ctx)
+        if not _lock_out(ctx.workspace.database):
+            pytest.skip("cannot make a file unopenable here (no chattr)")
+        LockingOutAgent.locked.append(ctx.workspace.root)
+        return outcome
+
+
+def test_an_agent_that_locks_its_own_database_out_is_scored_not_infrastructure(
+        tasks: list[TaskSpec], tmp_path: Path) -> None:
+    parent = tmp_path / "ws"
+    parent.mkdir()
+    LockingOutAgent.locked = []
+    try:
+        results = run(tasks[:2], RunFolder.at(tmp_path, "r"), lambda: LockingOutAgent(value=7),
+                      workspace_parent=parent, jobs=1)
+    finally:
+        for root in LockingOutAgent.locked:
+            _unlock_all(root)
+    assert sorted(results) == ["t1", "t2"]  # one task's leftovers never stop the run
+    for result in results.values():
+        assert result.status is Status.FAILED and result.passed is False, result
+        assert result.error is not None and result.error.kind is ErrorKind.AGENT
+        assert result.error.stage is Stage.CHECKPOINT
