@@ -347,7 +347,8 @@ def _collect_dbt_files(ws: Workspace, target: Path) -> None:
     kept = 0
     # each record passes the guard itself (:func:`_small_plain`); a linked folder is not even listed
     listable = records.is_dir() and not records.is_symlink()
-    names = sorted(p.name for p in records.iterdir()) if listable else []
+    # in call order: by the number, not as text ("1000-run" would sort before "999-show")
+    names = sorted((p.name for p in records.iterdir()), key=_record_order) if listable else []
     for name in (n for n in names if DBT_RECORD.match(n)):
         path, copy = records / name, target / (name.removesuffix(".json") + RUN_RESULTS_SUFFIX)
         if kept >= MAX_DBT_RECORDS or not _small_plain(ws.root, path) or copy.exists():
@@ -362,6 +363,11 @@ def _collect_dbt_files(ws: Workspace, target: Path) -> None:
         if _small_plain(ws.root, path) and not (target / name).exists():
             target.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target / name, follow_symlinks=False)
+
+
+def _record_order(name: str) -> tuple[int, str]:
+    number = name.split("-", 1)[0]
+    return (int(number) if number.isdigit() else 1 << 62, name)
 
 
 def checkpoint_database(db: Path, *, root: Path) -> None:

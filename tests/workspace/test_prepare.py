@@ -453,3 +453,21 @@ def test_dbt_records_are_collected_only_as_plain_files(sample: Dataset, tmp_path
     collect_artifacts(ws, keep_db=False)
     assert sorted(p.name for p in dbt_dir.iterdir()) == ["run_results.json"]
     cleanup_workspace(ws)
+
+
+def test_dbt_records_over_the_cap_keep_the_first_calls(sample: Dataset, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the cap the earliest calls are kept, in call order: as text, "1000-run" sorted
+    before "999-show" and took its place."""
+    from spider2local.workspace import prepare
+
+    monkeypatch.setattr(prepare, "MAX_DBT_RECORDS", 2)
+    ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
+    runs = ws.project_dir / ".spider2local" / "dbt-runs"
+    runs.mkdir()
+    for name in ("999-run.json", "1000-show.json", "1001-run.json"):
+        (runs / name).write_text('{"results": []}')
+    collect_artifacts(ws, keep_db=False)
+    assert sorted(p.name for p in (tmp_path / "a" / "dbt").iterdir()) == [
+        "1000-show.run_results.json", "999-run.run_results.json"]
+    cleanup_workspace(ws)
