@@ -109,7 +109,16 @@ def _policy(find: Finder, grace: float, kill_wait: float) -> Generator[float, No
     while (left := _found(find)) and time.monotonic() < deadline and not _hurried.is_set():
         yield POLL
     deadline = time.monotonic() + kill_wait
-    while left:
+    settled = False
+    while left or not settled:
+        if not left:
+            # Empty once is not gone yet: under load a shell's two background children were
+            # seen to outlive the kill of their group (forked as it died, listed a moment
+            # later). Look once more after a poll; only kills that found something pay it.
+            settled = True
+            yield POLL
+            left = _found(find)
+            continue
         _send(left, signal.SIGKILL, signalled)  # again each round: catches late forks
         if time.monotonic() >= deadline:
             break
