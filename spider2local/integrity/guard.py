@@ -184,6 +184,31 @@ def task_fingerprint(task: TaskSpec) -> TaskFingerprint | None:
                            eval_record(task))
 
 
+def _readable_fingerprint(task: TaskSpec) -> TaskFingerprint | None:
+    """A gold file we cannot read gets no fingerprint here (a resume takes it once it can be
+    read); :func:`gold_unreadable` stops that task before its agent runs."""
+    try:
+        return task_fingerprint(task)
+    except OSError:
+        return None
+
+
+def gold_unreadable(task: TaskSpec) -> OSError | None:
+    """Why the runner cannot read ``task``'s gold database, if it cannot: checked before the
+    agent runs, so an unreadable gold costs no agent session (it used to stop the whole run
+    with a traceback while fingerprinting, and would otherwise fail only at scoring)."""
+    if task.gold is None:
+        return None
+    try:
+        with task.gold.db.open("rb") as fh:
+            fh.read(1)
+    except FileNotFoundError:
+        return None  # a missing gold is the loader's problem, named on the task already
+    except OSError as exc:
+        return exc
+    return None
+
+
 def take(tasks: Iterable[TaskSpec], threads: int = HASH_THREADS) -> Fingerprints:
     """Fingerprint the package and ``tasks`` (gold files hashed ``threads`` at a time).
 
@@ -192,7 +217,8 @@ def take(tasks: Iterable[TaskSpec], threads: int = HASH_THREADS) -> Fingerprints
     import_scorer()
     todo = [t for t in tasks if t.gold is not None]
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        found = dict(zip((t.id for t in todo), pool.map(task_fingerprint, todo), strict=True))
+        found = dict(zip((t.id for t in todo), pool.map(_readable_fingerprint, todo),
+                         strict=True))
     fps: dict[str, TaskFingerprint] = {}
     for task in todo:
         fp = found[task.id]

@@ -304,6 +304,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     outcome, timed_out = AgentOutcome(), False
     try:
         try:
+            unreadable = await in_thread(guard.gold_unreadable, task)
+            if unreadable is not None:  # a machine fault (EACCES) or a broken dataset: no agent
+                raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
             fields = await _finish(state, settings, outcome, timed_out, progress, watch)
         except Exception as exc:

@@ -562,3 +562,28 @@ def test_an_agent_that_locks_its_own_database_out_is_scored_not_infrastructure(
         assert result.status is Status.FAILED and result.passed is False, result
         assert result.error is not None and result.error.kind is ErrorKind.AGENT
         assert result.error.stage is Stage.CHECKPOINT
+
+
+def test_a_gold_that_cannot_be_read_stops_its_task_before_the_agent_not_the_run(
+        tasks: list[TaskSpec], tmp_path: Path) -> None:
+    """Fingerprinting read every gold at run start and let the OSError of one stop the whole
+    run with a traceback; now that task ends before its agent runs (no session paid for) and
+    the others are scored. (A real EACCES needs an ordinary user; a gold replaced by a folder
+    gives a real OSError too.)"""
+    broken = tasks[0]
+    assert broken.gold is not None
+    broken.gold.db.unlink()
+    broken.gold.db.mkdir()
+    ran: list[str] = []
+
+    class Recording(WriterAgent):
+        async def run(self, ctx: AgentContext) -> AgentOutcome:
+            ran.append(ctx.task.id)
+            return await super().run(ctx)
+
+    results = run(tasks[:2], RunFolder.at(tmp_path, "r"), Recording, jobs=1)
+    assert results["t1"].status is Status.ERROR and results["t1"].error is not None
+    assert results["t1"].error.stage is Stage.PREPARE
+    assert "Is a directory" in results["t1"].error.message
+    assert results["t2"].status is Status.PASSED
+    assert ran == ["t2"]
