@@ -235,14 +235,16 @@ def _result_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text so that readers see the old file or the new one, never half of one. The file
-    is world-readable (0644, as a plain ``open`` makes it): reports are uploaded and shared,
-    and ``mkstemp`` alone would leave them 0600."""
+def write_text_atomic(path: Path, text: str, mode: int | None = 0o644) -> None:
+    """Write text so that readers (and a resume after SIGKILL) see the old file or the new one,
+    never half of one: temp file in the same folder, fsync, then rename. ``mode`` 0644 (as a
+    plain ``open`` makes it) by default: reports are uploaded and shared, and ``mkstemp`` alone
+    would leave them 0600; ``None`` keeps mkstemp's 0600 (the run folder's own records)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -254,21 +256,10 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that readers (and a resume after SIGKILL) see the old file or the new one,
-    never half of one: temp file in the same folder, fsync, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            # allow_nan=False: NaN or Infinity is not JSON, and no reader of ours accepts it
-            json.dump(data, fh, indent=2, sort_keys=False, default=str, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """:func:`write_text_atomic` of ``data`` as JSON (mode as mkstemp leaves it).
+    allow_nan=False: NaN or Infinity is not JSON, and no reader of ours accepts it."""
+    text = json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n", mode=None)
 
 
 def save_result(path: Path, result: TaskResult) -> None:
