@@ -54,6 +54,16 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def sigkill(runner: subprocess.Popen[bytes]) -> set[int]:
+    """kill -9 the runner; returns its processes (taken before and after the kill: what the
+    next command must find and reap)."""
+    left = descendants(runner.pid)
+    if runner.poll() is None:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(10)
+    return left | descendants(runner.pid)
+
+
 def descendants(root: int) -> set[int]:
     """Every live process below ``root`` (children start their own sessions: walk ppids)."""
     parent = {}
@@ -366,13 +376,8 @@ def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
         # Killed with fleet001's dbt running: the resume must find it and reap it.
         wait_for(lambda: any("fleet001" in w for w in dbt_workspaces(runner.pid)), 60,
                  "fleet001's dbt")
-        kill_leftovers |= descendants(runner.pid)
-        runner.send_signal(signal.SIGKILL)
-        runner.wait(10)
     finally:
-        if runner.poll() is None:
-            runner.kill()
-    kill_leftovers |= descendants(runner.pid)
+        kill_leftovers |= sigkill(runner)
     first = results(run_dir)
     assert list(first) == ["bakery001"]
     attempt = json.loads((run_dir / "fleet001" / "transcript.jsonl").read_text().splitlines()[0])
@@ -518,13 +523,8 @@ def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
                "score": lambda: ": score" in log.read_text()}[moment]
     try:
         wait_for(reached, 120, moment, poll=0.005)
-        kill_leftovers |= descendants(runner.pid)
-        runner.send_signal(signal.SIGKILL)
-        runner.wait(10)
     finally:
-        if runner.poll() is None:
-            runner.kill()
-    kill_leftovers |= descendants(runner.pid)
+        kill_leftovers |= sigkill(runner)
     shm = {p for pid in kill_leftovers for p in faketime_leftovers(pid)}
     time.sleep(1.0)  # /dev/shm files younger than a second are never removed (proc.shm)
     # 1. The next command on the run, whichever it is (here: re-scoring it), cleans up.

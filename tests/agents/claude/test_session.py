@@ -372,6 +372,28 @@ def test_the_cli_leaves_nothing_in_the_system_temp_folder_without_isolation(
     assert any((ctx.workspace.root / ".tmp").rglob("*")), "the CLI's temp files moved here"
 
 
+def cut_into_the_hang(ctx: AgentContext, fake: FakeAnthropic) -> float:
+    """Run the Claude agent and cut it at a deadline 1 s into the first hanging API call,
+    however long the CLI took to get there (a fixed deadline, once 10 s, waited out the CLI's
+    start-up margin on every run); returns when the cut was made (monotonic)."""
+    cut_at: list[float] = []
+
+    async def go() -> None:
+        with anyio.fail_after(60) as deadline:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(make_agent("claude").run, ctx)
+                while not any(r.answer == "hang" for r in fake.requests):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                await anyio.sleep(1.0)
+                cut_at.append(time.monotonic())
+                deadline.deadline = anyio.current_time()  # expire now: TimeoutError
+
+    with pytest.raises(TimeoutError):
+        anyio.run(go)
+    assert cut_at, "the hanging API call never happened"
+    return cut_at[0]
+
+
 def live_processes_under(root: Path, token: str) -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -396,24 +418,8 @@ def test_a_hung_api_is_cut_at_the_deadline_with_no_process_left(
     script = [reply(tool("Bash", command=sleeper), input_tokens=77, output_tokens=3), Hang()]
     with FakeAnthropic(script, route=ROUTE) as fake:
         ctx = workspace(sample_task("bakery001"), fake.env())
-        cut_at: list[float] = []
-
-        async def go() -> None:
-            # The deadline falls 1 s into the hang, however long the CLI took to get there: a
-            # fixed one (it was 10 s) waited out the CLI's start-up margin on every run.
-            with anyio.fail_after(60) as deadline:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(make_agent("claude").run, ctx)
-                    while not any(r.answer == "hang" for r in fake.requests):  # noqa: ASYNC110
-                        await anyio.sleep(0.05)
-                    await anyio.sleep(1.0)
-                    cut_at.append(time.monotonic())
-                    deadline.deadline = anyio.current_time()  # expire now: TimeoutError
-
-        with pytest.raises(TimeoutError):
-            anyio.run(go)
-        assert cut_at, "the second API call never happened"
-        elapsed = time.monotonic() - cut_at[0]
+        cut_at = cut_into_the_hang(ctx, fake)
+        elapsed = time.monotonic() - cut_at
     assert elapsed < 8, f"cleanup after the deadline took {elapsed:.1f}s"
     assert live_processes_under(ctx.workspace.root, token) == []
     assert ctx.meter.usage.input_tokens == 77  # usage recorded before the cut
@@ -561,18 +567,7 @@ def test_a_timeout_keeps_final_output_tokens_and_the_stalled_call_s_input(
               StallAfterStart(input_tokens=90)]
     with FakeAnthropic(script, route=ROUTE) as fake:
         ctx = workspace(sample_task("bakery001"), fake.env())
-
-        async def go() -> None:
-            with anyio.fail_after(60) as deadline:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(make_agent("claude").run, ctx)
-                    while not any(r.answer == "hang" for r in fake.requests):  # noqa: ASYNC110
-                        await anyio.sleep(0.05)
-                    await anyio.sleep(1.0)
-                    deadline.deadline = anyio.current_time()
-
-        with pytest.raises(TimeoutError):
-            anyio.run(go)
+        cut_into_the_hang(ctx, fake)
     usage = ctx.meter.usage
     assert (usage.turns, usage.input_tokens, usage.output_tokens) == (1, 160, 10)
 
