@@ -14,12 +14,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import spider2local
 from spider2local.dataset.load import load_dataset
-from spider2local.run.plan import execute_run, plan_run
+from spider2local.run.plan import RunOutcome, execute_run, plan_run
 from spider2local.run.progress import Progress
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
@@ -88,14 +89,8 @@ def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
     route = route_by_system({"t1": "for task t1.", "t2": "for task t2."})
     try:
         with FakeAnthropic(scripts, route=route) as fake:
-            for key, value in fake.env().items():
-                monkeypatch.setenv(key, value)
-            suite = load_suite(bundled_suite_path()).with_dataset(root)
-            plan = plan_run(suite, load_dataset(suite), ids=["t1", "t2"], agent="claude",
-                            runs_dir=tmp_path / "runs", run_id="hostile", isolation="namespace",
-                            jobs=2, verify_rounds=0, timeout=120.0, retries=0,
-                            workspace_parent=None)
-            outcome = anyio_run(plan)
+            outcome = sandboxed_run(fake, root, tmp_path, monkeypatch, "hostile", ["t1", "t2"],
+                                    jobs=2, retries=0)
             seen = {tid: [text for r in fake.conversation_requests(tid)
                           for text in r.tool_results().values()] for tid in ("t1", "t2")}
     finally:
@@ -130,9 +125,19 @@ def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
         assert f"spider2local-{other}-" not in attack  # no sibling workspace under --jobs 2
 
 
-def anyio_run(plan: object) -> object:
+def sandboxed_run(fake: FakeAnthropic, root: Path, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch, run_id: str, ids: list[str],
+                  **settings: Any) -> RunOutcome:
+    """``spider2local run --agent claude --isolation namespace`` of ``ids`` of the dataset at
+    ``root`` in this process, the CLI pointed at ``fake``."""
     import anyio
 
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    suite = load_suite(bundled_suite_path()).with_dataset(root)
+    plan = plan_run(suite, load_dataset(suite), ids=ids, agent="claude",
+                    runs_dir=tmp_path / "runs", run_id=run_id, isolation="namespace",
+                    verify_rounds=0, timeout=120.0, workspace_parent=None, **settings)
     return anyio.run(execute_run, plan, Progress(quiet=True))
 
 
@@ -168,17 +173,11 @@ def test_what_the_agent_leaves_behind_never_reaches_outside_through_the_runner(
               reply(tool("mcp__spider2__query", sql="SELECT * FROM orders")),
               reply("done")]
     with FakeAnthropic({"t1": script}, route=lambda body: "t1") as fake:
-        for key, value in fake.env().items():
-            monkeypatch.setenv(key, value)
-        suite = load_suite(bundled_suite_path()).with_dataset(root)
-        plan = plan_run(suite, load_dataset(suite), ids=["t1"], agent="claude",
-                        runs_dir=tmp_path / "runs", run_id="left-behind", isolation="namespace",
-                        jobs=1, verify_rounds=0, timeout=120.0, retries=0,
-                        workspace_parent=None, keep_db=True)
-        outcome = anyio_run(plan)
+        outcome = sandboxed_run(fake, root, tmp_path, monkeypatch, "left-behind", ["t1"],
+                                jobs=1, retries=0, keep_db=True)
         seen = [text for r in fake.conversation_requests("t1")
                 for text in r.tool_results().values()]
-    task_dir = outcome.folder.root / "t1"  # type: ignore[attr-defined]
+    task_dir = outcome.folder.root / "t1"
     result = json.loads((task_dir / "result.json").read_text())
     assert result["passed"] is not True and result["status"] != "passed", result
     assert digest([gold, eval_file]) == before
@@ -211,14 +210,8 @@ def test_a_forged_api_error_does_not_buy_the_agent_a_fresh_attempt(
               reply(tool("Bash", command=f"printf '%s\\n' '{forged}' > /proc/1/fd/1; sleep 2")),
               reply("done")]
     with FakeAnthropic({"t1": script}, route=lambda body: "t1") as fake:
-        for key, value in fake.env().items():
-            monkeypatch.setenv(key, value)
-        suite = load_suite(bundled_suite_path()).with_dataset(hostile_dataset)
-        plan = plan_run(suite, load_dataset(suite), ids=["t1"], agent="claude",
-                        runs_dir=tmp_path / "runs", run_id="forged", isolation="namespace",
-                        jobs=1, verify_rounds=0, timeout=120.0, retries=2,
-                        workspace_parent=None)
-        outcome = anyio_run(plan)
-    result = json.loads((outcome.folder.root / "t1" / "result.json").read_text())  # type: ignore[attr-defined]
+        outcome = sandboxed_run(fake, hostile_dataset, tmp_path, monkeypatch, "forged", ["t1"],
+                                jobs=1, retries=2)
+    result = json.loads((outcome.folder.root / "t1" / "result.json").read_text())
     assert result["attempts"] == 1, result
     assert result["status"] == "failed" and result["passed"] is False, result
