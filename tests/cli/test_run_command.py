@@ -54,6 +54,23 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def interrupt_both_dbt_runs(runner: subprocess.Popen[bytes],
+                            signals: tuple[signal.Signals, ...]) -> tuple[set[int], int]:
+    """Once both tasks' dbt run (told apart by their workspace: a fixed sleep was a guess),
+    send ``signals`` 50 ms apart (a second Ctrl-C lands during the shutdown); returns the
+    runner's processes at that moment and its exit code."""
+    try:
+        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
+        children = descendants(runner.pid)
+        for sig in signals:
+            runner.send_signal(sig)
+            time.sleep(0.05)
+        return children, runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+
+
 def sigkill(runner: subprocess.Popen[bytes]) -> set[int]:
     """kill -9 the runner; returns its processes (taken before and after the kill: what the
     next command must find and reap)."""
@@ -403,15 +420,7 @@ def test_sigkill_then_resume_scores_every_task_exactly_once(tmp_path: Path,
 def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
                    "--runs-dir", "runs", "--run-id", "i", cwd=tmp_path)
-    try:
-        # Both tasks' dbt running (told apart by their workspace): a fixed sleep was a guess.
-        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
-        children = descendants(runner.pid)
-        runner.send_signal(signal.SIGINT)
-        code = runner.wait(30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
+    children, code = interrupt_both_dbt_runs(runner, (signal.SIGINT,))
     log = (tmp_path / "runner.log").read_text()
     assert code == 130, log
     assert children and not [p for p in children if alive(p)], \
@@ -484,16 +493,7 @@ def test_a_hangup_or_a_double_ctrl_c_is_one_clean_shutdown(
         tmp_path: Path, signals: tuple[signal.Signals, ...]) -> None:
     runner = spawn("run", "bakery001", "library001", "--agent", "reference", "--jobs", "2",
                    "--runs-dir", "runs", "--run-id", "h", cwd=tmp_path)
-    try:
-        wait_for(lambda: len(dbt_workspaces(runner.pid)) == 2, 120, "a dbt child per task")
-        children = descendants(runner.pid)
-        for sig in signals:  # a second Ctrl-C 50 ms after the first: during the shutdown
-            runner.send_signal(sig)
-            time.sleep(0.05)
-        code = runner.wait(30)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
+    children, code = interrupt_both_dbt_runs(runner, signals)
     log = (tmp_path / "runner.log").read_text()
     assert code == 130, log
     assert "Traceback" not in log and "KeyboardInterrupt" not in log, log

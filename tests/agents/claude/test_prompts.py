@@ -196,16 +196,21 @@ def real_task(shared_dataset: Path, tid: str) -> TaskSpec:
     return next(t for t in dataset.tasks if t.id == tid)
 
 
+def real_system_prompt(shared_dataset: Path, tid: str, tmp_path: Path) -> str:
+    """The system prompt of a real task, from a workspace prepared as the run prepares it."""
+    task = real_task(shared_dataset, tid)
+    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
+    try:
+        return prompts.system_prompt(task, ws)
+    finally:
+        cleanup_workspace(ws)
+
+
 def test_the_scan_in_the_prompt_tags_models_with_their_start_table_and_neighbours(
         shared_dataset: Path, tmp_path: Path) -> None:
     """On the real task: the unfinished model is listed to write, with its start table (the
     shape to match) and what it refs; a complete model keeps its start tag and its users."""
-    task = real_task(shared_dataset, "mrr001")
-    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
-    try:
-        text = prompts.system_prompt(task, ws)
-    finally:
-        cleanup_workspace(ws)
+    text = real_system_prompt(shared_dataset, "mrr001", tmp_path)
     todo = text.split("Models declared in YML whose SQL is", 1)[1].split("Complete models", 1)[0]
     assert "- mrr [incomplete] models/mrr.sql" in todo
     assert re.search(r"start DB: exists in start DB as start\.main\.mrr \(table, \d+ rows, "
@@ -216,12 +221,7 @@ def test_the_scan_in_the_prompt_tags_models_with_their_start_table_and_neighbour
 
 def test_a_model_absent_from_the_start_database_says_so(shared_dataset: Path,
                                                         tmp_path: Path) -> None:
-    task = real_task(shared_dataset, "playbook001")
-    ws = prepare_workspace(task, artifacts=tmp_path / "artifacts", parent=tmp_path)
-    try:
-        text = prompts.system_prompt(task, ws)
-    finally:
-        cleanup_workspace(ws)
+    text = real_system_prompt(shared_dataset, "playbook001", tmp_path)
     assert "- cpa_and_roas [missing]" in text
     assert "start DB: not in the database" in text
     assert "description: Aggregated ad spend" in text
