@@ -23,13 +23,15 @@ from typing import Any
 from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 3
-"""3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
+SCHEMA_VERSION = 4
+"""4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
+1-trial run).
+3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
 ``integrity``; ``isolation`` (also written by late version-2 files).
 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
-READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -174,6 +176,9 @@ class TaskResult:
     """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
     (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
     it was recorded (those runs had no isolation)."""
+    trial: int = 1
+    """Which of the run's independent trials of this task this is (1-based). Results are
+    addressed by ``(task_id, trial)``; files written before trials existed are trial 1."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -215,7 +220,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
     "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
     "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
-    "verified": (bool, type(None)),
+    "verified": (bool, type(None)), "trial": (int,),
 }
 
 
@@ -227,6 +232,8 @@ def _result_problem(data: Mapping[str, Any]) -> str | None:
         if key in data and (not isinstance(value, types)
                             or (isinstance(value, bool) and bool not in types)):
             return f"{key} is {type(value).__name__}"
+    if "trial" in data and data["trial"] < 1:
+        return f"trial is {data['trial']} (trials count from 1)"
     numbers = [*data.get("durations", {}).values(),
                *(v for k, v in data.get("usage", {}).items() if k != "by_model")]
     if not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool))

@@ -76,7 +76,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     assert old.error == TaskError(Stage.SCORE, ErrorKind.EXCEPTION,
                                   "gold table 'orders' cannot be read", "ScoringError")
     assert old.usage.cost_usd == 0.42 and old.durations["total"] == 252.0
-    assert old.schema_version == SCHEMA_VERSION == 3
+    assert old.schema_version == SCHEMA_VERSION == 4
     path.write_text(V1_TIMEOUT)
     timeout = load_result(path)
     assert timeout is not None and timeout.error is not None
@@ -84,7 +84,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     # Saved again (as a re-score does), the record is written in the current layout.
     save_result(path, old)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 3
+    assert data["schema_version"] == 4
     assert data["error"] == {"stage": "score", "kind": "exception",
                              "message": "gold table 'orders' cannot be read",
                              "exception": "ScoringError"}
@@ -141,3 +141,24 @@ def test_version_2_results_read_as_never_scanned_and_v3_keeps_the_evidence(
     assert data["integrity"] == "suspect" and data["error"]["kind"] == "integrity"
     assert data["integrity_evidence"][0]["source"] == "project/models/m.sql"
     assert load_result(path) == suspect
+
+
+def test_results_before_trials_are_trial_1_and_a_trial_below_1_is_unreadable(
+        tmp_path: Path) -> None:
+    """A result.json written before trials existed (schema 3, no ``trial``) is trial 1 of a
+    1-trial run; a trial number below 1 is a damaged file, re-run rather than misread."""
+    path = tmp_path / "result.json"
+    v3 = TaskResult(task_id="t", status=Status.PASSED, agent="noop", fake_date="2024-09-15",
+                    started_at="s", finished_at="f", passed=True).to_json()
+    v3["schema_version"] = 3
+    del v3["trial"]
+    path.write_text(json.dumps(v3))
+    old = load_result(path)
+    assert old is not None and old.trial == 1
+    save_result(path, replace(old, trial=3))
+    again = load_result(path)
+    assert again is not None and again.trial == 3
+    data = json.loads(path.read_text())
+    for bad in (0, -1, "2", True):
+        path.write_text(json.dumps({**data, "trial": bad}))
+        assert load_result(path) is None, bad
