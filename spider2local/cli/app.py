@@ -241,6 +241,11 @@ POSITIVE_FINITE = PositiveFinite()
               help="Agent sandbox: namespace (refuse to run without it), none, or auto "
                    "(namespace where it works, else none with a warning). Default: the "
                    "suite's, else auto.")
+@click.option("--warm-dbt", type=click.Choice(["on", "off"]),
+              callback=lambda _ctx, _param, value: None if value is None else value == "on",
+              help="A warm dbt server per workspace, forking each dbt call from a process "
+                   "that imported dbt once (default: the suite's, else on); off: every dbt "
+                   "call is a cold process.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,

@@ -42,7 +42,7 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
                api_timeout: float = API_TIMEOUT) -> list[Check]:
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
-        checks += _clock_selftest()
+        checks += [*_clock_selftest(), _warm_dbt(suite)]
     checks.append(_pdeathsig())
     checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
     if check_api:
@@ -116,6 +116,18 @@ def _pdeathsig() -> Check:
     return Check("children die with the runner", False,
                  "no `setpriv --pdeathsig` (util-linux >= 2.33, Linux): after a kill -9, dbt "
                  "lives on until the next command on the run", required=False)
+
+
+def _warm_dbt(suite: Suite) -> Check:
+    """Start a warm dbt server for real (imports, a forked child's clock reset and a DuckDB
+    query under the fake date): whether ``--warm-dbt on`` will speed dbt up here."""
+    from spider2local.clock.warm import probe
+
+    ok, detail = probe()
+    if not suite.defaults.warm_dbt:
+        detail += " (the suite turns it off: warm_dbt = false)"
+    return Check("warm dbt", ok, detail if ok else f"{detail}; dbt runs cold (slower)",
+                 required=False)
 
 
 def _clock_selftest() -> list[Check]:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from spider2local.clock import warm
 from spider2local.dataset.task import TaskSpec
 from spider2local.integrity import guard
 from spider2local.integrity.scan import (
@@ -60,8 +61,9 @@ from spider2local.run.results import (
     save_result,
 )
 from spider2local.run.retry import backoff, nothing_done, should_retry
-from spider2local.run.settings import RunSettings, limits_for, task_skills
+from spider2local.run.settings import RunSettings, limits_for, task_skills, wants_warm_dbt
 from spider2local.run.transcript import Transcript
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
@@ -119,6 +121,20 @@ async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, boo
                             infrastructure=is_machine_fault(exc)), False
 
 
+async def _warm_server(ws: Ws, settings: RunSettings,
+                       transcript: Transcript) -> warm.Server | None:
+    """The workspace's warm dbt server, when the runner starts it: without a sandbox (inside
+    one, the sandbox starts its own). A server that cannot start only costs speed: the shim
+    runs dbt cold and says so."""
+    if warm.SOCKET_ENV not in ws.env or settings.isolation is IsolationMode.NAMESPACE:
+        return None
+    try:
+        return await warm.start_server(ws.env, ws.root)
+    except (OSError, KeyError, ValueError) as exc:
+        transcript.append("warm_dbt", {"unavailable": f"cannot start the server: {exc}"})
+        return None
+
+
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     """Kill stragglers and remove the workspace; shielded so cancellation cannot skip it."""
     ws, state.ws = state.ws, None
@@ -152,6 +168,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                                    templates=settings.templates)
     ws = state.ws
     assert ws is not None
+    if wants_warm_dbt(settings):
+        ws = state.ws = replace(ws, env=warm.warm_env(ws.env, ws.root))
+        await in_thread(warm.prepare_dir, ws.root)
     state.baseline = await in_thread(project_baseline, ws.project_dir)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
@@ -161,8 +180,16 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                        off_limits=state.off_limits)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
-        outcome, timed_out = await _run_agent(factory(), ctx)
+        server = await _warm_server(ws, settings, transcript)
+        try:
+            outcome, timed_out = await _run_agent(factory(), ctx)
+        finally:
+            if server is not None:
+                await server.stop()
     await areap(ws.root)
+    if warm.SOCKET_ENV in ws.env:
+        transcript.append("warm_dbt", await in_thread(warm.report, ws.root,
+                                                      warm.runs_dir(ws.env)))
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out

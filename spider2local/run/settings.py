@@ -47,6 +47,8 @@ class RunSettings:
     """Extended thinking tokens per reply; None: off. A task's own setting wins."""
     templates: bool = False
     """``--templates``: a starting SQL file for each declared model without one."""
+    warm_dbt: bool = True
+    """A warm dbt server per workspace (``--warm-dbt``, ``[run] warm_dbt``)."""
     prompts_dir: Path | None = None
     skills_dir: Path | None = None
     """``--prompts DIR`` / ``--skills DIR``: a kit to use instead of the bundled one (an A/B
@@ -77,7 +79,7 @@ class RunSettings:
             "retries": defaults.retries, "max_turns": defaults.max_turns,
             "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
             "verify_rounds": defaults.verify_rounds, "skills": tuple(skills),
-            "thinking_budget": defaults.thinking_budget}
+            "thinking_budget": defaults.thinking_budget, "warm_dbt": defaults.warm_dbt}
         base.update({k: v for k, v in overrides.items() if v is not None})
         if not _capabilities(base["agent"]).model:
             base["model"] = None  # only an agent that calls a model records one, --model or not
@@ -88,6 +90,15 @@ def _capabilities(agent: str) -> Capabilities:
     """The agent's declared capabilities. The plan has already refused unknown names; an agent
     given to the runner directly (tests, a library user's factory) declares nothing."""
     return capabilities(agent) if agent in agent_names() else Capabilities()
+
+
+def wants_warm_dbt(settings: RunSettings) -> bool:
+    """Whether each workspace gets a warm dbt server: asked for, and an agent that calls a
+    model (many dbt calls: build, read the error, fix, build again). The offline agents run
+    one ``dbt run`` per task, which a server cannot speed up (it pays the same imports once,
+    plus its own start-up, competing with the other tasks for the CPU: benchmarks/bench_dbt.py
+    measures the reference agent's whole run both ways)."""
+    return settings.warm_dbt and _capabilities(settings.agent).model
 
 
 def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:

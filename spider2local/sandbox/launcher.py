@@ -84,6 +84,19 @@ class SandboxSpec:
     """Variables to remove before exec (the SDK can only blank inherited ones)."""
     extra_system: tuple[Path, ...] = field(default=())
     """Additional read-only folders of the system (found at build time, e.g. DNS config)."""
+    services: tuple[Service, ...] = ()
+    """Started in the background inside the sandbox, just before the program (the warm dbt
+    server): they see exactly what the program sees and die with its PID namespace."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """A background process of the sandbox: its argv, environment and log file (stdout and
+    stderr; stdin is /dev/null, so it never holds the program's pipes open)."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    log: Path
 
 
 def _tool(name: str) -> str:
@@ -199,8 +212,27 @@ cd /
 %(umount)s -l /.old
 cd "$here"
 %(unset)s
-exec %(unshare)s --user --map-root-user --mount -- %(program)s "$@"
+exec %(unshare)s --user --map-root-user --mount -- %(exec)s "$@"
 """
+
+
+def services_exec(spec: SandboxSpec, program: str) -> str:
+    """How the nested namespace starts: the program alone, or first the spec's services in the
+    background (in the same, nested, user and mount namespaces as the program: what the
+    program cannot unmount, neither can they) and then the program as the same process, so it
+    stays PID 1 of the sandbox."""
+    if not spec.services:
+        return program
+    q = shlex.quote
+    lines = []
+    for service in spec.services:
+        assignments = " ".join(f"{name}={q(value)}" for name, value in service.env
+                               if _ENV_NAME.fullmatch(name))
+        lines.append(f"env -i {assignments} {' '.join(q(a) for a in service.argv)} "
+                     f"</dev/null >>{q(str(service.log))} 2>&1 &")
+    script = "\n".join([*lines, 'exec "$0" "$@"'])
+    return f"/bin/sh -c {q(script)} {program}"
+
 
 
 def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
@@ -221,7 +253,7 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
         "hidden_ro": "\n".join(f'$MOUNT -o remount,ro "$R"{q(str(m.path))}' for m in hidden),
         "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
         "unset": f"unset {' '.join(names)}" if names else ":",
-        "unshare": q(paths["unshare"]), "program": q(str(spec.program))})
+        "unshare": q(paths["unshare"]), "exec": services_exec(spec, q(str(spec.program)))})
     return "\n".join(lines)
 
 
@@ -234,7 +266,7 @@ class Launcher:
     def __init__(self, spec: SandboxSpec, parent: Path | None = None) -> None:
         extra_ro = [Path(paths) for paths in tools().values()]
         self.spec = SandboxSpec(spec.program, (*spec.read_only, *extra_ro), spec.writable,
-                                spec.hidden, spec.unset_env, spec.extra_system)
+                                spec.hidden, spec.unset_env, spec.extra_system, spec.services)
         self.folder = Path(tempfile.mkdtemp(prefix="spider2local-sandbox-", dir=parent))
         try:
             (self.folder / ROOT_NAME).mkdir()

@@ -91,7 +91,7 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
     d = RunDefaults()
     r.keys(tbl, "run.", {"jobs", "timeout", "max_turns", "model", "agent", "retries", "date",
                          "max_budget_usd", "verify_rounds", "skills", "isolation",
-                         "thinking_budget"})
+                         "thinking_budget", "warm_dbt"})
     skills = r.get(tbl, "skills", list, None, key="run.skills")
     return RunDefaults(
         jobs=r.positive(tbl, "jobs", int, d.jobs, "run.jobs"),
@@ -107,6 +107,7 @@ def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
         skills=None if skills is None else r.strings(skills, "run.skills"),
         isolation=r.choice(tbl, "isolation", Isolation, "run.") or d.isolation,
         thinking_budget=r.thinking(tbl, "run.thinking_budget"),
+        warm_dbt=r.get(tbl, "warm_dbt", bool, d.warm_dbt, key="run.warm_dbt"),
     )
 
 

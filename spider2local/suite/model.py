@@ -76,6 +76,9 @@ class RunDefaults:
     """The agent sandbox: auto, namespace or none (:mod:`spider2local.sandbox.isolation`)."""
     thinking_budget: int | None = None
     """Extended thinking tokens per model reply; ``None`` (the default) turns thinking off."""
+    warm_dbt: bool = True
+    """A warm dbt server per workspace (:mod:`spider2local.clock.warm`); false: every dbt call
+    is a cold process (``--warm-dbt off``, for comparison)."""
 
 
 @dataclass(frozen=True)

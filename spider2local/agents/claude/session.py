@@ -54,11 +54,12 @@ from spider2local.agents.claude.support import (
     sweep,
 )
 from spider2local.agents.registry import Capabilities
+from spider2local.clock import warm
 from spider2local.exceptions import AgentError
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
-from spider2local.sandbox.launcher import Launcher
+from spider2local.sandbox.launcher import Launcher, Service
 from spider2local.sandbox.spec import agent_spec
 
 __all__ = ["ClaudeAgent", "cli_version"]
@@ -254,7 +255,8 @@ class ClaudeAgent:
         if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
             hidden += [ctx.workspace.start_copy.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
-                          hidden=hidden, unset_env=blanked(env))
+                          hidden=hidden, unset_env=blanked(env),
+                          services=warm_services(env, ctx.workspace.root))
         return Launcher(spec)
 
     async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
@@ -320,6 +322,16 @@ class ClaudeAgent:
             if message.is_error:
                 state.on_error_result(message.subtype, message.api_error_status,
                                       message.result or "; ".join(message.errors or []))
+
+
+def warm_services(env: dict[str, str], root: Path) -> tuple[Service, ...]:
+    """The workspace's warm dbt server, started by the sandbox beside the CLI, with the CLI's
+    own environment (what every Bash tool and so every dbt call of the session inherits)."""
+    if warm.SOCKET_ENV not in env:
+        return ()
+    warm.prepare_dir(root)
+    argv, server_env = warm.server_command({k: v for k, v in env.items() if v}, root)
+    return (Service(tuple(argv), tuple(sorted(server_env.items())), warm.log_path(root)),)
 
 
 def _retry_note(data: dict[str, Any]) -> str:
