@@ -46,6 +46,10 @@ SOCKET_ENV = "SPIDER2LOCAL_WARM_DBT"
 LIBRARY_ENV = "SPIDER2LOCAL_LIBFAKETIME"
 REAL_DBT_ENV = "SPIDER2LOCAL_REAL_DBT"
 RUNS_ENV = "SPIDER2LOCAL_DBT_RUNS"
+STARTING_NAME = "starting"
+"""Beside the socket while the server imports: its pid. A call then waits for the server
+instead of running cold beside it (both would pay the same imports, on the same CPUs)."""
+START_WAIT = 90.0
 NOTE_NAME = "warm-dbt.txt"
 """In ``SPIDER2LOCAL_DBT_RUNS``: the one note of why a call went cold (the runner reads it)."""
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -309,13 +313,15 @@ class Server:
             return f"start-up variables differ: {', '.join(sorted({n for n, _ in names}))}"
         return None
 
-    def serve(self) -> None:
+    def serve(self, starting: str) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         temporary = f"{self.path}.{os.getpid()}.tmp"
         with _removing(temporary):
             listener.bind(_address(temporary))
             listener.listen(64)
             os.replace(temporary, self.path)  # appears only once it listens
+        with _ignoring(OSError):
+            os.unlink(starting)
         self.say(f"serving {self.path} (pid {os.getpid()}, protocol {PROTOCOL})")
         mine = os.stat(self.path).st_ino
 
@@ -544,16 +550,21 @@ def serve_main(args: list[str]) -> int:
         if options.get("--log") else sys.stderr  # type: ignore[assignment]  # noqa: SIM115
     with _ignoring(OSError):
         os.setsid()  # its own session: a kill of the starter's group is not the server's end
+    starting = os.path.join(os.path.dirname(path), STARTING_NAME)
+    with _ignoring(OSError), open(starting, "w", encoding="utf-8") as marker:
+        marker.write(f"{os.getpid()}\n")
     try:
         server = Server(path, real_dbt, log)
         server.preload()
         server.self_test()
         rss = _rss_kib()
         server.say(f"ready: resident {rss} KiB")
-        server.serve()
+        server.serve(starting)
     except Refused as exc:
         log.write(f"warm dbt unavailable: {exc}\n")
         log.flush()
+        with _ignoring(OSError):
+            os.unlink(starting)
         return 3
     except ChildExit as done:
         _end_child(done.code)
@@ -606,8 +617,30 @@ def cold(argv: list[str], reason: str | None) -> None:
     os.execve(real, [real, *argv], env)
 
 
+def _await_server(path: str) -> str | None:
+    """None once ``path`` is a socket; why not otherwise. A server still importing (its
+    ``starting`` marker names a live process) is waited for, up to :data:`START_WAIT`."""
+    starting = os.path.join(os.path.dirname(path), STARTING_NAME)
+    deadline = time.monotonic() + START_WAIT
+    while True:
+        if os.path.exists(path):
+            return None
+        try:
+            with open(starting, encoding="utf-8") as marker:
+                pid = int(marker.read().strip() or "0")
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return f"no server socket at {path}"
+        if time.monotonic() > deadline:
+            return f"the server was still starting after {START_WAIT:g}s"
+        time.sleep(0.05)
+
+
 def client(argv: list[str]) -> int:
     path = os.environ.get(SOCKET_ENV, "")
+    waited = _await_server(path)
+    if waited is not None:
+        cold(argv, waited)
     env = dict(os.environ)
     env["LD_PRELOAD"] = env.get(LIBRARY_ENV, "")
     request = {"protocol": PROTOCOL, "argv": argv, "env": env,

@@ -557,7 +557,7 @@ def test_run_id_alone_resumes_with_the_options_the_run_recorded(tmp_path: Path) 
         write_task(root, tid)
     first = cli("--dataset", str(root), "run", "--agent", "noop", "--shard", "1/2",
                 "--keep-db", "--timeout", "77", "--jobs", "1", "--runs-dir", "runs",
-                "--run-id", "r", cwd=tmp_path)
+                "--run-id", "r", "--warm-dbt", "off", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     run_dir = tmp_path / "runs" / "r"
     assert sorted(results(run_dir)) == ["t1", "t3"]
@@ -572,6 +572,7 @@ def test_run_id_alone_resumes_with_the_options_the_run_recorded(tmp_path: Path) 
     assert (run_dir / "t3" / "result.duckdb").is_file()  # --keep-db remembered
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["agent"] == "noop" and manifest["settings"]["timeout"] == 77
+    assert manifest["settings"]["warm_dbt"] is False  # --warm-dbt off remembered too
     assert manifest["dataset"] == str(root)
     assert manifest["selection"]["ids"] == ["t1", "t3"]
     assert [s["argv"] for s in manifest["sessions"]][1] == ["run", "--run-id", "r",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spider2local.sandbox.launcher import Kind, Launcher, Mount, SandboxSpec, plan_mounts
+from spider2local.sandbox.launcher import Kind, Launcher, Mount, SandboxSpec, Service, plan_mounts
 from spider2local.sandbox.probe import probe
 
 needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: "
@@ -183,3 +183,31 @@ def test_the_launcher_is_private_and_removed(tmp_path: Path) -> None:
     assert launcher.folder.stat().st_mode & 0o777 == 0o700
     launcher.remove()
     assert not launcher.folder.exists()
+
+
+@needs_namespaces
+def test_a_service_runs_inside_beside_the_program_and_dies_with_it(tmp_path: Path) -> None:
+    """The warm dbt server's way in: started before the program, in the same (nested)
+    namespaces, with exactly its own environment, its output in its log; the program stays
+    PID 1, so the service dies with the sandbox."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    log = ws / "service.log"
+    service = Service(("/bin/sh", "-c", f'echo "pid=$$ env=$SERVICE_VAR:${{RUNNER_SECRET-}}"; '
+                                        f'touch {ws}/started; exec sleep 300'),
+                      (("SERVICE_VAR", "it's mine"), ("PATH", "/usr/bin:/bin")), log)
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,),
+                                    services=(service,)))
+    try:
+        done = inside(launcher, ws, f"""
+            while ! test -e {ws}/started; do sleep 0.05; done
+            echo "me=$$"
+            ps -o args= | grep -cx 'sleep 300'
+        """, RUNNER_SECRET="leaked")
+    finally:
+        launcher.remove()
+    assert done.returncode == 0, done.stderr
+    assert "me=1" in done.stdout and "\n1\n" in done.stdout
+    assert log.read_text().startswith("pid=") and "env=it's mine:\n" in log.read_text()
+    assert not any(b"sleep 300" in p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline")
+                   if p.exists())  # died with the sandbox

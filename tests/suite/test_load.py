@@ -97,6 +97,7 @@ def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     ("[run]\nisolation = 'docker'\n", "run.isolation: 'docker' is not one of auto, namespace, "
      "none"),
     ("[run]\nisolation = true\n", "run.isolation: must be a string"),
+    ("[run]\nwarm_dbt = 'off'\n", "run.warm_dbt: must be true or false, not a string"),
     ("[run]\nthinking_budget = 100\n", "run.thinking_budget: must be at least 1024 tokens"),
     ("[run]\nthinking_budget = '4k'\n", "run.thinking_budget: must be an integer"),
     ("[tasks.x]\nthinking_budget = 0\n", "tasks.x.thinking_budget: must be at least 1024"),
@@ -135,6 +136,21 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == bundled_suite_path()
     local = write(tmp_path, "schema = 1\n")
     assert default_suite_path(tmp_path) == local
+
+
+def test_warm_dbt_is_on_unless_the_suite_or_the_command_line_turns_it_off(
+        tmp_path: Path) -> None:
+    """And only agents that call a model get a server (the offline agents run one dbt call)."""
+    from spider2local.run.settings import RunSettings, wants_warm_dbt
+
+    assert load_suite(write(tmp_path, "schema = 1\n")).defaults.warm_dbt is True
+    off = load_suite(write(tmp_path, "[run]\nwarm_dbt = false\n")).defaults
+    assert off.warm_dbt is False
+    assert RunSettings.from_defaults(off, (), agent="claude").warm_dbt is False
+    on = RunSettings.from_defaults(off, (), agent="claude", warm_dbt=True)
+    assert on.warm_dbt and wants_warm_dbt(on)
+    assert not wants_warm_dbt(RunSettings.from_defaults(off, (), agent="reference",
+                                                        warm_dbt=True))
 
 
 def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import pytest
 from spider2local.agents.claude import prompts
 from spider2local.agents.claude.support import MARKER_ENV, SessionState, cli_env
 from spider2local.agents.registry import capabilities, make_agent
+from spider2local.clock import warm
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
@@ -183,6 +184,29 @@ def run_agent(ctx: AgentContext, deadline: float = 120, **options: Any) -> Agent
     return anyio.run(go)
 
 
+def with_warm_dbt(ctx: AgentContext) -> AgentContext:
+    """``ctx`` with the workspace's warm dbt server named, as the runner gives it."""
+    ws = ctx.workspace
+    return dataclasses.replace(ctx, workspace=dataclasses.replace(
+        ws, env=warm.warm_env(ws.env, ws.root)))
+
+
+def run_agent_warm(ctx: AgentContext, deadline: float = 120) -> AgentOutcome:
+    """:func:`run_agent` with the warm dbt server started where the runner starts it: inside
+    the sandbox by the session itself, else by the runner (here, this test)."""
+    async def go() -> AgentOutcome:
+        server = None
+        if ctx.isolation is not IsolationMode.NAMESPACE:
+            server = await warm.start_server(ctx.workspace.env, ctx.workspace.root)
+        try:
+            with anyio.fail_after(deadline):
+                return await make_agent("claude").run(ctx)
+        finally:
+            if server is not None:
+                await server.stop()
+    return anyio.run(go)
+
+
 def transcript_kinds(ctx: AgentContext) -> list[str]:
     return [json.loads(line)["kind"] for line in ctx.transcript.path.read_text().splitlines()]
 
@@ -220,7 +244,7 @@ def test_writes_builds_queries_verifies_and_passes(
     assert task.solution_dir is not None and task.gold is not None
     model_sql = (task.solution_dir / "models" / "membership_status.sql").read_text()
     with FakeAnthropic({"main": [], "verifier": []}, route=ROUTE) as fake:
-        ctx = workspace(task, fake.env(), isolation)
+        ctx = with_warm_dbt(workspace(task, fake.env(), isolation))
         target = ctx.workspace.project_dir / "models" / "membership_status.sql"
         fake.conversations["main"] = [
             reply("Writing the model.", tool("Write", file_path=str(target), content=model_sql),
@@ -242,13 +266,17 @@ def test_writes_builds_queries_verifies_and_passes(
             reply("All declared columns present.\nVERDICT: PASS", input_tokens=900,
                   output_tokens=20, cache_read_tokens=100),
         ]
-        outcome = run_agent(ctx)
+        outcome = run_agent_warm(ctx)
         totals = fake.totals()
         main = fake.conversation_requests("main")
         verifier = fake.conversation_requests("verifier")
 
     assert outcome.error is None and not outcome.infrastructure
     assert outcome.verified is True
+    # The agent's `dbt run` was served by the workspace's warm server, inside the sandbox too.
+    served = warm.report(ctx.workspace.root, warm.runs_dir(ctx.workspace.env))
+    assert served["calls"] == 1 and "cold_note" not in served, served
+    assert served["resident_kib"] > 10_000
     # Scored like the runner does: the official semantics on the built database.
     checkpoint_database(ctx.workspace.database, root=ctx.workspace.root)
     score = score_database(ctx.workspace.database, task.gold.db, task.gold.params)
