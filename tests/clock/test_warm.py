@@ -152,7 +152,7 @@ def records(project: Path) -> list[tuple[str, list[tuple[str, str, str | None]]]
 
 def same(cold: Call, hot: Call) -> None:
     assert hot.code == cold.code, (cold.stdout[-2000:], hot.stdout[-2000:], hot.stderr)
-    for name in ("tiny.duckdb", "other.duckdb"):
+    for name in ("tiny.duckdb", "other.duckdb", "models/sub/tiny.duckdb"):
         assert tables(hot.project / name) == tables(cold.project / name)
     assert records(hot.project) == records(cold.project)
 
@@ -180,8 +180,11 @@ def test_warm_calls_see_and_do_what_cold_calls_do(server: Server, tmp_path: Path
         if args == ["nosuchcommand"]:
             assert hot.stderr == cold.stderr
     assert server.calls() == before + len(cases)  # every warm call was served warm
-    with duckdb.connect(str(warm_project / "tiny.duckdb"), read_only=True) as con:
+    # the profile's ./tiny.duckdb is relative to the working folder: the subfolder's call
+    # built its own database there, warm as cold
+    with duckdb.connect(str(warm_project / "models/sub/tiny.duckdb"), read_only=True) as con:
         assert con.execute("select d, v from today").fetchall() == [(DATE, "third")]
+    with duckdb.connect(str(warm_project / "tiny.duckdb"), read_only=True) as con:
         parse_tables = [r[0] for r in con.execute(
             "select table_name from information_schema.tables where table_name like 'parse%'"
         ).fetchall()]

@@ -47,6 +47,7 @@ from spider2local.agents.claude import apicheck, prompts
 from spider2local.agents.claude.dbtools import QueryLimits, QueryService
 from spider2local.agents.claude.pricing import UsageTracker
 from spider2local.agents.claude.support import (
+    CLAUDE_PASS_ENV,
     CREDENTIAL_VARS,
     SessionState,
     blanked,
@@ -326,11 +327,14 @@ class ClaudeAgent:
 
 def warm_services(env: dict[str, str], root: Path) -> tuple[Service, ...]:
     """The workspace's warm dbt server, started by the sandbox beside the CLI, with the CLI's
-    own environment (what every Bash tool and so every dbt call of the session inherits)."""
+    own environment (what every Bash tool and so every dbt call of the session inherits; the
+    sweep marker included, so the session's sweep ends it too) minus its API credentials and
+    settings, which the server has no use for and the launcher script would then hold."""
     if warm.SOCKET_ENV not in env:
         return ()
     warm.prepare_dir(root)
-    argv, server_env = warm.server_command({k: v for k, v in env.items() if v}, root)
+    argv, server_env = warm.server_command(
+        {k: v for k, v in env.items() if v and k not in CLAUDE_PASS_ENV}, root)
     return (Service(tuple(argv), tuple(sorted(server_env.items())), warm.log_path(root)),)
 
 

@@ -651,3 +651,22 @@ def test_tool_calls_are_counted_as_announced() -> None:
     state.on_tool_use("t1", "Bash", {"command": "echo hi"})
     state.on_error_result("success", 529, "API Error: overloaded")
     assert state.infrastructure and state.tools_called == 1
+
+
+def test_the_sandbox_starts_the_warm_dbt_server_without_the_api_credentials(
+        tmp_path: Path) -> None:
+    from spider2local.agents.claude.session import warm_services
+
+    env = {"PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": "x",
+           MARKER_ENV: "m1", "BLANKED": "", "SPIDER2LOCAL_FAKE_DATE": "2024-01-15",
+           "SPIDER2LOCAL_LIBFAKETIME": "/lib/libfaketime.so.1",
+           "SPIDER2LOCAL_REAL_DBT": "/venv/bin/dbt"}
+    assert warm_services(env, tmp_path) == ()  # no socket named: no server
+    (service,) = warm_services(warm.warm_env(env, tmp_path), tmp_path)
+    given = dict(service.env)
+    assert "ANTHROPIC_API_KEY" not in given and "ANTHROPIC_BASE_URL" not in given
+    assert "BLANKED" not in given and given[MARKER_ENV] == "m1"  # the sweep finds it too
+    assert given["LD_PRELOAD"] == "/lib/libfaketime.so.1"
+    assert given["FAKETIME"] == "@2024-01-15 12:00:00"
+    assert service.argv[1].endswith("warmdbt.py") and service.argv[2] == "serve"
+    assert service.log == warm.log_path(tmp_path) and (tmp_path / warm.WARM_DIR).is_dir()
