@@ -32,6 +32,7 @@ from spider2local.run.results import (
     keep_traceback,
     save_result,
 )
+from spider2local.run.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Rescored:
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
-    from spider2local.evaluation import score_database, to_json
+    from spider2local.evaluation import score_database
 
     db, task = folder.result_db(old.task_id), data.get(old.task_id)
     if not db.is_file():
@@ -60,10 +61,8 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
         error = None
-    status = Status.TIMEOUT if old.status is Status.TIMEOUT else \
-        Status.PASSED if score.passed else Status.FAILED
-    new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
-                  tables_total=score.tables_total, score=to_json(score), error=error)
+    verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
+    new = replace(old, **verdict.fields())
     save_result(folder.result_path(old.task_id), new)
     return Rescored(old.task_id, new)
 
