@@ -46,8 +46,9 @@ from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_machine_fault
-from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.folder import RunFolder
 from spider2local.run.layout import QUERIES, TRANSCRIPT
+from spider2local.run.manifest import now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
     ErrorKind,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from spider2local.cli.app import setting_options
 from spider2local.exceptions import SuiteError
+from spider2local.run.manifest import RunManifest
 from spider2local.run.resume import check_resumable, differences, must_match, remembered
 from spider2local.run.settings import RunSettings
 from spider2local.suite import options
@@ -57,19 +59,19 @@ def test_a_setting_added_to_the_table_is_a_suite_key_a_flag_and_a_resume_rule(
     given = RunSettings.from_defaults(suite.defaults, (), agent="noop", warmup_rounds=9)
     assert given.value("warmup_rounds") == 9
     # a resume rule: remembered when left out, compared because it must match
-    manifest = {"agent": "noop", "settings": settings.to_json(), "tasks": []}
+    manifest = RunManifest(agent="noop", settings=settings.to_json())
     assert remembered(manifest)["warmup_rounds"] == 7
     assert "colour" not in remembered(manifest)  # free: each invocation chooses
     assert "warmup_rounds" in [name for name, _ in must_match()]
-    changed = {**manifest, "settings": given.to_json()}
+    changed = replace(manifest, settings=given.to_json())
     assert differences(manifest, changed) == ["warmup_rounds 9 (run made with 7)"]
     with pytest.raises(Exception, match="cannot be resumed with different settings"):
         from spider2local.run.folder import RunFolder
 
         check_resumable(manifest, changed, RunFolder.at(tmp_path, "r"))
     # a run made before the setting existed ran with its default: resumable with it
-    older = {"agent": "noop", "settings": {}, "tasks": []}
-    assert differences(older, {"agent": "noop", "settings": {"warmup_rounds": 4}}) == []
+    older = RunManifest(agent="noop")
+    assert differences(older, RunManifest(agent="noop", settings={"warmup_rounds": 4})) == []
 
 
 def test_a_setting_added_before_the_cli_loads_is_a_real_flag_of_run() -> None:
