@@ -110,7 +110,7 @@ def reference_suite(warm_on: bool, runs: Path) -> float:
     suite = load_suite(bundled_suite_path())
     plan = plan_run(suite, load_dataset(suite), agent="reference", runs_dir=runs,
                     run_id=f"warm-{warm_on}", warm_dbt=warm_on)
-    runner.wants_warm_dbt = lambda settings: settings.warm_dbt  # type: ignore[assignment]
+    runner.wants_warm_dbt = lambda settings: settings.value("warm_dbt")  # type: ignore[assignment]
     started = time.monotonic()
     anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
     return time.monotonic() - started

@@ -124,7 +124,7 @@ def _warm_dbt(suite: Suite) -> Check:
     from spider2local.clock.warm import probe
 
     ok, detail = probe()
-    if not suite.defaults.warm_dbt:
+    if not suite.defaults.get("warm_dbt"):
         detail += " (the suite turns it off: warm_dbt = false)"
     return Check("warm dbt", ok, detail if ok else f"{detail}; dbt runs cold (slower)",
                  required=False)

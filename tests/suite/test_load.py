@@ -43,7 +43,7 @@ smoke = ["a001"]
 """)
     suite = load_suite(path)
     assert suite.dataset == (tmp_path / "data" / "spider2-dbt").resolve()
-    assert suite.defaults.jobs == 2 and suite.defaults.timeout == 600.0
+    assert suite.defaults.get("jobs") == 2 and suite.defaults.get("timeout") == 600.0
     assert suite.defaults.date == dt.date(2024, 9, 1)
     assert suite.defaults.skills == ("dbt-workflow",)
     assert suite.settings("a001").date == dt.date(2024, 8, 27)
@@ -58,7 +58,7 @@ smoke = ["a001"]
 def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     suite = load_suite(write(tmp_path, "schema = 1\n"))
     assert suite.dataset == SAMPLE
-    assert suite.defaults.jobs == 3
+    assert suite.defaults.get("jobs") == 3
     assert suite.with_dataset(str(tmp_path)).dataset == tmp_path
     assert suite.with_dataset("sample").dataset == SAMPLE
 
@@ -124,7 +124,7 @@ def test_isolation_defaults_to_auto_and_is_read(tmp_path: Path) -> None:
 
 def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:
     suite = load_suite(write(tmp_path, "[run]\nretries = 0\nverify_rounds = 0\n"))
-    assert (suite.defaults.retries, suite.defaults.verify_rounds) == (0, 0)
+    assert (suite.defaults.get("retries"), suite.defaults.get("verify_rounds")) == (0, 0)
 
 
 def test_missing_suite_file(tmp_path: Path) -> None:
@@ -143,12 +143,12 @@ def test_warm_dbt_is_on_unless_the_suite_or_the_command_line_turns_it_off(
     """And only agents that call a model get a server (the offline agents run one dbt call)."""
     from spider2local.run.settings import RunSettings, wants_warm_dbt
 
-    assert load_suite(write(tmp_path, "schema = 1\n")).defaults.warm_dbt is True
+    assert load_suite(write(tmp_path, "schema = 1\n")).defaults.get("warm_dbt") is True
     off = load_suite(write(tmp_path, "[run]\nwarm_dbt = false\n")).defaults
-    assert off.warm_dbt is False
-    assert RunSettings.from_defaults(off, (), agent="claude").warm_dbt is False
+    assert off.get("warm_dbt") is False
+    assert RunSettings.from_defaults(off, (), agent="claude").value("warm_dbt") is False
     on = RunSettings.from_defaults(off, (), agent="claude", warm_dbt=True)
-    assert on.warm_dbt and wants_warm_dbt(on)
+    assert on.value("warm_dbt") is True and wants_warm_dbt(on)
     assert not wants_warm_dbt(RunSettings.from_defaults(off, (), agent="reference",
                                                         warm_dbt=True))
 
@@ -159,8 +159,9 @@ def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> N
     from spider2local.run.settings import RunSettings, limits_for
 
     default = load_suite(write(tmp_path, "schema = 1\n"))
-    assert default.defaults.thinking_budget is None and default.defaults.max_turns == 150
-    assert load_suite(bundled_suite_path()).defaults.max_turns == 150
+    assert default.defaults.get("thinking_budget") is None
+    assert default.defaults.get("max_turns") == 150
+    assert load_suite(bundled_suite_path()).defaults.get("max_turns") == 150
     suite = load_suite(write(tmp_path, "[run]\nthinking_budget = 2048\n"
                                        "[tasks.big]\nthinking_budget = 8000\nmax_turns = 300\n"))
     settings = RunSettings.from_defaults(suite.defaults, (), agent="noop")
