@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -36,10 +37,27 @@ def bundled_suite_path() -> Path:
     return resource_dir("tasks.toml")
 
 
+SUITE_FILE = "tasks.toml"
+
+
+def find_suite_file(cwd: Path | None = None) -> Path | None:
+    """The nearest ``tasks.toml`` in ``cwd`` or one of its parents, as pytest, dbt and git
+    search upward: run from ``models/`` of a project, the project's suite one level up is the
+    one meant, and falling back to the bundled sample suite there spent money on the wrong
+    suite. Anything of that name counts (a folder or a FIFO too: loading it then names it,
+    where skipping it ran another suite in silence)."""
+    start = (cwd or Path.cwd()).absolute()
+    for folder in (start, *start.parents):
+        candidate = folder / SUITE_FILE
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
 def default_suite_path(cwd: Path | None = None) -> Path:
-    """``./tasks.toml`` when present, else the embedded default suite."""
-    local = (cwd or Path.cwd()) / "tasks.toml"
-    return local if local.is_file() else bundled_suite_path()
+    """The nearest ``tasks.toml`` (:func:`find_suite_file`), else the embedded default
+    suite."""
+    return find_suite_file(cwd) or bundled_suite_path()
 
 
 def load_suite(path: Path) -> Suite:
