@@ -75,7 +75,11 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         Status.PASSED if score.passed else Status.FAILED
     new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
                   tables_total=score.tables_total, score=to_json(score), error=error)
-    save_result(folder.result_path(old.task_id), new)
+    try:
+        save_result(folder.result_path(old.task_id), new)
+    except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
+        return Rescored(old.task_id, None, f"cannot write its result.json: "
+                                           f"{exc.strerror or exc}; the recorded verdict stays")
     return Rescored(old.task_id, new)
 
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 
 from spider2local.cli.app import POSITIVE_FINITE
 from tests.cli.test_app import assert_one_line_error, run_cli
-from tests.helpers import write_task
+from tests.helpers import full_disk_prefix, write_task
 
 Build = Callable[..., Path]
 
@@ -142,3 +146,150 @@ def test_absolute_profile_path_never_writes_the_dataset(tiny_dataset: Build,
     result = json.loads((tmp_path / "runs" / "r1" / "abs001" / "result.json").read_text())
     assert result["passed"] is True, result  # dbt built orders: in the workspace's copy
     assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_task_folder_that_is_a_symlink_never_stops_the_run(tiny_dataset: Build,
+                                                             tmp_path: Path, target: str) -> None:
+    root = tiny_dataset("a001", "b001")
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere" if target == "outside" else run_dir / "b001"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("important")
+    (run_dir / "a001").symlink_to(elsewhere)
+    code, stderr, _ = noop_run(root, tmp_path)
+    assert code == 0 and "Traceback" not in stderr, stderr
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["finished_at"] is not None and manifest["interrupted"] is False
+    for tid in ("a001", "b001"):
+        assert not (run_dir / tid).is_symlink()
+        assert json.loads((run_dir / tid / "result.json").read_text())["status"] == "failed"
+    if target == "outside":
+        assert (elsewhere / "keep.txt").read_text() == "important"
+
+
+# --- one line, never a traceback (issue 20) ------------------------------------------------
+
+def cli_to(stdout: Any, *args: str, cwd: Path, prefix: Sequence[str] = (),
+           env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI with stdout going to ``stdout`` (a file object, e.g. /dev/full)."""
+    return subprocess.run([*prefix, sys.executable, "-m", "spider2local", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
+                          check=False)
+
+
+def test_suite_that_is_a_fifo_or_dev_zero_is_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "suite.fifo"
+    os.mkfifo(fifo)
+    assert_one_line_error(run_cli("--suite", str(fifo), "list", cwd=tmp_path),
+                          f"{fifo}: is not a regular file (a FIFO")
+    assert_one_line_error(run_cli("--suite", "/dev/zero", "list", cwd=tmp_path),
+                          "/dev/zero: is not a regular file")
+    big = tmp_path / "big.toml"
+    with big.open("wb") as fh:
+        fh.truncate(17 * 1024 * 1024)
+    assert_one_line_error(run_cli("--suite", str(big), "list", cwd=tmp_path),
+                          "is larger than 16 MiB")
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_local_tasks_toml_that_is_not_a_file_is_named_not_ignored(tmp_path: Path,
+                                                                    kind: str) -> None:
+    local = tmp_path / "tasks.toml"
+    if kind == "folder":
+        local.mkdir()
+    else:
+        os.mkfifo(local)
+    proc = run_cli("list", cwd=tmp_path)
+    assert_one_line_error(proc, f"{local}: is ")
+    assert proc.stdout == ""  # the bundled suite was not listed instead
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["run", "--nosuch"], "No such option '--nosuch'. (see `spider2local run --help`)"),
+    (["score"], "Missing argument 'TARGET'. (see `spider2local score --help`)"),
+    (["frobnicate"], "No such command 'frobnicate'. (see `spider2local --help`)"),
+    (["run", "--jobs", "x"], "Invalid value for '--jobs': 'x' is not a valid integer"),
+])
+def test_usage_errors_are_one_line_naming_the_fix(tmp_path: Path, args: list[str],
+                                                  fragment: str) -> None:
+    proc = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(proc, "spider2local: error: ", fragment)
+
+
+@pytest.fixture
+def dev_full() -> Iterator[Any]:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as fh:
+        yield fh
+
+
+def test_stdout_on_a_full_disk_is_one_line(finished_run: tuple[Path, Path], dev_full: Any,
+                                          tmp_path: Path) -> None:
+    root, run_dir = finished_run
+    message = "spider2local: error: cannot write the output: No space left on device"
+    for args in (["report", str(run_dir)], ["report", str(run_dir), "--format", "json"],
+                 ["--dataset", str(root), "list"]):
+        assert_one_line_error(cli_to(dev_full, *args, cwd=tmp_path), message)
+    proc = cli_to(dev_full, "--dataset", str(root), "run", "--agent", "noop", "--runs-dir",
+                  str(tmp_path / "other"), "--run-id", "x", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(message)  # after the progress lines
+    assert json.loads((tmp_path / "other" / "x" / "run.json").read_text())["finished_at"]
+
+
+def test_run_json_that_is_not_utf8_is_one_line_everywhere(finished_run: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    root, run_dir = finished_run
+    (run_dir / "run.json").write_bytes(b'{"run_id": "r1\xff\xfe"}')
+    problem = f"{run_dir / 'run.json'}: not a usable run.json: not UTF-8 text"
+    for args in (["report", str(run_dir)], ["compare", str(run_dir), str(run_dir)],
+                 ["--dataset", str(root), "score", str(run_dir)],
+                 ["--dataset", str(root), "run", "--agent", "noop", "--runs-dir",
+                  str(run_dir.parent), "--run-id", "r1"],
+                 ["merge", str(run_dir), "--into", str(tmp_path / "merged")]):
+        assert_one_line_error(run_cli(*args, cwd=tmp_path), problem)
+
+
+def test_nan_in_a_result_json_leaves_that_task_unfinished(finished_run: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    _, run_dir = finished_run
+    result = run_dir / "a001" / "result.json"
+    result.write_text(result.read_text().replace('"schema_version"',
+                                                 '"cost_usd": NaN, "schema_version"', 1))
+    proc = run_cli("report", str(run_dir), "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    statuses = {t["task_id"]: t["status"] for t in json.loads(proc.stdout)["tasks"]}
+    assert statuses["b001"] == "failed" and statuses.get("a001") != "failed", statuses
+
+
+def test_full_disks_are_one_line(finished_run: tuple[Path, Path], tmp_path: Path) -> None:
+    root, run_dir = finished_run
+    # `list` of the bundled suite with its cache folder on a full disk
+    cache = tmp_path / "cache"
+    proc = cli_to(subprocess.PIPE, "list", cwd=tmp_path, prefix=full_disk_prefix(cache),
+                  env={"SPIDER2LOCAL_CACHE": str(cache)})
+    assert_one_line_error(proc, "cannot build the sample suite: ", "SPIDER2LOCAL_CACHE")
+    # `merge` into a full disk: one line, and no half-made folder left there
+    disk = tmp_path / "disk"
+    proc = cli_to(subprocess.PIPE, "merge", str(run_dir), "--into", str(disk / "m"),
+                  cwd=tmp_path, prefix=full_disk_prefix(disk))
+    assert_one_line_error(proc, "No space left on device")
+    # `score RUN_DIR` with the run on a full disk: nothing could be re-scored (exit 1)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    code, stderr, kept_run = noop_run(root, kept, "--keep-db")
+    assert code == 0, stderr
+    proc = cli_to(subprocess.PIPE, "--dataset", str(root), "score", str(disk / "r1"),
+                  cwd=tmp_path, prefix=full_disk_prefix(disk, kept_run))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write its result.json: No space left on device" in proc.stderr
+    # a resume on that full disk
+    proc = cli_to(subprocess.PIPE, "--dataset", str(root), "run", "--agent", "noop",
+                  "--runs-dir", str(disk), "--run-id", "r1", cwd=tmp_path,
+                  prefix=full_disk_prefix(disk, run_dir))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 2), proc.stderr
