@@ -293,3 +293,30 @@ def test_full_disks_are_one_line(finished_run: tuple[Path, Path], tmp_path: Path
                   prefix=full_disk_prefix(disk, run_dir))
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 2), proc.stderr
+
+
+HOSTILE_TEXT = "\x1b]0;owned\x07\x1b[2J\x00 \u202edeliaf\u202c \x9b31m \u2066x\u2069 \x7f"
+"""An agent's message that retitles the terminal, clears it, hides text behind a NUL, and
+reverses what follows (RLO), with a C1 CSI, an isolate and a DEL."""
+CONTROLS = [chr(c) for c in (*range(0x20), *range(0x7f, 0xa0))] + [
+    "\u202e", "\u202c", "\u2066", "\u2069"]
+
+
+def test_reports_never_pass_agent_control_bytes_through(finished_run: tuple[Path, Path],
+                                                        tmp_path: Path) -> None:
+    _, run_dir = finished_run
+    result = run_dir / "a001" / "result.json"
+    data = json.loads(result.read_text())
+    data["error"] = {"stage": "agent", "kind": "agent", "message": HOSTILE_TEXT}
+    result.write_text(json.dumps(data))
+    outputs = {fmt: run_cli("report", str(run_dir), "--format", fmt, cwd=tmp_path)
+               for fmt in ("terminal", "markdown")}
+    outputs["compare"] = run_cli("compare", str(run_dir), str(run_dir), cwd=tmp_path)
+    outputs["compare-md"] = run_cli("compare", str(run_dir), str(run_dir), "--format",
+                                    "markdown", cwd=tmp_path)
+    for name, proc in outputs.items():
+        assert proc.returncode == 0, (name, proc.stderr)
+        text = proc.stdout.replace("\n", "")
+        assert not [c for c in CONTROLS if c in text], (name, proc.stdout)
+    assert "\\x1b]0;owned\\x07" in outputs["terminal"].stdout  # shown, not dropped
+    assert "\\u202edeliaf" in outputs["markdown"].stdout
