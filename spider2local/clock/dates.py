@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +40,7 @@ from spider2local.clock.reads import ClockScan, SpineEnd, scan_clock_reads, unsh
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import confine_profile, profile_db_path
+from spider2local.proc.tempdirs import owned_tempdir
 from spider2local.safepath import child
 from spider2local.suite.edit import DateRecord
 from spider2local.suite.model import Confidence, DateMethod, DateSource, Suite
@@ -257,7 +257,7 @@ async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
     offset the project adds) when the rebuilt table equals the gold table, else ``None``."""
     assert task.gold is not None
     gold_db = task.gold.db
-    with tempfile.TemporaryDirectory(prefix="spider2local-dates-") as tmp:
+    with owned_tempdir("dates") as tmp:
         project = _scratch_project(task, Path(tmp))
         if project is None:
             return None

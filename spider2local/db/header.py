@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import struct
-import tempfile
 from pathlib import Path
 
 import duckdb
+
+from spider2local.proc.tempdirs import owned_tempdir
 
 MAGIC = b"DUCK"
 MIN_STORAGE_VERSION = 64
@@ -37,8 +38,8 @@ def max_storage_version() -> int:
     """The newest storage version the installed duckdb reads: the one it writes when asked for
     its latest format. Measured once per process (an empty file, a fraction of a second) so an
     upgrade of duckdb never leaves a stale constant behind."""
-    with tempfile.TemporaryDirectory(prefix="spider2local-dbfile-") as tmp:
-        path = Path(tmp) / "probe.duckdb"
+    with owned_tempdir("dbfile") as tmp:
+        path = tmp / "probe.duckdb"
         duckdb.connect(str(path), config={"storage_compatibility_version": "latest"}).close()
         with path.open("rb") as fh:
             version = storage_version(fh.read(20))

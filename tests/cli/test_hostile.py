@@ -320,3 +320,84 @@ def test_reports_never_pass_agent_control_bytes_through(finished_run: tuple[Path
         assert not [c for c in CONTROLS if c in text], (name, proc.stdout)
     assert "\\x1b]0;owned\\x07" in outputs["terminal"].stdout  # shown, not dropped
     assert "\\u202edeliaf" in outputs["markdown"].stdout
+
+
+# --- leftovers of kill -9 (issue 20) ---------------------------------------------------------
+
+def dead_owner_tag() -> str:
+    """``<pid>-<start ticks>`` of a process that has exited."""
+    child = subprocess.Popen(["sleep", "0"])
+    child.wait()
+    return f"{child.pid}-1"
+
+
+def test_the_next_command_on_a_run_removes_what_kill_9_left(finished_run: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    """Temporary folders of a dead owner (any kind), half-written run.json and result.json
+    temporaries, go; a live owner's folder, a link and other names stay."""
+    root, run_dir = finished_run
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dead = [tmp / f"spider2local-tmp-{kind}-{dead_owner_tag()}-x1y2" for kind in
+            ("sandbox", "snapshot", "shell", "dbfile")]
+    for folder in dead:
+        (folder / "root").mkdir(parents=True)
+    fields = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    alive = tmp / f"spider2local-tmp-sandbox-{os.getpid()}-{fields[19]}-abcd"
+    other = tmp / "spider2local-sandbox-old"
+    for folder in (alive, other):
+        folder.mkdir()
+    link = tmp / f"spider2local-tmp-shell-{dead_owner_tag()}-link"
+    link.symlink_to(other)
+    partials = [run_dir / ".run.json.k3j2_x.tmp", run_dir / "a001" / ".result.json.ab_9.tmp"]
+    for path in partials:
+        path.write_text("{half")
+    proc = run_cli_env({"TMPDIR": str(tmp)}, "--dataset", str(root), "score", str(run_dir),
+                       cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr  # no kept db
+    assert [p for p in dead + partials if p.exists()] == []
+    assert alive.is_dir() and other.is_dir() and link.is_symlink()
+
+
+def test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes(
+        tiny_dataset: Build, tmp_path: Path) -> None:
+    root = tiny_dataset("a001")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TMPDIR": str(tmp)}
+    shell = subprocess.Popen([sys.executable, "-m", "spider2local", "--dataset", str(root),
+                              "shell", "a001", "--command", "sleep 60"], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert shell.stderr is not None
+        assert shell.stderr.readline().startswith(b"workspace: ")
+        shell.kill()
+        shell.wait(timeout=30)
+    finally:
+        shell.kill()
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith("spider2local-tmp-shell-"))
+    assert left and f"-{shell.pid}-" in left[0]
+    assert [p for p in tmp.iterdir() if p.name.startswith("spider2local-a001-")]
+    code, stderr, _ = noop_run(root, tmp_path, "--keep-db")
+    assert code == 0, stderr
+    proc = run_cli_env({"TMPDIR": str(tmp)}, "--dataset", str(root), "score",
+                       str(tmp_path / "runs" / "r1"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == []  # its workspace too
+
+
+def test_a_lock_a_killed_merge_left_in_a_source_goes_with_the_next_merge(
+        finished_run: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run_dir = finished_run
+    (run_dir / ".lock").write_text("")  # what kill -9 of a merge leaves: a file nobody holds
+    proc = run_cli("merge", str(run_dir), "--into", str(tmp_path / "m"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (run_dir / ".lock").exists()
+    assert (tmp_path / "m" / "run.json").is_file()
+
+
+def run_cli_env(env: Mapping[str, str], *args: str,
+                cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spider2local", *args], cwd=cwd,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
+                          capture_output=True, text=True, timeout=120, check=False)
