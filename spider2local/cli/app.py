@@ -486,6 +486,43 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
         click.echo(f"wrote subsets into {target}", err=as_json)
 
 
+@cli.command("mcp-server")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+              envvar="SPIDER2_MCP_CONFIG",
+              help="The tool config a run wrote for its task (default: $SPIDER2_MCP_CONFIG).")
+@click.option("--database", type=click.Path(path_type=Path, dir_okay=False),
+              help="Instead of --config: serve this database (read-only).")
+@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --database: the query log (default: queries.jsonl beside it).")
+@click.option("--date", "fake_date", help="With --database: the fake date (YYYY-MM-DD).")
+def mcp_server(config_path: Path | None, database: Path | None, log_path: Path | None,
+               fake_date: str | None) -> None:
+    """Serve the governed read-only database tools (query, list_tables, describe_table,
+    project_scan) as an MCP server on stdin/stdout, for an agent's own MCP client."""
+    import datetime as dt
+
+    from spider2local.dbtools.config import ToolConfig
+
+    if (config_path is None) == (database is None):
+        raise UserError("mcp-server needs --config FILE or --database FILE (one of them)",
+                        fix="pass the tool config a run wrote, or a database to serve")
+    if config_path is not None:
+        config = ToolConfig.read(config_path)
+    else:
+        assert database is not None
+        try:
+            date = dt.date.fromisoformat(fake_date) if fake_date else None
+        except ValueError:
+            raise UserError(f"--date {fake_date!r} is not a date",
+                            fix="write it as YYYY-MM-DD") from None
+        config = ToolConfig(database=database.absolute(),
+                            audit=(log_path or database.parent / "queries.jsonl").absolute(),
+                            date=date)
+    from spider2local.dbtools.server import main as serve  # mcp is heavy: after the checks
+
+    serve(config)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="spider2local")
