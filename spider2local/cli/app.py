@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
-from spider2local.agents.registry import agent_names
+from spider2local.agents.registry import BUILT_IN_AGENTS
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
@@ -181,7 +181,8 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None) -> N
     sys.exit(exit_code(checks))
 
 
-AGENT_CHOICES = agent_names()
+AGENT_HELP = ("An agent: " + ", ".join(BUILT_IN_AGENTS) + "; an installed plugin "
+              "(entry point group spider2local.agents); or package.module:Class.")
 
 
 class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
@@ -208,7 +209,7 @@ POSITIVE_FINITE = PositiveFinite()
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
-@click.option("--agent", type=click.Choice(AGENT_CHOICES), help="Default: the suite's.")
+@click.option("--agent", metavar="NAME", help=AGENT_HELP + " Default: the suite's.")
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
@@ -385,7 +386,7 @@ def report(run_dir: Path, fmt: str, output: Path | None) -> None:
 @click.argument("task_id")
 @click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
                                            "with its code.")
-@click.option("--agent", type=click.Choice(AGENT_CHOICES),
+@click.option("--agent", metavar="NAME",
               help="Prepare the workspace as this agent gets it (default: the suite's).")
 @click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
 def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
@@ -400,6 +401,10 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
     task = selection.tasks[0]
+    if agent is not None:
+        from spider2local.agents.registry import capabilities
+
+        capabilities(agent)  # an unknown or broken agent: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
     sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
 

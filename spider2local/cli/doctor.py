@@ -16,7 +16,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from spider2local.agents.registry import agent_names, api_status, capabilities, tool_version
+from spider2local.agents.registry import (
+    agent_names,
+    api_status,
+    capabilities,
+    is_agent_name,
+    tool_version,
+)
 from spider2local.exceptions import Spider2LocalError
 from spider2local.suite.model import Suite
 
@@ -128,15 +134,20 @@ def _agent_checks(suite_agent: str) -> list[Check]:
     """Each agent's external tool and credentials, as its class declares them: required for the
     suite's agent, a warning for the others (they may never be used here)."""
     checks = []
-    for name in agent_names():
+    names = [*agent_names(), *([suite_agent] if suite_agent not in agent_names() else [])]
+    for name in names:
         required = name == suite_agent
+        try:
+            caps = capabilities(name)  # a plugin that does not load is a line, not a crash
+        except Spider2LocalError as exc:
+            checks.append(Check(f"agent {name}", False, str(exc), required=required))
+            continue
         try:
             version = tool_version(name)
             if version is not None:
                 checks.append(Check(f"{name} cli", True, version, required=required))
         except Spider2LocalError as exc:
             checks.append(Check(f"{name} cli", False, str(exc), required=required))
-        caps = capabilities(name)
         if caps.credentials:
             found = caps.credential_in(os.environ)
             detail = f"{found} is set" if found else \
@@ -160,12 +171,19 @@ def _isolation(suite: Suite) -> Check:
         return Check("isolation", False, f"namespace requested but unavailable: "
                                          f"{found.reason} (fix: {found.fix})")  # run refuses
     detail = f"{choice.mode.value}: {choice.reason} (requested {requested.value})"
-    if agent in agent_names() and not capabilities(agent).sandboxed:
+    if is_agent_name(agent) and not _sandboxed(agent):
         detail += f"; the suite's agent {agent} runs no untrusted code and needs none"
     if not found.ok and requested is not Isolation.NONE:
         detail += f"; to isolate: {found.fix}"
     return Check("isolation", found.ok or requested is Isolation.NONE, detail,
                  required=requested is Isolation.NAMESPACE)
+
+
+def _sandboxed(agent: str) -> bool:
+    try:
+        return capabilities(agent).sandboxed
+    except Spider2LocalError:
+        return True  # reported by its own check line
 
 
 def _dataset(suite: Suite) -> Check:
