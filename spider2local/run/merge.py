@@ -5,7 +5,7 @@ its run folder and one job merges them. The merged folder is an ordinary run: ``
 ``score RUN_DIR`` read it, and ``run --run-id`` resumes it (infrastructure errors re-run).
 
 Only runs of one experiment are joined: those that a resume would accept as one run (the same
-agent, model, suite, prompts, skills, limits and isolation, :data:`.resume.SAME_EXPERIMENT`)
+agent, model, suite, prompts, skills, limits and isolation, :func:`.resume.same_experiment`)
 over the same dataset. ``--force`` joins others anyway and records what differed in run.json.
 A task finished in two sources keeps the result that finished last, and the merge says so.
 Sources are only read; one still being written by a run is refused.
@@ -28,7 +28,7 @@ from spider2local.run.folder import RunFolder, now_iso
 from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import reading, run_lock
 from spider2local.run.results import TaskResult
-from spider2local.run.resume import SAME_EXPERIMENT
+from spider2local.run.resume import same_experiment
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,10 @@ def _scorer(manifest: Mapping[str, Any]) -> Mapping[str, str] | None:
 
 
 def experiment_differences(first: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
-    """``"name X (first run: Y)"`` for each setting of :data:`SAME_EXPERIMENT` that differs,
+    """``"name X (first run: Y)"`` for each setting of :func:`same_experiment` that differs,
     and the package's sources the integrity guard fingerprinted (the scorer's code)."""
     found = [f"{name} {get(other)} (first run: {get(first)})"
-             for name, get in SAME_EXPERIMENT if get(first) != get(other)]
+             for name, get in same_experiment() if get(first) != get(other)]
     if _scorer(first) != _scorer(other):
         found.append("scorer sources (package code) differ")
     return found

@@ -42,11 +42,11 @@ from spider2local.run.lock import run_lock
 from spider2local.run.progress import Progress
 from spider2local.run.results import TaskResult
 from spider2local.run.resume import (
-    REMEMBERED_SETTINGS,
     check_resumable,
     is_finished,
     merged_tasks,
     remembered,
+    remembered_settings,
     selection_request,
 )
 from spider2local.run.runner import AgentFactory, run_tasks
@@ -245,14 +245,17 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         if replay_dir is None and memory["replay_dir"] is not None:
             replay_dir = Path(memory["replay_dir"])
         isolation = isolation or memory["isolation"]
-        for key in REMEMBERED_SETTINGS:
-            given, kept = overrides.get(key), memory.get(key)
-            # flags (keep, keep_db) come as False when absent: once on, a resume keeps them
+        for s in remembered_settings():
+            if s.name in ("agent", "isolation"):
+                continue
+            # flags come as None when absent (False, from a caller, counts as absent too):
+            # once on, a resume keeps them
+            given, kept = overrides.get(s.name), memory.get(s.name)
             if kept is not None and (given is None or given is False):
-                overrides[key] = Path(kept) if key in ("prompts_dir", "skills_dir") else kept
+                overrides[s.name] = kept
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
-    caps = capabilities(name)  # an unknown name fails here, with one line
+    caps = capabilities(name)  # an unknown name fails here, with one line; resolved once
     if replay_dir is not None:
         if not takes_option(name, "replay_dir"):
             raise UserError(f"--replay-dir does not apply to --agent {name}",
@@ -270,8 +273,9 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     prompts, skills = kit_dirs(overrides.pop("prompts_dir", None),
                                overrides.pop("skills_dir", None))
     settings = RunSettings.from_defaults(suite.defaults,
-                                         suite_skills(suite.defaults, name, skills),
-                                         agent=name, isolation=choice.mode, prompts_dir=prompts,
+                                         suite_skills(suite.defaults, caps, skills),
+                                         agent=name, capabilities=caps,
+                                         isolation=choice.mode, prompts_dir=prompts,
                                          skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=folder, selection=selection,

@@ -18,36 +18,40 @@ from typing import Any
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
 from spider2local.run.results import ErrorKind, Status, TaskResult
+from spider2local.suite import options
 
 _Getter = Callable[[Mapping[str, Any]], Any]
 
 
-def _settings(key: str) -> _Getter:
-    return lambda m: (m.get("settings") or {}).get(key)
+def recorded_setting(manifest: Mapping[str, Any], name: str) -> Any:
+    """The value of setting ``name`` a run.json recorded: under ``settings``, else the
+    manifest's own field of that name (``agent``, ``model``); ``None`` when absent."""
+    settings = manifest.get("settings") or {}
+    return settings[name] if name in settings else manifest.get(name)
 
 
-def _sandboxed(mode: Any) -> Any:
-    """The isolation as far as verdicts care: "not-needed" (an agent that runs no untrusted
-    code) and a manifest from before isolation was recorded both ran without a sandbox, so they
-    compare equal to "none"; a reference run made before this field existed stays resumable."""
-    return "none" if mode in (None, "none", "not-needed") else mode
+def _compared(setting: options.Setting) -> _Getter:
+    return lambda m: setting.compare_value(recorded_setting(m, setting.name))
 
 
-MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
-    ("agent", lambda m: m.get("agent")),
-    ("model", lambda m: m.get("model")),
+KIT: tuple[tuple[str, _Getter], ...] = (
     ("suite file hash", lambda m: (m.get("suite") or {}).get("sha256")),
     ("prompts hash", lambda m: m.get("prompts_sha256")),
     ("skills hash", lambda m: m.get("skills_sha256")),
-    ("timeout", _settings("timeout")),
-    ("max_turns", _settings("max_turns")),
-    ("thinking_budget", _settings("thinking_budget")),
-    ("verify_rounds", _settings("verify_rounds")),
-    ("max_budget_usd", _settings("max_budget_usd")),
-    ("templates", lambda m: bool((m.get("settings") or {}).get("templates"))),
-    ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
 )
-"""What a resume must keep, as (name shown to the user, how to read it from run.json)."""
+"""What a resume must keep besides the settings table's must-match ones: the files that
+shape the agent's behaviour, by hash."""
+
+
+def must_match() -> tuple[tuple[str, _Getter], ...]:
+    """What a resume must keep, as (name shown to the user, how to read it from run.json):
+    every :attr:`~spider2local.suite.options.Resume.MUST_MATCH` setting of the table, and the
+    kit's hashes."""
+    table = options.with_rule(options.Resume.MUST_MATCH)
+    first = [s for s in table if s.name in ("agent", "model")]
+    rest = [s for s in table if s.name not in ("agent", "model")]
+    return (*((s.name, _compared(s)) for s in first), *KIT,
+            *((s.name, _compared(s)) for s in rest))
 
 
 def dataset_identity(manifest: Mapping[str, Any]) -> Any:
@@ -56,15 +60,16 @@ def dataset_identity(manifest: Mapping[str, Any]) -> Any:
     return manifest.get("dataset_sha256") or manifest.get("dataset")
 
 
-SAME_EXPERIMENT: tuple[tuple[str, _Getter], ...] = (*MUST_MATCH, ("dataset", dataset_identity))
-"""What two runs must share for their verdicts to be joined into one run (``merge``): what a
-resume keeps, and the dataset (a resume reads it from the run itself)."""
+def same_experiment() -> tuple[tuple[str, _Getter], ...]:
+    """What two runs must share for their verdicts to be joined into one run (``merge``): what
+    a resume keeps, and the dataset (a resume reads it from the run itself)."""
+    return (*must_match(), ("dataset", dataset_identity))
 
 
 def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """``"name X (run made with Y)"`` for every setting that changed."""
     return [f"{name} {get(current)} (run made with {get(previous)})"
-            for name, get in MUST_MATCH if get(previous) != get(current)]
+            for name, get in must_match() if get(previous) != get(current)]
 
 
 def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
@@ -103,11 +108,13 @@ def is_finished(result: TaskResult) -> bool:
 
 
 SELECTION_OPTIONS = ("ids", "subset", "shard", "limit")
-REMEMBERED_SETTINGS = ("jobs", "timeout", "retries", "max_turns", "model", "max_budget_usd",
-                       "verify_rounds", "keep", "keep_db", "thinking_budget", "templates",
-                       "prompts_dir", "skills_dir")
-"""The run settings a resume takes from run.json when the command line leaves them out."""
 """The command-line options that choose tasks; given together or remembered together."""
+
+
+def remembered_settings() -> tuple[options.Setting, ...]:
+    """The settings a resume takes from run.json when the command line leaves them out: every
+    recorded setting of the table whose rule is not :attr:`~.options.Resume.FREE`."""
+    return tuple(s for s in options.recorded() if s.resume is not options.Resume.FREE)
 
 
 def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
@@ -127,17 +134,11 @@ def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if previous is None:
         return {}
-    settings = previous.get("settings") or {}
     tasks = sorted(t["id"] for t in previous.get("tasks") or [])
     request = previous.get("selection") or {}
     selection = ({"ids": tasks, "subset": None, "shard": None, "limit": None} if tasks else
                  {k: request.get(k) for k in SELECTION_OPTIONS})
-    mode = settings.get("isolation")
-    options = previous.get("agent_options") or {}
-    return {
-        **selection,
-        "agent": previous.get("agent"),
-        "replay_dir": options.get("replay_dir"),
-        "isolation": mode if mode in ("namespace", "none") else None,
-        **{key: settings.get(key) for key in REMEMBERED_SETTINGS},
-    }
+    options_ = previous.get("agent_options") or {}
+    kept = {s.name: s.resume_value(recorded_setting(previous, s.name))
+            for s in remembered_settings()}
+    return {**selection, **kept, "replay_dir": options_.get("replay_dir")}

@@ -19,7 +19,7 @@ from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.resume import MUST_MATCH, check_resumable, differences, merged_tasks
+from spider2local.run.resume import check_resumable, differences, merged_tasks, must_match
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
@@ -49,7 +49,7 @@ def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[s
     assert [d.split(" (")[0].rsplit(" ", 1)[0] for d in differences(BASE, current)] == [name]
     with pytest.raises(UserError, match=f"cannot be resumed with different settings: {name}"):
         check_resumable(BASE, current, RunFolder.at(tmp_path, "r"))
-    assert name in [n for n, _ in MUST_MATCH]
+    assert name in [n for n, _ in must_match()]
 
 
 def test_same_settings_or_a_new_run_are_fine(tmp_path: Path) -> None:
