@@ -36,6 +36,7 @@ _BUILT_IN: dict[str, str] = {
     "reference": "spider2local.agents.reference:ReferenceAgent",
     "replay": "spider2local.agents.replay:ReplayAgent",
     "claude": "spider2local.agents.claude.session:ClaudeAgent",
+    "command": "spider2local.agents.command:CommandAgent",
 }
 """``module:class`` of every built-in agent, imported on first use."""
 BUILT_IN_AGENTS = tuple(sorted(_BUILT_IN))

@@ -285,6 +285,10 @@ SETTINGS: tuple[Setting, ...] = (
             "installed plugin (entry point group spider2local.agents), package.module:Class, "
             "or an agent of the suite's [agents] table. Default: the suite's.",
             Resume.MUST_MATCH),
+    Setting("agent_command", Text(metavar="COMMAND"), None,
+            "For --agent command: the shell command that runs the agent (sh -c, in the task's "
+            "project folder, in the sandbox). Suite agents ([agents.NAME]) record theirs.",
+            Resume.MUST_MATCH, suite=False),
     Setting("jobs", Integer(), 3, "Tasks at a time."),
     Setting("timeout", Positive(), 1800.0,
             "Seconds per task for the agent stage (the dbt runs it starts included; scoring "
