@@ -71,7 +71,8 @@ def from_usage_file(data: Any) -> Usage | None:
     """The documented usage file's content as :class:`Usage` (None: not that shape)."""
     if not isinstance(data, dict):
         return None
-    models = data.get("models") or {}
+    models = data.get("models")
+    models = {} if models is None else models
     if not isinstance(models, dict):
         return None
     by_model = {str(name): {k: _count(tokens.get(k)) for k in TOKEN_KEYS}
