@@ -316,7 +316,8 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True)
-@click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
+@click.option("--force", is_flag=True,
+              help="Compare runs of different datasets or agents (commands) anyway.")
 def compare(run_a: Path, run_b: Path, fmt: str, force: bool) -> None:
     """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
     changes, cost and time deltas. Refuses runs of different datasets."""

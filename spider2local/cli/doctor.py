@@ -11,6 +11,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -50,7 +52,8 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
     checks.append(_pdeathsig())
-    checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
+    checks += [*_agent_checks(suite.defaults.agent), *_command_agents(suite), _isolation(suite),
+               _dataset(suite)]
     if check_api:
         checks.append(api_check(suite, os.environ, api_timeout))
     return checks
@@ -153,6 +156,42 @@ def _agent_checks(suite_agent: str) -> list[Check]:
             detail = f"{found} is set" if found else \
                 f"none (set {' or '.join(caps.credentials)} for --agent {name})"
             checks.append(Check("credentials", found is not None, detail, required=required))
+    return checks
+
+
+def _command_agents(suite: Suite) -> list[Check]:
+    """Each command agent the suite defines: its executable is found on the PATH the agent
+    gets, in a folder the sandbox shows (the system, the Python environment or its own
+    ``read_only``). Required for the suite's agent, a warning for the others."""
+    import shutil
+
+    from spider2local.agents.registry import make_agent
+    from spider2local.sandbox.launcher import SYSTEM_DIRS
+    from spider2local.sandbox.spec import runtime_paths
+
+    checks = []
+    for name, spec in suite.agents.items():
+        required = name == suite.defaults.agent
+        try:
+            agent: Any = make_agent("command", **spec.options())
+        except Spider2LocalError as exc:
+            checks.append(Check(f"agent {name}", False, str(exc), required=required))
+            continue
+        program = agent.executable()
+        found = shutil.which(program) if program else None
+        if found is None:
+            checks.append(Check(f"agent {name}", False,
+                                f"{program or spec.command!r} not found on PATH (install it, "
+                                "or fix [agents." + name + "] command)", required=required))
+            continue
+        real = Path(os.path.realpath(found))
+        shown = [Path(d) for d in SYSTEM_DIRS] + runtime_paths() + list(agent.read_only)
+        visible = any(real == Path(os.path.realpath(d)) or Path(os.path.realpath(d))
+                      in real.parents for d in shown)
+        detail = str(found) + ("" if visible else
+                               f" (not visible in the sandbox: add {real.parent} to "
+                               f"[agents.{name}] read_only)")
+        checks.append(Check(f"agent {name}", visible, detail, required=required))
     return checks
 
 

@@ -164,6 +164,8 @@ class RunReport:
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
     agent: str | None = None
+    agent_command: str | None = None
+    """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
     model: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -316,6 +318,12 @@ def isolation_of(manifest: Mapping[str, Any] | None) -> str:
     return str(value) if value else "none"
 
 
+def agent_command_of(manifest: Mapping[str, Any] | None) -> str | None:
+    """The command a command agent ran, as run.json's settings recorded it."""
+    settings = manifest.get("settings") if manifest else None
+    return _text(settings if isinstance(settings, dict) else None, "agent_command")
+
+
 def _text(manifest: Mapping[str, Any] | None, key: str) -> str | None:
     value = manifest.get(key) if manifest else None
     return value if isinstance(value, str) else None
@@ -341,6 +349,7 @@ def load_report(folder: RunFolder) -> RunReport:
         folder.run_id, rows, rates,
         compute_headline(rows, rates, manifest.get("denominators") if manifest else None),
         isolation=isolation_of(manifest), agent=_text(manifest, "agent"),
-        model=_text(manifest, "model"), started_at=_text(manifest, "started_at"),
+        agent_command=agent_command_of(manifest), model=_text(manifest, "model"),
+        started_at=_text(manifest, "started_at"),
         finished_at=_text(manifest, "finished_at"), interrupted=interrupted,
         dataset=_text(manifest, "dataset"))
