@@ -279,3 +279,50 @@ def test_in_the_sandbox_gold_is_absent_dbt_sees_the_fake_date_and_the_scan_flags
     assert result["status"] == "passed"
     assert result["integrity"] == "suspect"  # the gold path it tried is in its output
     assert any(e["source"] == "transcript.jsonl" for e in result["integrity_evidence"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason="namespaces unavailable here")
+def test_the_claude_code_cli_in_print_mode_as_a_command_agent(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """The real bundled Claude Code CLI, started by the command agent in the sandbox and driven
+    by the fake Messages API: it writes the model and runs `dbt run` through its Bash tool; the
+    task is scored and its tokens (read from `--output-format json`) are in the report."""
+    from spider2local.agents.claude.session import bundled_cli
+    from spider2local.testing import FakeAnthropic, reply, tool
+
+    root = tiny_dataset("t1", gold_tables={"orders": "SELECT 1 AS id"})
+    script = [reply(tool("Bash", "toolu_build", command=(
+                  "echo 'select 1 as id, current_date as built' > models/orders.sql && "
+                  "dbt run --select orders")), input_tokens=300, output_tokens=40),
+              reply("Built orders.", input_tokens=500, output_tokens=25)]
+    suite = tmp_path / "tasks.toml"
+    cli_path = bundled_cli()
+    suite.write_text(
+        f'[dataset]\nroot = "{root}"\n\n[agents.claude-code]\n'
+        f'command = "{cli_path} -p \\"$SPIDER2_INSTRUCTION\\" --output-format json '
+        '--permission-mode bypassPermissions --allowedTools Bash"\n'
+        'pass_env = ["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "IS_SANDBOX", '
+        '"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]\n'
+        'usage = "claude-json"\n')
+    with FakeAnthropic(script) as fake:
+        done = cli("--suite", str(suite), "run", "--agent", "claude-code", "--isolation",
+                   "namespace", "--runs-dir", "runs", "--run-id", "cc", "--keep-db",
+                   "--json", cwd=tmp_path, timeout=500,
+                   env={**fake.env(), "IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"})
+        requests = fake.requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "cc")
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == "passed", (result, (folder / "agent.stderr").read_text()[-2000:])
+    assert any("toolu_build" in json.dumps(r.body) for r in requests)
+    import duckdb
+
+    con = duckdb.connect(str(folder / "result.duckdb"), read_only=True)
+    assert str(con.execute("SELECT built FROM orders").fetchone()[0]) == "2024-09-15"  # type: ignore[index]
+    con.close()
+    row = json.loads(done.stdout)["tasks"][0]
+    assert row["tokens"]["input"] >= 800 and row["tokens"]["output"] >= 65, row["tokens"]
+    assert row["turns"] >= 1
+    assert json.loads(done.stdout)["agent"] == "claude-code"
+    assert "-p" in json.loads(done.stdout)["agent_command"]
