@@ -16,9 +16,11 @@ from enum import StrEnum
 from typing import Any
 
 from spider2local.exceptions import UserError
+from spider2local.report.printable import printable
 from spider2local.report.summary import Row, RunReport, Verdict, agent_command_of, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.resume import dataset_identity
 
 
@@ -82,12 +84,13 @@ def _total(values: Sequence[float | None]) -> float | None:
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
     """Both runs' reports side by side; refuses two datasets, or two agents (or two commands
     of the command agent), unless ``force``."""
-    first, second = a.read_manifest() or {}, b.read_manifest() or {}
+    first = a.read_manifest() or RunManifest(run_id=a.run_id)
+    second = b.read_manifest() or RunManifest(run_id=b.run_id)
     if dataset_identity(first) != dataset_identity(second) and not force:
         raise UserError(f"runs {a.run_id} and {b.run_id} were made on different datasets "
-                        f"({first.get('dataset')} and {second.get('dataset')})",
+                        f"({first.dataset} and {second.dataset})",
                         path=b.root, fix="compare runs of one dataset (or pass --force)")
-    agents = [(m.get("agent"), agent_command_of(m)) for m in (first, second)]
+    agents = [(m.agent, agent_command_of(m)) for m in (first, second)]
     if agents[0] != agents[1] and not force:
         def who(agent: tuple[Any, str | None]) -> str:
             return f"{agent[0]}" + (f" ({agent[1]!r})" if agent[1] else "")
@@ -155,7 +158,7 @@ def render_compare(c: Comparison) -> str:
 
 
 def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    return printable(" ".join(value.split())).replace("|", "\\|")
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -12,32 +12,26 @@ union), so the report still shows them. Which results a resume keeps is :func:`i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.results import ErrorKind, Status, TaskResult
 from spider2local.suite import options
 
-_Getter = Callable[[Mapping[str, Any]], Any]
-
-
-def recorded_setting(manifest: Mapping[str, Any], name: str) -> Any:
-    """The value of setting ``name`` a run.json recorded: under ``settings``, else the
-    manifest's own field of that name (``agent``, ``model``); ``None`` when absent."""
-    settings = manifest.get("settings") or {}
-    return settings[name] if name in settings else manifest.get(name)
+_Getter = Callable[[RunManifest], Any]
 
 
 def _compared(setting: options.Setting) -> _Getter:
-    return lambda m: setting.compare_value(recorded_setting(m, setting.name))
+    return lambda m: setting.compare_value(m.setting(setting.name))
 
 
 KIT: tuple[tuple[str, _Getter], ...] = (
-    ("suite file hash", lambda m: (m.get("suite") or {}).get("sha256")),
-    ("prompts hash", lambda m: m.get("prompts_sha256")),
-    ("skills hash", lambda m: m.get("skills_sha256")),
+    ("suite file hash", lambda m: m.suite_sha256),
+    ("prompts hash", lambda m: m.prompts_sha256),
+    ("skills hash", lambda m: m.skills_sha256),
 )
 """What a resume must keep besides the settings table's must-match ones: the files that
 shape the agent's behaviour, by hash."""
@@ -54,10 +48,10 @@ def must_match() -> tuple[tuple[str, _Getter], ...]:
             *((s.name, _compared(s)) for s in rest))
 
 
-def dataset_identity(manifest: Mapping[str, Any]) -> Any:
+def dataset_identity(manifest: RunManifest) -> Any:
     """Which dataset a run scored against: the fingerprint of its task and evaluation files
     (the same on every machine), or its path for a run.json written before it was recorded."""
-    return manifest.get("dataset_sha256") or manifest.get("dataset")
+    return manifest.dataset_sha256 or manifest.dataset
 
 
 def same_experiment() -> tuple[tuple[str, _Getter], ...]:
@@ -66,13 +60,13 @@ def same_experiment() -> tuple[tuple[str, _Getter], ...]:
     return (*must_match(), ("dataset", dataset_identity))
 
 
-def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def differences(previous: RunManifest, current: RunManifest) -> list[str]:
     """``"name X (run made with Y)"`` for every setting that changed."""
     return [f"{name} {get(current)} (run made with {get(previous)})"
             for name, get in must_match() if get(previous) != get(current)]
 
 
-def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
+def check_resumable(previous: RunManifest | None, current: RunManifest,
                     folder: RunFolder) -> None:
     """Refuse to continue ``folder`` with settings that differ from its manifest."""
     if previous is None:
@@ -85,13 +79,12 @@ def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, An
                             "--run-id")
 
 
-def merged_tasks(previous: Mapping[str, Any] | None,
-                 current: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def merged_tasks(previous: RunManifest | None,
+                 current: Iterable[SelectedTask]) -> tuple[SelectedTask, ...]:
     """Every task any invocation selected, by id (this invocation's entry wins)."""
-    earlier = previous.get("tasks") if previous else None
-    merged = {t["id"]: dict(t) for t in earlier or [] if isinstance(t, dict) and "id" in t}
-    merged.update({t["id"]: dict(t) for t in current})
-    return [merged[tid] for tid in sorted(merged)]
+    merged = {t.id: t for t in (previous.tasks if previous else ())}
+    merged.update({t.id: t for t in current})
+    return tuple(merged[tid] for tid in sorted(merged))
 
 
 def is_finished(result: TaskResult) -> bool:
@@ -123,7 +116,7 @@ def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
     return {"ids": list(ids) or None, "subset": subset, "shard": shard, "limit": limit}
 
 
-def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
+def remembered(previous: RunManifest | None) -> dict[str, Any]:
     """The options of ``run`` that a resume without them takes from run.json, by the name of
     the option (``None``: nothing recorded, the suite's default applies).
 
@@ -134,11 +127,9 @@ def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if previous is None:
         return {}
-    tasks = sorted(t["id"] for t in previous.get("tasks") or [])
-    request = previous.get("selection") or {}
+    tasks = sorted(previous.task_ids)
+    request = previous.selection or {}
     selection = ({"ids": tasks, "subset": None, "shard": None, "limit": None} if tasks else
                  {k: request.get(k) for k in SELECTION_OPTIONS})
-    options_ = previous.get("agent_options") or {}
-    kept = {s.name: s.resume_value(recorded_setting(previous, s.name))
-            for s in remembered_settings()}
-    return {**selection, **kept, "replay_dir": options_.get("replay_dir")}
+    kept = {s.name: s.resume_value(previous.setting(s.name)) for s in remembered_settings()}
+    return {**selection, **kept, "replay_dir": previous.agent_options.get("replay_dir")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from spider2local.cli.app import setting_options
 from spider2local.exceptions import SuiteError
+from spider2local.run.manifest import RunManifest
 from spider2local.run.resume import check_resumable, differences, must_match, remembered
 from spider2local.run.settings import RunSettings
 from spider2local.suite import options
@@ -57,19 +59,19 @@ def test_a_setting_added_to_the_table_is_a_suite_key_a_flag_and_a_resume_rule(
     given = RunSettings.from_defaults(suite.defaults, (), agent="noop", warmup_rounds=9)
     assert given.value("warmup_rounds") == 9
     # a resume rule: remembered when left out, compared because it must match
-    manifest = {"agent": "noop", "settings": settings.to_json(), "tasks": []}
+    manifest = RunManifest(agent="noop", settings=settings.to_json())
     assert remembered(manifest)["warmup_rounds"] == 7
     assert "colour" not in remembered(manifest)  # free: each invocation chooses
     assert "warmup_rounds" in [name for name, _ in must_match()]
-    changed = {**manifest, "settings": given.to_json()}
+    changed = replace(manifest, settings=given.to_json())
     assert differences(manifest, changed) == ["warmup_rounds 9 (run made with 7)"]
     with pytest.raises(Exception, match="cannot be resumed with different settings"):
         from spider2local.run.folder import RunFolder
 
         check_resumable(manifest, changed, RunFolder.at(tmp_path, "r"))
     # a run made before the setting existed ran with its default: resumable with it
-    older = {"agent": "noop", "settings": {}, "tasks": []}
-    assert differences(older, {"agent": "noop", "settings": {"warmup_rounds": 4}}) == []
+    older = RunManifest(agent="noop")
+    assert differences(older, RunManifest(agent="noop", settings={"warmup_rounds": 4})) == []
 
 
 def test_a_setting_added_before_the_cli_loads_is_a_real_flag_of_run() -> None:
@@ -130,3 +132,24 @@ def test_every_setting_has_a_rule_a_help_and_a_parseable_default() -> None:
             assert s.parse(s.default, text=False) == s.default, s.name
     flags = [s.option for s in options.flags()]
     assert len(flags) == len(set(flags)) and "--jobs" in flags and "--prompts" in flags
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
+    (" 2m30s ", 150.0), ("1e3", 1000.0),
+])
+def test_timeout_takes_durations(text: str, seconds: float) -> None:
+    """``--timeout 10m`` was refused (issue 23); the flag and the suite key take units."""
+    timeout = next(s for s in options.SETTINGS if s.name == "timeout")
+    assert timeout.parse(text, text=True) == seconds
+    assert timeout.parse(text, text=False) == seconds  # `timeout = "10m"` in a suite
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("nan", "positive and finite"), ("0", "positive and finite"), ("-5", "positive and finite"),
+    ("10x", "a duration such as"), ("h", "a duration such as"), ("", "a duration such as"),
+])
+def test_bad_durations_are_refused_with_the_rule(text: str, phrase: str) -> None:
+    timeout = next(s for s in options.SETTINGS if s.name == "timeout")
+    with pytest.raises(ValueError, match=phrase):
+        timeout.parse(text, text=True)
