@@ -45,7 +45,7 @@ def test_a_command_agents_executable_is_checked(tmp_path: Path) -> None:
                      f'\n[agents.mine]\ncommand = "{tool} run"\n'
                      f'\n[agents.shown]\ncommand = "{tool} run"\nread_only = ["{tool.parent}"]\n'
                      '\n[agents.shell]\ncommand = "sh -c true"\n')
-    checks = {c.name: c for c in doctor._command_agents(load_suite(suite))}
+    checks = {c.name: c for c in doctor._command_agents(load_suite(suite), "gone")}
     gone = checks["agent gone"]
     assert not gone.ok and gone.required and "no-such-agent-xyz" in gone.detail
     assert not checks["agent mine"].ok and not checks["agent mine"].required
