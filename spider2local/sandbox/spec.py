@@ -12,6 +12,7 @@ import spider2local
 from spider2local.clock.faketime import find_library, find_real_dbt
 from spider2local.resources import faketime_dir
 from spider2local.sandbox.launcher import SandboxSpec
+from spider2local.sandbox.network import NetworkSeal
 
 CACHE_NAME = "spider2local"
 
@@ -35,11 +36,11 @@ def always_hidden() -> list[Path]:
 
 
 def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path] = (),
-               unset_env: Iterable[str] = ()) -> SandboxSpec:
+               unset_env: Iterable[str] = (), network: NetworkSeal | None = None) -> SandboxSpec:
     """The sandbox of one agent session running ``program`` (the CLI) with ``writable`` (its
     workspace) read-write."""
     return SandboxSpec(program=program,
                        read_only=(*runtime_paths(), program.parent),
                        writable=tuple(writable),
                        hidden=(*always_hidden(), *hidden),
-                       unset_env=tuple(unset_env))
+                       unset_env=tuple(unset_env), network=network)
