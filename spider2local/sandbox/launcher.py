@@ -32,6 +32,7 @@ import re
 import shlex
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -225,9 +226,13 @@ def death_signal(paths: dict[str, str]) -> str:
 
 
 def network_binds(seal: NetworkSeal | None) -> list[Path]:
-    """What a network seal binds read-only: the gateway's socket (its interpreter is the
-    runtime's, bound in every sandbox)."""
-    return [] if seal is None else [seal.socket]
+    """What a network seal binds read-only: the gateway's socket and the relay's interpreter
+    (the runtime's; an agent's sandbox binds it anyway, a probe's would not)."""
+    if seal is None:
+        return []
+    prefixes = dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix,
+                              sys.base_exec_prefix])
+    return [seal.socket, seal.python, *(Path(p) for p in prefixes)]
 
 
 def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
@@ -277,4 +282,27 @@ class Launcher:
     def remove(self) -> None:
         """Delete the folder (the new root was only ever mounted inside the namespace, so
         what is left on the host is an empty folder and the script)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class DeathWrapper:
+    """Without a sandbox, the program still dies with the runner: a script (usable as the
+    SDK's ``cli_path``) that execs it under ``setpriv --pdeathsig KILL``. None of this is a
+    boundary (the program's children do not inherit the signal; the sweep and the gateway's
+    closing stop them), only the death signal the SDK does not give."""
+
+    def __init__(self, program: Path, wrapper: str) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="spider2local-cli-"))
+        self.path = self.folder / LAUNCHER_NAME
+        self.path.write_text(f"#!/bin/sh\nexec {shlex.quote(wrapper)} --pdeathsig KILL "
+                             f"{shlex.quote(str(program))} \"$@\"\n", encoding="utf-8")
+        self.path.chmod(stat.S_IRWXU)
+
+    @classmethod
+    def around(cls, program: Path) -> DeathWrapper | None:
+        """The wrapper, or None where ``setpriv --pdeathsig`` does not work (doctor says so)."""
+        wrapper = pdeathsig_wrapper()
+        return cls(program, wrapper[0]) if wrapper else None
+
+    def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

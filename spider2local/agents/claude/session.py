@@ -63,7 +63,7 @@ from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import API_RECORD
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
-from spider2local.sandbox.launcher import Launcher
+from spider2local.sandbox.launcher import DeathWrapper, Launcher
 from spider2local.sandbox.network import NetworkSeal
 from spider2local.sandbox.spec import agent_spec
 
@@ -248,8 +248,9 @@ class ClaudeAgent:
         service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
         _route_sdk_logs()
         _TASK_LOG.set(ctx.transcript)
-        launcher = self._launcher(ctx, env, socket) if ctx.isolation == IsolationMode.NAMESPACE \
-            else None
+        launcher: Launcher | DeathWrapper | None = \
+            self._launcher(ctx, env, socket) if ctx.isolation == IsolationMode.NAMESPACE \
+            else DeathWrapper.around(Path(self.cli_path or bundled_cli()))
         cli_path = launcher.path if launcher is not None else self.cli_path
         client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
         finished = False

@@ -634,3 +634,36 @@ def test_tool_calls_are_counted_as_announced() -> None:
     state.on_tool_use("t1", "Bash", {"command": "echo hi"})
     state.on_error_result("success", 529, "API Error: overloaded")
     assert state.infrastructure and state.tools_called == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", ["task", "run"])
+def test_a_spent_budget_stops_the_session_at_the_gateway(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext],
+        cap: str) -> None:
+    """A hard cap, not advice: once the task's (--max-budget-usd) or the run's shared budget
+    is spent, the gateway refuses the next request; the CLI does not retry the refusal and
+    the session ends with the budget named. The first reply costs $0.0315 at Sonnet prices
+    (10,000 input and 100 output tokens); the cap is $0.01."""
+    from spider2local.gateway.budget import Budget
+
+    script = [reply(tool("Bash", command=f"echo {i}"), input_tokens=10_000, output_tokens=100)
+              for i in range(5)]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        run_budget = Budget(0.01, "run")
+        ctx = workspace(sample_task("bakery001"), fake.env(),
+                        max_budget_usd=0.01 if cap == "task" else None)
+        if cap == "run":
+            ctx.budget = run_budget
+        outcome = run_agent(ctx, deadline=90)
+        served = [r.answer for r in fake.conversation_requests("main")]
+    assert served == ["scripted"], served
+    assert outcome.error is not None and "budget" in outcome.error, outcome.error
+    assert not outcome.infrastructure
+    assert outcome.usage.input_tokens == 10_000 and outcome.usage.turns == 1
+    record = [json.loads(line) for line in
+              (ctx.workspace.artifacts / "api.jsonl").read_text().splitlines()]
+    refused = [e for e in record if e.get("refused")]
+    if cap == "run":  # the CLI knows nothing of the run's cap: the gateway stopped it
+        assert refused and refused[0]["status"] == 400 and "run budget" in refused[0]["refused"]
+        assert run_budget.spent_usd == pytest.approx(0.0315)
