@@ -18,6 +18,11 @@ the gateway:
 
 When the runner dies, the socket's server dies with it: nothing more is served.
 
+For an agent of any vendor: declare the upstreams it needs (``[Upstream(base_url, headers=
+{credential}, paths=...)]``), give its process the ``base_urls`` :func:`open_gateway` returns
+(and, sealed, :class:`~spider2local.sandbox.network.NetworkSeal` of ``socket`` in its sandbox
+spec), and a :class:`Meter` that reads its API's usage (:class:`CallCounter` when none can).
+
 HTTP/1.1 is spoken with h11 (sans-IO; what httpx itself is built on) on anyio streams, and
 upstream through httpx: a hand-written parser would be the riskiest part of a component that
 reads untrusted bytes.
@@ -109,6 +114,28 @@ class Meter(Protocol):
 
     def cost(self) -> float | None:
         """What the session spent so far (None: not computable)."""
+
+
+class CallCounter:
+    """A :class:`Meter` for an API whose answers spider2local cannot read (another vendor's,
+    for a command agent): it counts the calls and their statuses, and knows no cost, so a
+    budget with a cap refuses after the first call (it cannot be enforced) instead of
+    letting spend go unseen."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def begin(self, call: ApiCall) -> None:
+        pass
+
+    def event(self, call: ApiCall, data: Mapping[str, Any]) -> None:
+        pass
+
+    def end(self, call: ApiCall, status: int) -> None:
+        self.calls.append((call.path, status))
+
+    def cost(self) -> float | None:
+        return None if self.calls else 0.0
 
 
 class _Sse:

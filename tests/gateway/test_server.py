@@ -217,3 +217,22 @@ def test_the_record_is_capped(tmp_path: Path) -> None:
     after = lines[lines.index(notes[0]) + 1:]
     assert after and all("request" not in e and e["request_size"] == 50 for e in after)
     assert len(lines) == 11  # every exchange keeps its metadata line
+
+
+def test_a_call_counter_cannot_enforce_a_cap_and_says_so() -> None:
+    from spider2local.gateway.server import CallCounter
+
+    upstream = Upstream_()
+
+    async def go() -> list[int]:
+        async with open_gateway([API], CallCounter(), sealed=False, budgets=[Budget(5.0)],
+                                transport=httpx.MockTransport(upstream)) as served, \
+                httpx.AsyncClient() as client:
+            answers = [await client.post(f"{served.base_urls[0]}/v1/json", content=b"{}")
+                       for _ in range(2)]
+        return [a.status_code for a in answers] + [int("cannot be enforced" in answers[1].text)]
+
+    assert run(go) == [200, 400, 1]
+    unlimited = Budget(None)
+    unlimited.charge(None)
+    assert unlimited.refusal() is None

@@ -116,7 +116,7 @@ def test_only_the_model_api_is_reachable_and_only_through_the_gateway(
     assert outside.hits == 0 and SECRET not in seen[0]
     assert found["outside"].startswith("ERR"), found["outside"]
     assert found["fake api"].startswith("ERR"), found["fake api"]
-    assert "api.anthropic.com" in found["dns"] and "Error" in found["dns"], found["dns"]
+    assert "gaierror" in found["dns"], found["dns"]  # no DNS: no resolver is reachable
     assert found["interfaces"].split() == ["lo"]
     # The credential stays with the gateway: the agent's environment holds a placeholder.
     assert "test-key-fake-api" not in seen[0]
