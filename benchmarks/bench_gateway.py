@@ -1,6 +1,6 @@
 """What do the model gateway and the network seal cost? Three figures, side by side:
 
-1. per API call (a streamed Messages reply from the loopback fake API, read whole by a
+1. per API call (a streamed Messages reply from a minimal loopback API, read whole by a
    keep-alive client as the CLI does): direct, through the gateway on TCP (isolation none),
    and through the relay and the gateway's Unix socket (the sealed path; the relay's code runs
    on the host here, on a free port). Calls alternate between the paths so load drifts into all
@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -35,7 +36,8 @@ from spider2local.sandbox import relay
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.network import NetworkSeal
 from spider2local.sandbox.probe import probe
-from spider2local.testing import FakeAnthropic, reply
+from spider2local.testing.script import Reply
+from spider2local.testing.sse import message_json, stream_events
 
 TARGET_MS = 5.0
 BODY = (b'{"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": true, '
@@ -88,16 +90,52 @@ def start_relay(path: Path) -> int:
     return int(listener.getsockname()[1])
 
 
+class Upstream_:
+    """A minimal Messages API: one streamed reply, written in one piece with Nagle off. (The
+    test fake writes headers and body apart, and the client's delayed ACK then costs ~40 ms
+    per direct call: a baseline that would flatter the gateway.)"""
+
+    def __init__(self) -> None:
+        answer = b"".join(stream_events(message_json(Reply(("ok",), input_tokens=5,
+                                                           output_tokens=2),
+                                                     "claude-sonnet-4-5", None)))
+        head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"content-length: %d\r\n\r\n" % len(answer))
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.wfile.write(head + answer)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Upstream_:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+
+
 def per_call(calls: int) -> dict[str, list[float]]:
-    script = [reply("ok", input_tokens=5, output_tokens=2) for _ in range(calls * 3 + 10)]
-    with FakeAnthropic(script) as fake, GatewayThread(fake.base_url) as gw:
+    with Upstream_() as fake, GatewayThread(fake.base_url) as gw:
         assert gw.tcp is not None and gw.unix is not None and gw.unix.socket is not None
         port = start_relay(gw.unix.socket)
         paths = {"direct": f"{fake.base_url}/v1/messages",
                  "gateway (tcp)": f"{gw.tcp.base_urls[0]}/v1/messages",
                  "relay + socket": f"http://127.0.0.1:{port}/u0/v1/messages"}
         times: dict[str, list[float]] = {name: [] for name in paths}
-        clients = {name: httpx.Client(timeout=10) for name in paths}
+        nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]  # as the CLI's runtime does
+        clients = {name: httpx.Client(timeout=10, transport=httpx.HTTPTransport(
+            socket_options=nodelay)) for name in paths}
         try:
             for name, url in paths.items():  # warm each connection
                 clients[name].post(url, content=BODY).raise_for_status()
