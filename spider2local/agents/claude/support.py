@@ -59,8 +59,11 @@ credentials and the base URL are then replaced by :func:`through_gateway`)."""
 DEFAULT_API = "https://api.anthropic.com"
 PLACEHOLDER = "spider2local-gateway-adds-the-credential"
 """What the CLI's credential variables hold: the CLI needs one set to start, the gateway
-drops the header it makes of it and adds the real one (measured: the CLI sends the variable
-as is, ``x-api-key`` for an API key, ``Authorization: Bearer`` for a token)."""
+drops the header it makes of it and adds the real one. Measured with CLI 2.1.x against a
+recording server: with ``ANTHROPIC_API_KEY`` or ``CLAUDE_CODE_OAUTH_TOKEN`` set to this and a
+base URL with a path (``http://127.0.0.1:PORT/u0``), its only request was ``POST
+/u0/v1/messages?beta=true`` carrying the placeholder as is (``x-api-key``, or
+``Authorization: Bearer`` plus its ``oauth-2025-04-20`` beta), and the session worked."""
 TOKEN_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 """Credentials sent as ``Authorization: Bearer``."""
 
