@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import socket
 import statistics
 import subprocess
@@ -139,8 +140,10 @@ def per_call(calls: int) -> dict[str, list[float]]:
         try:
             for name, url in paths.items():  # warm each connection
                 clients[name].post(url, content=BODY).raise_for_status()
+            order = list(paths.items())
             for _ in range(calls):
-                for name, url in paths.items():
+                random.shuffle(order)  # no path always follows another (a warm event loop)
+                for name, url in order:
                     started = time.perf_counter()
                     response = clients[name].post(url, content=BODY)
                     response.read()
