@@ -37,7 +37,6 @@ import logging
 import re
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ import httpx
 
 from spider2local.gateway.budget import Budget
 from spider2local.gateway.record import ExchangeLog
+from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.sandbox.network import relay_base_url
 
 log = logging.getLogger(__name__)
@@ -396,7 +396,7 @@ async def open_gateway(upstreams: Sequence[Upstream], meter: Meter, *, sealed: b
     listener: anyio.abc.Listener[Any]
     try:
         if sealed:
-            folder = Path(tempfile.mkdtemp(prefix="spider2local-gw-"))
+            folder = make_owned_dir("gateway")  # a kill -9's leftover is recovered by name
             path: Path | None = folder / SOCKET_NAME
             assert path is not None
             listener = await anyio.create_unix_listener(path, mode=0o600)

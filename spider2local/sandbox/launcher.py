@@ -33,7 +33,6 @@ import shlex
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from spider2local.exceptions import Spider2LocalError
 from spider2local.proc.run import pdeathsig_wrapper
+from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.sandbox.network import NetworkSeal, start_relay, unshare_flags
 
 INSIDE_FLAG = "--spider2local-inside"
@@ -268,7 +268,7 @@ class Launcher:
     def __init__(self, spec: SandboxSpec, parent: Path | None = None) -> None:
         extra_ro = [Path(paths) for paths in tools().values()] + network_binds(spec.network)
         self.spec = dataclasses.replace(spec, read_only=(*spec.read_only, *extra_ro))
-        self.folder = Path(tempfile.mkdtemp(prefix="spider2local-sandbox-", dir=parent))
+        self.folder = make_owned_dir("sandbox", parent)
         try:
             (self.folder / ROOT_NAME).mkdir()
             self.path = self.folder / LAUNCHER_NAME
@@ -292,7 +292,7 @@ class DeathWrapper:
     closing stop them), only the death signal the SDK does not give."""
 
     def __init__(self, program: Path, wrapper: str) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="spider2local-cli-"))
+        self.folder = make_owned_dir("cli")
         self.path = self.folder / LAUNCHER_NAME
         self.path.write_text(f"#!/bin/sh\nexec {shlex.quote(wrapper)} --pdeathsig KILL "
                              f"{shlex.quote(str(program))} \"$@\"\n", encoding="utf-8")
