@@ -7,6 +7,7 @@ Layout::
     <runs-dir>/<run-id>/<task>/result.json        RESULT: written atomically, last ("finished")
     <runs-dir>/<run-id>/<task>/error.txt          ERROR_TRACEBACK: an unexpected exception, whole
     <runs-dir>/<run-id>/<task>/transcript.jsonl   TRANSCRIPT: every agent message as it arrived
+    <runs-dir>/<run-id>/<task>/api.jsonl          API_RECORD: every model API exchange (capped)
     <runs-dir>/<run-id>/<task>/queries.jsonl      QUERIES: every query of the agent's DB tools
     <runs-dir>/<run-id>/<task>/workspace.json     WORKSPACE_RECORD: where the workspace was
     <runs-dir>/<run-id>/<task>/scan.json          SCAN: the project scan the agent was given
@@ -31,6 +32,7 @@ LOCK = ".lock"
 RESULT = "result.json"
 ERROR_TRACEBACK = "error.txt"
 TRANSCRIPT = "transcript.jsonl"
+API_RECORD = "api.jsonl"
 QUERIES = "queries.jsonl"
 WORKSPACE_RECORD = "workspace.json"
 SCAN = "scan.json"
