@@ -47,6 +47,7 @@ class Rescored:
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
+    from spider2local.db.header import duckdb_file_problem
     from spider2local.evaluation import score_database
 
     db, task = folder.result_db(old.task_id, old.trial), data.get(old.task_id)
@@ -54,18 +55,33 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         return Rescored(old.task_id, None, "no kept database (run with --keep-db)", old.trial)
     if task is None or task.gold is None:
         return Rescored(old.task_id, None, "the dataset has no gold for this task", old.trial)
+    # A kept file that is damaged (not DuckDB, cut short, unopenable) is that task's error:
+    # scoring it gave "failed" and overwrote a recorded pass without naming anything, where
+    # `score FILE` refuses the same file. The recorded verdict stays.
+    problem = duckdb_file_problem(db)
+    if problem is not None:
+        return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
+                                           "the recorded verdict stays", old.trial)
     try:
         score = score_database(db, task.gold.db, task.gold.params)
     except Exception as exc:
         keep_traceback(folder.trial_dir(old.task_id, old.trial), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}",
                         old.trial)
+    if score.error is not None:  # the file could not be opened at all
+        return Rescored(old.task_id, None, f"kept database damaged: {score.error}; "
+                                           "the recorded verdict stays", old.trial)
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
         error = None
     verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
     new = replace(old, **verdict.fields())
-    save_result(folder.result_path(old.task_id, old.trial), new)
+    try:
+        save_result(folder.result_path(old.task_id, old.trial), new)
+    except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
+        return Rescored(old.task_id, None, f"cannot write its result.json: "
+                                           f"{exc.strerror or exc}; the recorded verdict stays",
+                        old.trial)
     return Rescored(old.task_id, new, trial=old.trial)
 
 
