@@ -199,16 +199,21 @@ class CommandAgent:
         if ctx.isolation != IsolationMode.NAMESPACE:
             return [SHELL, "-c", self.command], None
         from spider2local.sandbox.launcher import Launcher
-        from spider2local.sandbox.spec import agent_spec
+        from spider2local.sandbox.spec import agent_spec, warm_services
 
         hidden = list(ctx.off_limits)
         if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
             hidden.append(ctx.workspace.start_copy.parent)
         # the shell by its real path: /bin is a symlink on merged-usr systems, recreated as one
         # inside, and binding the link's folder over it fails (measured)
+        # the warm dbt server (when the runner asked for one) starts inside beside the command,
+        # with what the runner gives its own server outside (the workspace's allow-list), plus
+        # the marker so the sweep ends it: never the agent's pass_env credentials
+        services = warm_services({**ctx.workspace.env, MARKER_ENV: env[MARKER_ENV]},
+                                 ctx.workspace.root)
         launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
-                                       hidden=hidden,
-                                       read_only=self.read_only))
+                                       hidden=hidden, read_only=self.read_only,
+                                       services=services))
         return [str(launcher.path), "-c", self.command], launcher
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:

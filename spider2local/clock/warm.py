@@ -53,6 +53,10 @@ PYTHON_ENV = "SPIDER2LOCAL_PYTHON"
 WARM_DIR = ".warm-dbt"
 """In the workspace root (writable by the agent, outside its project): socket and log."""
 SOCKET_NAME = "dbt.sock"
+STARTING_NAME = "starting"
+"""Beside the socket while the server starts: its pid (warmdbt.py's ``STARTING_NAME``). The
+server writes it itself, but its starter writes it first: a dbt call made before the server's
+interpreter is up then waits for it instead of running cold."""
 LOG_NAME = "server.log"
 NOTE_NAME = "warm-dbt.txt"
 """In the shim's records folder: why a call ran cold (written once, by the shim or client)."""
@@ -68,6 +72,10 @@ def script() -> Path:
 
 def socket_path(root: Path) -> Path:
     return root / WARM_DIR / SOCKET_NAME
+
+
+def starting_path(root: Path) -> Path:
+    return root / WARM_DIR / STARTING_NAME
 
 
 def log_path(root: Path) -> Path:
@@ -121,6 +129,8 @@ async def start_server(env: Mapping[str, str], root: Path) -> Server:
                                        env=server_env, start_new_session=True,
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
+    with contextlib.suppress(OSError):  # the server writes it too; setpriv execs: same pid
+        starting_path(root).write_text(f"{process.pid}\n", encoding="utf-8")
     return Server(process, root)
 
 

@@ -136,12 +136,14 @@ def resolve_capabilities(agent: str) -> Capabilities:
 
 def wants_warm_dbt(settings: RunSettings) -> bool:
     """Whether each workspace gets a warm dbt server (:mod:`spider2local.clock.warm`): asked
-    for (``--warm-dbt``, ``[run] warm_dbt``), and an agent that calls a model (many dbt calls:
-    build, read the error, fix, build again). The offline agents run one ``dbt run`` per task,
+    for (``--warm-dbt``, ``[run] warm_dbt``), and an agent that calls a model or runs a
+    model's commands (the Claude session, a command agent: many dbt calls: build, read the
+    error, fix, build again). The offline agents run one ``dbt run`` per task,
     which a server cannot speed up (it pays the same imports once, plus its own start-up,
     competing with the other tasks for the CPU: benchmarks/bench_dbt.py measures the
     reference agent's whole run both ways)."""
-    return bool(settings.value("warm_dbt")) and settings.caps.model
+    caps = settings.caps
+    return bool(settings.value("warm_dbt")) and (caps.model or caps.sandboxed)
 
 
 def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:

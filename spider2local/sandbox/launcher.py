@@ -103,6 +103,9 @@ class Service:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     log: Path
+    pidfile: Path | None = None
+    """Where its pid is written before the program starts: a caller of the service can then
+    tell "still starting" from "not there" however soon the program calls it."""
 
 
 def _tool(name: str) -> str:
@@ -242,6 +245,8 @@ def services_exec(spec: SandboxSpec, program: str) -> str:
                                if _ENV_NAME.fullmatch(name))
         lines.append(f"env -i {assignments} {' '.join(q(a) for a in service.argv)} "
                      f"</dev/null >>{q(str(service.log))} 2>&1 &")
+        if service.pidfile is not None:
+            lines.append(f"echo $! >{q(str(service.pidfile))}")
     script = "\n".join([*lines, 'exec "$0" "$@"'])
     return f"/bin/sh -c {q(script)} {program}"
 

@@ -5,10 +5,11 @@ its workspace writable, and the runner's own secrets hidden wherever they lie un
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import spider2local
+from spider2local.clock import warm
 from spider2local.clock.faketime import find_library, find_real_dbt
 from spider2local.resources import faketime_dir
 from spider2local.sandbox.launcher import SandboxSpec, Service
@@ -47,3 +48,17 @@ def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path
                        hidden=(*always_hidden(), *hidden),
                        unset_env=tuple(unset_env), network=network,
                        services=tuple(services))
+
+
+def warm_services(env: Mapping[str, str], root: Path) -> tuple[Service, ...]:
+    """The workspace's warm dbt server (:mod:`spider2local.clock.warm`), for a sandbox to
+    start beside its program: none unless ``env`` names the server's socket (the runner asked
+    for one). ``env`` is what the program's dbt calls inherit, less what the server has no use
+    for (the caller's API credentials: the launcher script would hold them); blank values
+    count as unset, as the CLI blanks the runner's variables instead of removing them."""
+    if warm.SOCKET_ENV not in env:
+        return ()
+    warm.prepare_dir(root)
+    argv, server_env = warm.server_command({k: v for k, v in env.items() if v}, root)
+    return (Service(tuple(argv), tuple(sorted(server_env.items())), warm.log_path(root),
+                    pidfile=warm.starting_path(root)),)

@@ -279,6 +279,12 @@ def test_in_the_sandbox_gold_is_absent_dbt_sees_the_fake_date_and_the_scan_flags
     assert result["status"] == "passed"
     assert result["integrity"] == "suspect"  # the gold path it tried is in its output
     assert any(e["source"] == "transcript.jsonl" for e in result["integrity_evidence"])
+    # its `dbt run` was served by the workspace's warm server, started inside the sandbox
+    served = [json.loads(line)["data"] for line in
+              (folder / "transcript.jsonl").read_text().splitlines()
+              if json.loads(line)["kind"] == "warm_dbt"]
+    assert len(served) == 1 and served[0]["calls"] == 1, served
+    assert "cold_note" not in served[0] and "unavailable" not in served[0], served
 
 
 @pytest.mark.slow

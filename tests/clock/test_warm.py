@@ -351,3 +351,29 @@ def test_kill_9_of_the_runner_leaves_no_server(tmp_path: Path) -> None:
         Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     assert not alive
     shutil.rmtree(tmp_path / warm.WARM_DIR, ignore_errors=True)
+
+
+def test_a_call_made_the_moment_the_server_is_started_waits_for_it(tmp_path: Path) -> None:
+    """A fast agent (a command agent's script) calls dbt before the server's interpreter is
+    up: the starter wrote the server's pid, so the call waits for it instead of running cold."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    project = make_project(tmp_path / "p", MODELS)
+
+    async def go() -> Call:
+        server = await warm.start_server(warm.warm_env(base_env(), root), root)
+        try:
+            assert warm.starting_path(root).read_text().strip() == str(server.process.pid)
+            env = {**warm.warm_env(base_env(), root), "DBT_PROFILES_DIR": str(project),
+                   RUNS_ENV: str(project / ".runs")}
+            done = await anyio.run_process([str(SHIM), "run", "--select", "today"],
+                                           cwd=project, env=env, check=False)
+            return Call(done.returncode, done.stdout.decode(), done.stderr.decode(), project)
+        finally:
+            await server.stop()
+
+    done = anyio.run(go)
+    assert done.code == 0, done.stdout[-2000:]
+    assert not (project / ".runs" / warm.NOTE_NAME).exists(), \
+        (project / ".runs" / warm.NOTE_NAME).read_text()
+    assert warm.report(root, None)["calls"] == 1

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,23 +199,30 @@ def test_a_service_runs_inside_beside_the_program_and_dies_with_it(tmp_path: Pat
     ws = tmp_path / "ws"
     ws.mkdir()
     log = ws / "service.log"
+    nap = f"300.{uuid.uuid4().int % 10**6:06d}"  # this test's own: other tests sleep 300 too
     service = Service(("/bin/sh", "-c", f'echo "pid=$$ env=$SERVICE_VAR:${{RUNNER_SECRET-}}"; '
-                                        f'touch {ws}/started; exec sleep 300'),
-                      (("SERVICE_VAR", "it's mine"), ("PATH", "/usr/bin:/bin")), log)
+                                        f'touch {ws}/started; exec sleep {nap}'),
+                      (("SERVICE_VAR", "it's mine"), ("PATH", "/usr/bin:/bin")), log,
+                      pidfile=ws / "service.pid")
     launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,),
                                     services=(service,)))
     try:
         done = inside(launcher, ws, f"""
+            echo "pidfile=$(cat {ws}/service.pid)"
             while ! test -e {ws}/started; do sleep 0.05; done
             echo "me=$$"
-            ps -o args= | grep -cx 'sleep 300'
+            ps -o args= | grep -cxF 'sleep {nap}'
         """, RUNNER_SECRET="leaked")
     finally:
         launcher.remove()
     assert done.returncode == 0, done.stderr
     assert "me=1" in done.stdout and "\n1\n" in done.stdout
     assert log.read_text().startswith("pid=") and "env=it's mine:\n" in log.read_text()
-    assert not any(b"sleep 300" in p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline")
+    # its pid was on disk before the program ran (a caller can tell starting from absent)
+    pid = log.read_text().split()[0].removeprefix("pid=")
+    assert f"pidfile={pid}\n" in done.stdout, (done.stdout, log.read_text())
+    assert not any(f"sleep\0{nap}\0".encode() in p.read_bytes()
+                   for p in Path("/proc").glob("[0-9]*/cmdline")
                    if p.exists())  # died with the sandbox
 
 

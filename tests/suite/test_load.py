@@ -140,7 +140,8 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
 
 def test_warm_dbt_is_on_unless_the_suite_or_the_command_line_turns_it_off(
         tmp_path: Path) -> None:
-    """And only agents that call a model get a server (the offline agents run one dbt call)."""
+    """And only agents that call a model or run its commands get a server (the offline
+    agents run one dbt call)."""
     from spider2local.run.settings import RunSettings, wants_warm_dbt
 
     assert load_suite(write(tmp_path, "schema = 1\n")).defaults.get("warm_dbt") is True
@@ -151,6 +152,8 @@ def test_warm_dbt_is_on_unless_the_suite_or_the_command_line_turns_it_off(
     assert on.value("warm_dbt") is True and wants_warm_dbt(on)
     assert not wants_warm_dbt(RunSettings.from_defaults(off, (), agent="reference",
                                                         warm_dbt=True))
+    # a command agent runs a model's commands (many dbt calls) in its sandbox: it gets one too
+    assert wants_warm_dbt(RunSettings.from_defaults(off, (), agent="command", warm_dbt=True))
 
 
 def test_the_nearest_tasks_toml_upward_is_the_suite(tmp_path: Path) -> None:

@@ -57,7 +57,6 @@ from spider2local.agents.claude.support import (
     through_gateway,
 )
 from spider2local.agents.registry import Capabilities
-from spider2local.clock import warm
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
@@ -66,6 +65,7 @@ from spider2local.gateway.server import open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import API_RECORD
 from spider2local.run.transcript import Transcript
+from spider2local.sandbox import spec as sandbox_spec
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.launcher import DeathWrapper, Launcher, Service
 from spider2local.sandbox.network import NetworkSeal
@@ -337,14 +337,11 @@ class ClaudeAgent:
 def warm_services(env: dict[str, str], root: Path) -> tuple[Service, ...]:
     """The workspace's warm dbt server, started by the sandbox beside the CLI, with the CLI's
     own environment (what every Bash tool and so every dbt call of the session inherits; the
-    sweep marker included, so the session's sweep ends it too) minus its API credentials and
-    settings, which the server has no use for and the launcher script would then hold."""
-    if warm.SOCKET_ENV not in env:
-        return ()
-    warm.prepare_dir(root)
-    argv, server_env = warm.server_command(
-        {k: v for k, v in env.items() if v and k not in CLAUDE_PASS_ENV}, root)
-    return (Service(tuple(argv), tuple(sorted(server_env.items())), warm.log_path(root)),)
+    sweep marker included, so the session's sweep ends it too) minus its API settings
+    (:data:`CLAUDE_PASS_ENV`: the gateway's URL and placeholders), which the server has no use
+    for and the launcher script would then hold."""
+    return sandbox_spec.warm_services(
+        {k: v for k, v in env.items() if k not in CLAUDE_PASS_ENV}, root)
 
 
 def _retry_note(data: dict[str, Any]) -> str:
