@@ -19,6 +19,7 @@ import duckdb
 import pandas as pd
 
 from spider2local.evaluation.refstack import UnreadableInterval, differing_classes, reference_frame
+from spider2local.run.watchdog import watched
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,10 @@ class Database:
         self.path = path
         # Only a changed setting is passed: DuckDB refuses a second connection to one file
         # with another configuration (the gold scored against itself, a raw reader beside us)
-        self._con = duckdb.connect(str(path), read_only=True,
-                                   config={"enable_external_access": False} if untrusted else {})
+        # watched: a view that never finishes is interrupted at the scoring stage's deadline
+        self._con = watched(duckdb.connect(
+            str(path), read_only=True,
+            config={"enable_external_access": False} if untrusted else {}))
 
     def __enter__(self) -> Database:
         return self

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import anyio
 
 from spider2local.dataset.task import TaskSpec
+from spider2local.exceptions import DeadlinePassed
 from spider2local.integrity import guard
 from spider2local.integrity.scan import (
     Evidence,
@@ -62,6 +63,8 @@ from spider2local.run.results import (
 from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
+from spider2local.run.watchdog import bounded
+from spider2local.run.watchdog import check as watchdog_check
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
@@ -186,22 +189,24 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         await anyio.sleep(wait)
 
 
-async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
+async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
+                 watch: guard.Watch) -> dict[str, Any]:
     """Checkpoint and score the workspace database; returns TaskResult fields. What it is
-    scored against is checked first and its gold file once more after (see module doc)."""
+    scored against is checked first and its gold file once more after (see module doc). Both
+    stages run under ``settings.stage_timeout`` (:mod:`.watchdog`)."""
     from spider2local.evaluation import score_database, to_json
 
     task, ws = state.task, state.ws
     assert ws is not None
+    deadline = settings.stage_timeout
     if ws.database.exists() or ws.database.is_symlink():
         progress.stage(task.id, Stage.CHECKPOINT)
         try:
             with _Stopwatch(state, "checkpoint"):
-                await in_thread(ws_mod.checkpoint_database, ws.database, root=ws.root)
-        except OutsideWorkspace as exc:  # the agent's doing: no verdict from that file
-            return {"status": Status.FAILED, "passed": False,
-                    "tables_total": len(task.gold.params.condition_tabs) if task.gold else 0,
-                    "error": TaskError(Stage.CHECKPOINT, ErrorKind.AGENT, str(exc))}
+                await bounded("checkpoint", deadline, ws_mod.checkpoint_database,
+                              ws.database, root=ws.root)
+        except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
+            return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
             return _error(state, Stage.CHECKPOINT, exc)
     if task.gold is None:
@@ -212,15 +217,27 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dic
             check = await in_thread(guard.changes, watch.fingerprints, task)
             if check.changed:
                 return _integrity_error(check.changed)
-            score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
+            score = await bounded("score", deadline, score_database, ws.database,
+                                  task.gold.db, task.gold.params)
             moved = await in_thread(guard.gold_moved, check, task)
             if moved is not None:
                 return _integrity_error((moved,))
+    except DeadlinePassed as exc:
+        return _agent_fault(task, Stage.SCORE, exc)
     except Exception as exc:
         return _error(state, Stage.SCORE, exc)
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
             "tables_passed": score.tables_passed, "tables_total": score.tables_total,
             "score": to_json(score)}
+
+
+def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception) -> dict[str, Any]:
+    """What the agent left cannot be read (a symlink, a FIFO, a file made unopenable) or makes
+    a stage hang: failed, with the reason, as the agent's doing (scored as no result; never
+    ``infrastructure``, which a resume would run again: a free re-roll)."""
+    return {"status": Status.FAILED, "passed": False,
+            "tables_total": len(task.gold.params.condition_tabs) if task.gold else 0,
+            "error": TaskError(stage, ErrorKind.AGENT, str(exc))}
 
 
 def _integrity_error(changed: Sequence[str]) -> dict[str, Any]:
@@ -256,11 +273,16 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
         return {"status": Status.ERROR,
                 "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, outcome.error or "")}
-    fields = _verdict_with_agent(await _score(state, progress, watch), outcome, timed_out)
+    fields = _verdict_with_agent(await _score(state, settings, progress, watch), outcome,
+                                 timed_out)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
-            await in_thread(ws_mod.collect_artifacts, state.ws, keep_db=settings.keep_db)
+            await bounded("collect", settings.stage_timeout, ws_mod.collect_artifacts,
+                          state.ws, keep_db=settings.keep_db, check=watchdog_check)
+        except DeadlinePassed as exc:  # the agent's tree made it hang: its doing
+            progress.note(state.task.id, f"artifacts not collected: {exc}")
+            fields = _agent_fault(state.task, Stage.COLLECT, exc)
         except Exception as exc:
             progress.note(state.task.id, f"artifacts not collected: {exc}")
     return fields
@@ -279,7 +301,19 @@ def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
                                                        f"{type(exc).__name__}: {exc}"),), 1)
     return scan_task(transcript=state.artifacts / TRANSCRIPT,
                      queries=state.artifacts / QUERIES, project=project,
-                     baseline=state.baseline, prot=prot)
+                     baseline=state.baseline, prot=prot, check=watchdog_check)
+
+
+async def _bounded_scan(state: _Attempt, settings: RunSettings,
+                        watch: guard.Watch) -> tuple[ScanResult, dict[str, Any] | None]:
+    """The scan under its deadline: one that cannot finish is no "clean" (suspect, with the
+    reason) and fails the task as the agent's doing; returns the scan and those fields."""
+    try:
+        return await bounded("scan", settings.stage_timeout, _scan, state, watch), None
+    except DeadlinePassed as exc:
+        return (ScanResult(Integrity.SUSPECT, (Evidence("scanner", None, "scan did not finish",
+                                                        str(exc)),), 1),
+                _agent_fault(state.task, Stage.SCAN, exc))
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
@@ -312,7 +346,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         except Exception as exc:
             fields = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
-            scan = await in_thread(_scan, state, watch)
+            scan, hung = await _bounded_scan(state, settings, watch)
+        if hung is not None:
+            fields = hung
         if scan.evidence:
             first = scan.evidence[0]
             progress.note(task.id, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")

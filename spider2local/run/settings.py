@@ -36,6 +36,10 @@ class RunSettings:
     skills: tuple[str, ...] = ()
     keep: bool = False
     keep_db: bool = False
+    stage_timeout: float = 600.0
+    """Seconds for each stage after the agent (checkpoint, score, scan, collect): a stage the
+    agent's leftovers make hang fails the task with that reason (:mod:`.watchdog`). Far above
+    what the real tasks take (the largest gold scores in about a second)."""
     retry_backoff: float = 5.0
     """Seconds before the first retry of an infrastructure failure; doubled each time."""
     workspace_parent: Path | None = None
