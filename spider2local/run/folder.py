@@ -16,7 +16,6 @@ import datetime as dt
 import hashlib
 import json
 import platform
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -25,10 +24,12 @@ from typing import Any
 
 from spider2local import __version__, resources
 from spider2local.exceptions import UserError
-from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
+from spider2local.run.layout import MANIFEST, QUERIES, RESULT, RESULT_DB, TRANSCRIPT
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
+from spider2local.run.transcript import forget_cut
 from spider2local.safepath import NAME_FIX, child, name_problem
+from spider2local.workspace.copy import remove_tree
 
 MANIFEST_VERSION = 2
 """2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
@@ -138,7 +139,9 @@ class RunFolder:
         folder = self.task_dir(task_id)
         if folder.exists():
             remove_stale_workspaces(folder)
-            shutil.rmtree(folder)
+            remove_tree(folder)  # iterative: whatever depth an earlier attempt left
+        for log in (TRANSCRIPT, QUERIES):
+            forget_cut(folder / log)
         folder.mkdir(parents=True)
         return folder
 

@@ -301,6 +301,9 @@ ARTIFACT_MAX_DEPTH = 32
 """Path components below the project at most for a kept file: real projects nest models a few
 folders deep; a 1,200-level tree copied whole would make every later walk of the run folder
 pay for it."""
+ARTIFACT_MAX_TOTAL = 256 * 1024 * 1024
+"""Bytes of project text files kept per copy at most: 100,000 small .sql files must not fill
+the run folder (the files past it are left out, as a too-large file is)."""
 ARTIFACT_MAX_BYTES = 10 * 1024 * 1024
 """A project text file (or dbt log) larger than this is not kept: no real model, YML or log of
 one task comes near it, and a sparse file the size of the disk would fill the run folder."""
@@ -322,13 +325,14 @@ def copy_text_files(project: Path, target: Path, *, root: Path,
     (:func:`_small_plain`), at most :data:`ARTIFACT_MAX_DEPTH` folders deep (what the run
     folder keeps is walked again by reports). ``check``: the stage deadline, per entry."""
     remove_tree(target)
-    files = 0
+    files = total = 0
     # walk_files: iterative, never through a symlink (nor a project folder swapped for one)
-    for path, _info in walk_files(project, skip_top=ARTIFACT_SKIP, check=check):
+    for path, info in walk_files(project, skip_top=ARTIFACT_SKIP, check=check):
         rel = path.relative_to(project)
         if (path.suffix not in ARTIFACT_SUFFIXES or len(rel.parts) > ARTIFACT_MAX_DEPTH
-                or not _small_plain(root, path)):
+                or total + info.st_size > ARTIFACT_MAX_TOTAL or not _small_plain(root, path)):
             continue
+        total += info.st_size
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         copy_regular(path, target / rel)
         files += 1

@@ -28,6 +28,7 @@ from spider2local.agents.claude.sqlpolicy import refusal, statements
 from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
+from spider2local.run.transcript import MAX_QUERIES, append_capped, fit_line
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.workspace.prepare import Workspace
@@ -81,8 +82,7 @@ def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
             "error": result.error}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line, default=str) + "\n")
+        append_capped(path, fit_line(json.dumps(line, default=str)), MAX_QUERIES)
     except OSError as exc:  # a full disk loses the audit line, never the agent's query
         log.warning("%s: query not audited: %s", path, exc.strerror or exc)
 
