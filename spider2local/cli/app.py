@@ -10,11 +10,12 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
@@ -205,6 +206,27 @@ class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
 POSITIVE_FINITE = PositiveFinite()
 
 
+class ByteSize(click.ParamType[int]):
+    """A size in bytes: a number with an optional binary unit (``512M``, ``4G``, ``4GiB``).
+    Hand-written: the four units are all a flag needs, no library of sizes is a dependency."""
+
+    name = "size"
+    UNITS: ClassVar[dict[str, int]] = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value),
+                             re.IGNORECASE)
+        if found is None or float(found[1]) <= 0:
+            self.fail(f"{value!r} is not a size (e.g. 512M, 4G)", param, ctx)
+        return int(float(found[1]) * self.UNITS[found[2].upper()])
+
+
+BYTE_SIZE = ByteSize()
+
+
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
@@ -216,6 +238,13 @@ POSITIVE_FINITE = PositiveFinite()
               help="Seconds per task for the agent stage (the dbt runs it starts "
                    "included; scoring comes on top); its processes are killed at the deadline.")
 @click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
+@click.option("--stage-timeout", type=POSITIVE_FINITE,
+              help="Seconds for each stage after the agent (checkpoint, score, scan, collect); "
+                   "a task whose leftovers make one hang fails with that reason [600].")
+@click.option("--workspace-size", type=BYTE_SIZE,
+              help="Disk a task's workspace may hold (e.g. 4G): past it the agent is stopped "
+                   "and its work scored; a disk it filled is its doing, not the machine's "
+                   "[4G].")
 @click.option("--max-turns", type=click.IntRange(min=1))
 @click.option("--thinking-budget", type=click.IntRange(min=MIN_THINKING_BUDGET),
               help="Extended thinking tokens per model reply (default: the suite's; off).")

@@ -105,7 +105,7 @@ def is_finished(result: TaskResult) -> bool:
 SELECTION_OPTIONS = ("ids", "subset", "shard", "limit")
 REMEMBERED_SETTINGS = ("jobs", "timeout", "retries", "max_turns", "model", "max_budget_usd",
                        "verify_rounds", "keep", "keep_db", "thinking_budget", "templates",
-                       "prompts_dir", "skills_dir")
+                       "prompts_dir", "skills_dir", "stage_timeout", "workspace_size")
 """The run settings a resume takes from run.json when the command line leaves them out."""
 """The command-line options that choose tasks; given together or remembered together."""
 

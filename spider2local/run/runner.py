@@ -68,6 +68,7 @@ from spider2local.run.watchdog import check as watchdog_check
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
+from spider2local.workspace.tree import disk_usage
 
 AgentFactory = Callable[[], Agent]
 T = TypeVar("T")
@@ -106,12 +107,36 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
-async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, bool]:
-    """Run the agent under its deadline; returns (outcome, timed_out). Never raises except
-    for cancellation: an agent bug becomes an error outcome like any other agent failure."""
+SIZE_POLL = 5.0
+"""Seconds between two measurements of a workspace's disk use while its agent works (a walk
+of a few thousand files; a disk filled faster than this is caught by :func:`_filled`)."""
+
+
+async def _run_agent(agent: Agent, ctx: AgentContext,
+                     workspace_size: int) -> tuple[AgentOutcome, bool]:
+    """Run the agent under its deadline and its workspace size; returns (outcome, timed_out).
+    Never raises except for cancellation: an agent bug becomes an error outcome like any other
+    agent failure, and so does a workspace grown past ``workspace_size`` (its processes are
+    killed; the work is scored as it stands, once)."""
+    box: dict[str, Any] = {}
+    over: list[int] = []
     try:
         with anyio.fail_after(ctx.limits.timeout):
-            return await agent.run(ctx), False
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_size, ctx.workspace.root, workspace_size, tg.cancel_scope,
+                              over)
+                try:
+                    box["outcome"] = await agent.run(ctx)
+                except Exception as exc:  # raised below, outside the task group (no group)
+                    box["error"] = exc
+                tg.cancel_scope.cancel()
+        if over:
+            return AgentOutcome(usage=ctx.meter.usage, error=_too_big(over[0], workspace_size),
+                                acted=True), False
+        if "error" in box:
+            raise box["error"]
+        outcome: AgentOutcome = box["outcome"]
+        return outcome, False
     except TimeoutError:
         return AgentOutcome(usage=ctx.meter.usage,
                             error=f"deadline of {ctx.limits.timeout:g}s reached; "
@@ -120,6 +145,32 @@ async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, boo
         keep_traceback(ctx.workspace.artifacts, Stage.AGENT, exc)
         return AgentOutcome(usage=ctx.meter.usage, error=f"{type(exc).__name__}: {exc}",
                             infrastructure=is_machine_fault(exc)), False
+
+
+async def _watch_size(root: Path, limit: int, scope: anyio.CancelScope,
+                      over: list[int]) -> None:
+    """Stop the agent (cancel ``scope``) once its workspace holds more than ``limit`` bytes."""
+    while True:
+        await anyio.sleep(SIZE_POLL)
+        used = await in_thread(disk_usage, root)
+        if used > limit:
+            over.append(used)
+            scope.cancel()
+            return
+
+
+def _too_big(used: int, limit: int) -> str:
+    return (f"the workspace grew past --workspace-size ({used / 2**20:.0f} MiB > "
+            f"{limit / 2**20:.0f} MiB); the agent's processes were killed")
+
+
+def _filled(state: _Attempt, settings: RunSettings) -> str | None:
+    """Why a full disk is the agent's doing, if it is: its workspace holds more than
+    ``--workspace-size`` (a disk that fills while the workspace is smaller is ours)."""
+    if state.ws is None:
+        return None
+    used = disk_usage(state.ws.root)
+    return _too_big(used, settings.workspace_size) if used > settings.workspace_size else None
 
 
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
@@ -164,8 +215,10 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                        off_limits=state.off_limits)
     progress.stage(task.id, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
-        outcome, timed_out = await _run_agent(factory(), ctx)
+        outcome, timed_out = await _run_agent(factory(), ctx, settings.workspace_size)
     await areap(ws.root)
+    if outcome.infrastructure and (filled := await in_thread(_filled, state, settings)):
+        outcome = replace(outcome, infrastructure=False, error=f"{outcome.error} ({filled})")
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out
@@ -208,7 +261,7 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
             return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
-            return _error(state, Stage.CHECKPOINT, exc)
+            return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return {"status": Status.UNSCORED}
     progress.stage(task.id, Stage.SCORE)
@@ -225,13 +278,24 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
     except DeadlinePassed as exc:
         return _agent_fault(task, Stage.SCORE, exc)
     except Exception as exc:
-        return _error(state, Stage.SCORE, exc)
+        return await _stage_error(state, settings, Stage.SCORE, exc)
     return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
             "tables_passed": score.tables_passed, "tables_total": score.tables_total,
             "score": to_json(score)}
 
 
-def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception) -> dict[str, Any]:
+async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
+                       exc: Exception) -> dict[str, Any]:
+    """:func:`_error`, except that a full disk with the workspace past ``--workspace-size``
+    is the agent's doing (a verdict: no usable result), not a fault of the machine that a
+    resume would run again (a free re-roll)."""
+    if is_machine_fault(exc) and (filled := await in_thread(_filled, state, settings)):
+        keep_traceback(state.artifacts, stage, exc)
+        return _agent_fault(state.task, stage, f"{describe_fault(exc)} ({filled})")
+    return _error(state, stage, exc)
+
+
+def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception | str) -> dict[str, Any]:
     """What the agent left cannot be read (a symlink, a FIFO, a file made unopenable) or makes
     a stage hang: failed, with the reason, as the agent's doing (scored as no result; never
     ``infrastructure``, which a resume would run again: a free re-roll)."""

@@ -179,3 +179,28 @@ def _clear(fd: int) -> list[str]:
         else:
             os.unlink(entry.name, dir_fd=fd)
     return subdirs
+
+
+def disk_usage(top: Path, *, check: Check | None = None) -> int:
+    """Bytes of disk the tree under ``top`` holds (allocated blocks of every entry, so a sparse
+    file counts what it really takes), never through a symlink; 0 when ``top`` is gone."""
+    tick = check or _nothing
+    total = 0
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        tick()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_blocks * 512
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(Path(entry.path))
+    return total

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import click
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,3 +274,13 @@ def test_doctor_check_api_makes_one_tiny_request(tmp_path: Path) -> None:
         in_process("--suite", str(suite), "doctor", "--no-clock-test",
                    env={**NO_KEYS, **fake.env()}, cwd=tmp_path)
         assert fake.requests == []
+
+
+def test_workspace_size_takes_binary_units_and_refuses_nonsense() -> None:
+    from spider2local.cli.app import BYTE_SIZE
+    assert BYTE_SIZE.convert("4G", None, None) == 4 * 2**30
+    assert BYTE_SIZE.convert("512MiB", None, None) == 512 * 2**20
+    assert BYTE_SIZE.convert("1000", None, None) == 1000
+    for bad in ("12q", "0", "-1G", ""):
+        with pytest.raises(click.BadParameter):
+            BYTE_SIZE.convert(bad, None, None)

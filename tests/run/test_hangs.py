@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import io
 import os
+import re
 import socket
 import stat
 import sys
@@ -231,3 +232,75 @@ def test_a_deep_tree_and_special_files_neither_crash_nor_hang_the_run(
     # a resume of the same task (its run folder reset over the old artifacts) works too
     again = run(tasks[:1], folder, lambda: LeavingAgent(plant), tmp_path / "ws")["t1"]
     assert again.status is Status.PASSED
+
+
+def test_a_workspace_grown_past_its_size_stops_the_agent_and_is_scored(
+        tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spider2local.run import runner
+    monkeypatch.setattr(runner, "SIZE_POLL", 0.2)
+
+    class Grower(LeavingAgent):
+        async def run(self, ctx: AgentContext) -> AgentOutcome:
+            await super().run(ctx)
+            (ctx.workspace.project_dir / "junk.bin").write_bytes(os.urandom(3 * 2**20))
+            await anyio.sleep(60)  # would hold the task for a minute
+            return AgentOutcome(acted=True)
+
+    started = time.monotonic()
+    r = run(tasks[:1], RunFolder.at(tmp_path / "runs", "big"), lambda: Grower(lambda c: None),
+            tmp_path / "ws", workspace_size=2**20, retries=2)["t1"]
+    assert time.monotonic() - started < 30
+    assert r.status is Status.PASSED and r.attempts == 1, r  # scored as it stands, once
+    assert r.error is not None and r.error.kind is ErrorKind.AGENT
+    assert re.search(r"grew past --workspace-size \([34] MiB > 1 MiB\)", r.error.message)
+
+
+FILL_SCRIPT = r"""
+import errno, sys, anyio, duckdb
+from pathlib import Path
+from tests.run.test_hangs import LeavingAgent, run
+from spider2local.dataset.load import load_dataset
+from spider2local.run.contract import AgentOutcome
+from spider2local.run.folder import RunFolder
+from spider2local.suite.model import Suite
+
+root, disk, mine = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "agent"
+
+class Filler(LeavingAgent):
+    async def run(self, ctx):
+        await super().run(ctx)
+        where = ctx.workspace.project_dir if mine else disk
+        try:
+            with open(where / "fill.bin", "wb") as fh:
+                while True:
+                    fh.write(b"x" * 65536)
+                    fh.flush()
+        except OSError as exc:  # the CLI dies of ENOSPC: what the runner saw as a machine fault
+            raise OSError(errno.ENOSPC, "No space left on device", str(where)) from exc
+
+tasks = list(load_dataset(Suite(root.parent / "tasks.toml", root)).tasks)[:1]
+r = run(tasks, RunFolder.at(root.parent / "runs", "fill"), lambda: Filler(lambda c: None),
+        disk / "ws", workspace_size=2 * 2**20, retries=1, retry_backoff=0.01)["t1"]
+print(r.status.value, r.error.kind.value if r.error else None, r.attempts)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("who", "expected"), [("agent", "passed agent 1"),
+                                               ("ours", "error infrastructure 2")])
+def test_a_disk_the_agent_filled_is_scored_and_one_we_filled_is_infrastructure(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, who: str, expected: str) -> None:
+    """The workspace on a real 16 MiB disk (tmpfs in a user namespace) and --workspace-size
+    2 MiB: filled from inside the workspace, the agent's doing (no free re-roll); filled
+    beside it, the machine's (retried, and re-run by a resume)."""
+    import subprocess
+
+    from tests.helpers import tiny_disk_prefix
+    root = tiny_dataset("t1")
+    disk = tmp_path / "disk"
+    proc = subprocess.run([*tiny_disk_prefix(disk, "16m"), sys.executable, "-c", FILL_SCRIPT,
+                           str(root), str(disk), who],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == expected, proc.stdout + proc.stderr
