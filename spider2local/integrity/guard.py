@@ -6,7 +6,9 @@ runner imports the scorer (:func:`import_scorer`: a module imported later would 
 agent left in its file) and takes :class:`Fingerprints`: every selected task's gold database
 and its ``.wal``, the task's evaluation record (its parsed parameters as canonical JSON), and
 every ``.py`` file of the installed package (the scorer, and the code that turns a score into a
-verdict and a report: one rule with no list to forget a module from). They are kept in run.json.
+verdict and a report: one rule with no list to forget a module from), with what runs before
+them in a later process (site-packages' ``.pth`` files, ``sitecustomize``/``usercustomize``,
+and the package's cached bytecode: :mod:`.startup`). They are kept in run.json.
 
 Before a task is scored its fingerprint and the sources are taken again (:func:`changes`); any
 difference is an integrity error naming what changed, recorded and never a verdict. Right after
@@ -42,6 +44,8 @@ from spider2local.dataset.sample import default_cache_dir
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation.params import EvalConfigError, parse_eval
 from spider2local.integrity.scan import Protected
+from spider2local.integrity.startup import SITE_PREFIX, bytecode_mismatches, startup_hooks
+from spider2local.workspace.tree import walk_files
 
 FINGERPRINTS_VERSION = 1
 SOURCE_ROOT = Path(spider2local.__file__).resolve().parent
@@ -149,9 +153,14 @@ class Fingerprints:
 
 
 def source_hashes(root: Path | None = None) -> dict[str, str]:
+    """Every ``.py`` file of the package by hash, plus what runs before them in a later
+    process (:mod:`.startup`): site-packages' ``.pth`` files and startup hooks by hash, and
+    a key for each cached bytecode that is not its source's."""
     base = root or SOURCE_ROOT
-    return {p.relative_to(base).as_posix(): sha256_file(p)
-            for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts}
+    sources = [p for p, _ in walk_files(base) if p.suffix == ".py"
+               and "__pycache__" not in p.relative_to(base).parts]
+    found = {p.relative_to(base).as_posix(): sha256_file(p) for p in sources}
+    return {**found, **startup_hooks(), **bytecode_mismatches(sources, base)}
 
 
 def canonical_params(raw: Any) -> str:
@@ -236,6 +245,9 @@ def _loaded_params(task: TaskSpec) -> str:
 def source_changes(recorded: Fingerprints, now: Mapping[str, str] | None = None) -> list[str]:
     """Package files changed, added or removed since ``recorded`` (sorted paths)."""
     now = source_hashes() if now is None else now
+    if not any(k.startswith(SITE_PREFIX) for k in recorded.sources):
+        # recorded before startup hooks were fingerprinted: compare what it holds
+        now = {k: v for k, v in now.items() if not k.startswith(SITE_PREFIX)}
     return sorted(p for p in recorded.sources.keys() | now.keys()
                   if recorded.sources.get(p) != now.get(p))
 
