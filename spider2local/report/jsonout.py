@@ -21,7 +21,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
     return {
         "schema_version": REPORT_SCHEMA,
         "run_id": report.run_id, "agent": report.agent, "model": report.model,
-        "isolation": report.isolation, "dataset": report.dataset,
+        "isolation": report.isolation, "unsealed": report.unsealed,
+        "dataset": report.dataset,
         "started_at": report.started_at, "finished_at": report.finished_at,
         "interrupted": report.interrupted,
         "headline": headline,

@@ -43,6 +43,9 @@ def _outcome(row: Row) -> tuple[str, str, str, str] | None:
 def render_junit(report: RunReport) -> str:
     counts = {"failure": 0, "error": 0, "skipped": 0}
     suite = ET.Element("testsuite", name=f"spider2local {report.run_id}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="isolation", value=report.isolation)
+    ET.SubElement(props, "property", name="sealed", value=str(not report.unsealed).lower())
     for row in report.rows:
         case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=row.task_id,
                              time=f"{row.seconds or 0.0:.3f}")

@@ -163,6 +163,12 @@ class RunReport:
     headline: Headline
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
+
+    @property
+    def unsealed(self) -> bool:
+        """Made with ``--isolation none``: its agents could reach gold and the scorer, and only
+        detection watched them. Every report format says so (README, "Isolation")."""
+        return self.isolation == "none"
     agent: str | None = None
     model: str | None = None
     started_at: str | None = None

@@ -26,8 +26,9 @@ def run_line(report: RunReport) -> str:
     who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("model", report.model))
                     if v)
     state = "; interrupted" if report.interrupted else ""
+    seal = ", UNSEALED" if report.unsealed else ""
     return f"run {report.run_id} ({who + ', ' if who else ''}isolation: {report.isolation}" \
-           f"{state})"
+           f"{seal}{state})"
 
 
 def passed_line(h: Headline) -> str:

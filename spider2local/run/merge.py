@@ -52,7 +52,16 @@ def experiment_differences(first: Mapping[str, Any], other: Mapping[str, Any]) -
              for name, get in SAME_EXPERIMENT if get(first) != get(other)]
     if _scorer(first) != _scorer(other):
         found.append("scorer sources (package code) differ")
+    seals = {_unsealed(first), _unsealed(other)}
+    if seals == {True, False}:  # said in words: the isolation line alone reads as a detail
+        found.append("an unsealed run (isolation none: its agents could reach gold and the "
+                     "scorer) joined to a sealed one")
     return found
+
+
+def _unsealed(manifest: Mapping[str, Any]) -> bool:
+    """Made with ``--isolation none`` (recorded in run.json's settings)."""
+    return (manifest.get("settings") or {}).get("isolation") == "none"
 
 
 def _integrity(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
