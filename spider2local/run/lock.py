@@ -137,3 +137,23 @@ def reading(folder: RunFolder) -> Iterator[None]:
             with suppress(OSError):
                 path.unlink()
         os.close(fd)
+
+
+def in_use(folder: RunFolder) -> bool:
+    """Whether an invocation holds the run's lock now (``spider2local runs`` says
+    "running"). Looked at without creating or taking anything: a shared lock that cannot be
+    had means an exclusive holder; no lock file, or one nobody holds, means nobody runs it (a
+    file left by kill -9 holds no lock: the kernel dropped it)."""
+    try:
+        fd = os.open(folder.root / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False

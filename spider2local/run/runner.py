@@ -47,13 +47,13 @@ from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_machine_fault
-from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.folder import RunFolder
 from spider2local.run.layout import QUERIES, TRANSCRIPT
+from spider2local.run.manifest import now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
     ErrorKind,
     Stage,
-    Status,
     TaskError,
     TaskResult,
     Usage,
@@ -63,6 +63,7 @@ from spider2local.run.results import (
 from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
+from spider2local.run.verdict import Verdict
 from spider2local.run.watchdog import bounded
 from spider2local.run.watchdog import check as watchdog_check
 from spider2local.workspace import prepare as ws_mod
@@ -243,11 +244,11 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
 
 
 async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
-                 watch: guard.Watch) -> dict[str, Any]:
-    """Checkpoint and score the workspace database; returns TaskResult fields. What it is
-    scored against is checked first and its gold file once more after (see module doc). Both
-    stages run under ``settings.stage_timeout`` (:mod:`.watchdog`)."""
-    from spider2local.evaluation import score_database, to_json
+                 watch: guard.Watch) -> Verdict:
+    """Checkpoint and score the workspace database. What it is scored against is checked
+    first and its gold file once more after (see module doc). Both stages run under
+    ``settings.stage_timeout`` (:mod:`.watchdog`)."""
+    from spider2local.evaluation import score_database
 
     task, ws = state.task, state.ws
     assert ws is not None
@@ -263,7 +264,7 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         except Exception as exc:
             return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
-        return {"status": Status.UNSCORED}
+        return Verdict.unscored()
     progress.stage(task.id, Stage.SCORE)
     try:
         with _Stopwatch(state, "score"):
@@ -279,13 +280,11 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         return _agent_fault(task, Stage.SCORE, exc)
     except Exception as exc:
         return await _stage_error(state, settings, Stage.SCORE, exc)
-    return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
-            "tables_passed": score.tables_passed, "tables_total": score.tables_total,
-            "score": to_json(score)}
+    return Verdict.scored(score)
 
 
 async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
-                       exc: Exception) -> dict[str, Any]:
+                       exc: Exception) -> Verdict:
     """:func:`_error`, except that a full disk with the workspace past ``--workspace-size``
     is the agent's doing (a verdict: no usable result), not a fault of the machine that a
     resume would run again (a free re-roll)."""
@@ -295,50 +294,35 @@ async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
     return _error(state, stage, exc)
 
 
-def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception | str) -> dict[str, Any]:
+def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception | str) -> Verdict:
     """What the agent left cannot be read (a symlink, a FIFO, a file made unopenable) or makes
     a stage hang: failed, with the reason, as the agent's doing (scored as no result; never
     ``infrastructure``, which a resume would run again: a free re-roll)."""
-    return {"status": Status.FAILED, "passed": False,
-            "tables_total": len(task.gold.params.condition_tabs) if task.gold else 0,
-            "error": TaskError(stage, ErrorKind.AGENT, str(exc))}
+    return Verdict.refused(TaskError(stage, ErrorKind.AGENT, str(exc)),
+                           tables_total=len(task.gold.params.condition_tabs) if task.gold else 0)
 
 
-def _integrity_error(changed: Sequence[str]) -> dict[str, Any]:
-    return {"status": Status.ERROR,
-            "error": TaskError(Stage.SCORE, ErrorKind.INTEGRITY, guard.describe(changed))}
+def _integrity_error(changed: Sequence[str]) -> Verdict:
+    return Verdict.errored(TaskError(Stage.SCORE, ErrorKind.INTEGRITY, guard.describe(changed)))
 
 
-def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
+def _error(state: _Attempt, stage: Stage, exc: BaseException) -> Verdict:
     """A stage raised: the task ends with status ``error``, of kind ``infrastructure`` when the
     machine is at fault (re-run by a resume), else ``exception``; traceback in error.txt."""
     keep_traceback(state.artifacts, stage, exc)
     if is_machine_fault(exc):
-        return {"status": Status.ERROR, "error": TaskError(
-            stage, ErrorKind.INFRASTRUCTURE, describe_fault(exc), type(exc).__name__)}
-    return {"status": Status.ERROR,
-            "error": TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__)}
-
-
-def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
-                        timed_out: bool) -> dict[str, Any]:
-    """Keep the verdict, mark timeouts, and record the agent's error beside it."""
-    if timed_out:
-        fields = {**fields, "status": Status.TIMEOUT}
-    if (timed_out or outcome.error) and "error" not in fields:
-        kind = ErrorKind.TIMEOUT if timed_out else ErrorKind.INFRASTRUCTURE \
-            if outcome.infrastructure else ErrorKind.AGENT
-        fields["error"] = TaskError(Stage.AGENT, kind, outcome.error or "")
-    return fields
+        return Verdict.errored(TaskError(stage, ErrorKind.INFRASTRUCTURE, describe_fault(exc),
+                                         type(exc).__name__))
+    return Verdict.errored(TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__))
 
 
 async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
-                  timed_out: bool, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
+                  timed_out: bool, progress: Progress, watch: guard.Watch) -> Verdict:
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
-        return {"status": Status.ERROR,
-                "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, outcome.error or "")}
-    fields = _verdict_with_agent(await _score(state, settings, progress, watch), outcome,
-                                 timed_out)
+        return Verdict.errored(TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE,
+                                         outcome.error or ""))
+    verdict = (await _score(state, settings, progress, watch)).after_agent(
+        outcome.error, timed_out=timed_out, infrastructure=outcome.infrastructure)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
@@ -346,10 +330,10 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
                           state.ws, keep_db=settings.keep_db, check=watchdog_check)
         except DeadlinePassed as exc:  # the agent's tree made it hang: its doing
             progress.note(state.task.id, f"artifacts not collected: {exc}")
-            fields = _agent_fault(state.task, Stage.COLLECT, exc)
+            verdict = _agent_fault(state.task, Stage.COLLECT, exc)
         except Exception as exc:
             progress.note(state.task.id, f"artifacts not collected: {exc}")
-    return fields
+    return verdict
 
 
 def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
@@ -369,7 +353,7 @@ def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
 
 
 async def _bounded_scan(state: _Attempt, settings: RunSettings,
-                        watch: guard.Watch) -> tuple[ScanResult, dict[str, Any] | None]:
+                        watch: guard.Watch) -> tuple[ScanResult, Verdict | None]:
     """The scan under its deadline: one that cannot finish is no "clean" (suspect, with the
     reason) and fails the task as the agent's doing; returns the scan and those fields."""
     try:
@@ -378,6 +362,8 @@ async def _bounded_scan(state: _Attempt, settings: RunSettings,
         return (ScanResult(Integrity.SUSPECT, (Evidence("scanner", None, "scan did not finish",
                                                         str(exc)),), 1),
                 _agent_fault(state.task, Stage.SCAN, exc))
+
+
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
@@ -406,13 +392,13 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
             if unreadable is not None:  # a machine fault (EACCES) or a broken dataset: no agent
                 raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
-            fields = await _finish(state, settings, outcome, timed_out, progress, watch)
+            verdict = await _finish(state, settings, outcome, timed_out, progress, watch)
         except Exception as exc:
-            fields = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
+            verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
             scan, hung = await _bounded_scan(state, settings, watch)
         if hung is not None:
-            fields = hung
+            verdict = hung
         if scan.evidence:
             first = scan.evidence[0]
             progress.note(task.id, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")
@@ -425,7 +411,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
-                            isolation=settings.isolation.value, **fields)
+                            isolation=settings.isolation.value, **verdict.fields())
         try:
             await in_thread(save_result, folder.result_path(task.id), result)
         except OSError as exc:

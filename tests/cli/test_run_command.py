@@ -158,17 +158,16 @@ def test_noop_passes_both_real_tasks(shared_dataset: Path, tmp_path: Path) -> No
     assert {r["status"] for r in results(tmp_path / "runs" / "real").values()} == {"passed"}
 
 
-def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path: Path) -> None:
+def test_reference_without_any_solution_is_refused(shared_dataset: Path, tmp_path: Path) -> None:
     # The real tasks ship no reference solution: scoring their untouched databases would be
-    # reported as a reference "pass" that proves nothing.
+    # reported as a reference "pass" that proves nothing, and skipping every task made a run
+    # that tested nothing and exited 0 (issue 23). One line, exit 2, no run folder.
     proc = cli("run", "--dataset", str(shared_dataset), "--agent", "reference", "--runs-dir",
                "runs", "--run-id", "ref", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert results(tmp_path / "runs" / "ref") == {}
-    manifest = json.loads((tmp_path / "runs" / "ref" / "run.json").read_text())
-    why = "no reference solution (solutions/<id>/ or the suite's solution setting)"
-    assert {t["id"]: t.get("skipped") for t in manifest["tasks"]} == dict.fromkeys(
-        ("mrr001", "playbook001"), why)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "none of the 2 selected tasks has a reference solution" in lines[0]
+    assert not (tmp_path / "runs" / "ref" / "run.json").exists()
 
 
 @pytest.mark.parametrize("args, fragment", [
