@@ -6,6 +6,7 @@ name). A :class:`UserError` anywhere becomes one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -540,6 +541,65 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
         click.echo(f"wrote subsets into {target}", err=as_json)
 
 
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EFBIG,
+                           errno.EBADF})
+"""Why writing to stdout fails: it is a full disk (``> /dev/full``), a closed pipe, a lost
+terminal, or closed."""
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as our one line: the problem, then the fix (the command's help),
+    the way :class:`UserError` reads; click prints a usage line, a hint and the error over
+    three lines instead."""
+    ctx = exc.ctx
+    command = ctx.command_path if ctx is not None else "spider2local"
+    problem = " ".join(exc.format_message().split())
+    return f"spider2local: error: {problem} (see `{command} --help`)"
+
+
+def _stdout_writes() -> bool:
+    """Whether stdout still takes bytes: it is the one that refused when a flush of what is
+    pending, or one more byte, fails too (a stray newline only where some other file failed,
+    before that traceback)."""
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"\n")
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what could not be written
+    does not print "Exception ignored" after our one line."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="spider2local")
+    """Console-script entry point. Errors click would print over several lines (usage errors)
+    and output that cannot be written (stdout on a full disk, a closed pipe) end as one line on
+    stderr and exit code 2, as every :class:`UserError` does."""
+    try:
+        code = cli.main(prog_name="spider2local", standalone_mode=False)
+    except click.UsageError as exc:
+        click.echo(usage_line(exc), err=True)
+        sys.exit(BAD_INPUT)
+    except click.ClickException as exc:
+        click.echo(f"spider2local: error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("\nspider2local: interrupted", err=True)
+        sys.exit(INTERRUPTED)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS or exc.filename is not None or _stdout_writes():
+            raise
+        _stdout_gone()
+        click.echo(f"spider2local: error: cannot write the output: {exc.strerror or exc} "
+                   "(redirect stdout to a disk with room; what a command writes to its run "
+                   "folder is kept)", err=True)
+        sys.exit(BAD_INPUT)
+    sys.exit(code if isinstance(code, int) else 0)

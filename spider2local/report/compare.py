@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from spider2local.exceptions import UserError
+from spider2local.report.printable import printable
 from spider2local.report.summary import Row, RunReport, Verdict, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
@@ -147,7 +148,7 @@ def render_compare(c: Comparison) -> str:
 
 
 def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    return printable(" ".join(value.split())).replace("|", "\\|")
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

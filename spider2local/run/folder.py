@@ -92,7 +92,14 @@ class RunFolder:
 
         A SIGKILLed run also left its workspace and the processes working in it (a dbt still
         holding the database, a CLI): only this folder records where that workspace is, so
-        those are killed and removed first (see :mod:`.stale`)."""
+        those are killed and removed first (see :mod:`.stale`).
+
+        A task folder that is a symlink (put there by hand or by an agent's run before) was
+        never this run's: :meth:`results` ignores it, so the link itself (never what it points
+        to) is removed and a real folder made. It used to stop the whole run with a traceback."""
+        link = self.root / task_id
+        if name_problem(task_id) is None and link.is_symlink():
+            link.unlink()
         folder = self.task_dir(task_id)
         if folder.exists():
             remove_stale_workspaces(folder)
@@ -113,6 +120,8 @@ class RunFolder:
             return None
         except OSError as exc:
             raise _bad_manifest(self.manifest_path, exc.strerror or str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise _bad_manifest(self.manifest_path, f"not UTF-8 text (byte {exc.start})") from None
         try:
             data = json.loads(text)
         except ValueError as exc:

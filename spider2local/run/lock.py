@@ -82,8 +82,9 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
     path = folder.root / LOCK
     fd = _locked_fd(folder, path)
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with suppress(OSError):  # the pid is only for the "in use" message: a full disk
+            os.ftruncate(fd, 0)  # refuses it, and the lock holds without it
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         recover_run(folder.root)
         yield
     finally:
@@ -92,6 +93,18 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
         with suppress(OSError):
             path.unlink(missing_ok=True)
         os.close(fd)  # releases the lock
+
+
+def _left_behind(fd: int) -> bool:
+    """Whether the lock file open at ``fd`` is held by nobody: a leftover of an invocation
+    killed with SIGKILL (a merge reading this run). Then this reader adopts it, and removes it
+    when done as if it had made it; only a run taking the lock removed it before, so a source
+    of a killed merge kept its ``.lock`` for good."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held (shared by another reader, or by a run)
+    return True
 
 
 @contextmanager
@@ -115,6 +128,8 @@ def reading(folder: RunFolder) -> Iterator[None]:
                 continue  # removed between the two opens: try again
             except OSError:
                 fd = -1
+            else:
+                made = _left_behind(fd)
         except OSError:
             fd = -1
         if fd < 0:
