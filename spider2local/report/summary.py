@@ -171,6 +171,8 @@ class RunReport:
         detection watched them. Every report format says so (README, "Isolation")."""
         return self.isolation == "none"
     agent: str | None = None
+    agent_command: str | None = None
+    """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
     model: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -320,6 +322,12 @@ def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
                        ).isolation_mode
 
 
+def agent_command_of(manifest: RunManifest | None) -> str | None:
+    """The command a command agent ran, as run.json's settings recorded it."""
+    value = manifest.setting("agent_command") if manifest is not None else None
+    return value if isinstance(value, str) else None
+
+
 def _started(folder: RunFolder, task_id: str) -> bool:
     """Whether the task's folder exists (a run began it); a link in its place is not ours."""
     path = folder.root / task_id
@@ -340,6 +348,7 @@ def load_report(folder: RunFolder) -> RunReport:
         folder.run_id, rows, rates,
         compute_headline(rows, rates, manifest.denominators if manifest else None),
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
+        agent_command=agent_command_of(manifest),
         model=manifest.model if manifest else None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,

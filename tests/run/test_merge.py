@@ -221,3 +221,15 @@ def test_an_unsealed_run_is_refused_next_to_a_sealed_one_unless_forced(tmp_path:
     from spider2local.report.html import render_html
     assert "UNSEALED" in render_html(report)
     assert not load_report(a).unsealed and "UNSEALED" not in run_line(load_report(a))
+
+
+def test_runs_of_two_commands_are_not_merged_unless_forced(tmp_path: Path) -> None:
+    t = "2026-01-01T00:10:00+00:00"
+    runs = [make_run(tmp_path / name / "r", {tid: (True, t)}, agent="command",
+                     settings={**MANIFEST["settings"], "agent": "command",
+                               "agent_command": command})
+            for name, tid, command in (("a", "t1", "codex exec"), ("b", "t2", "gemini -p"))]
+    with pytest.raises(UserError, match="agent_command"):
+        merge_runs(runs, RunFolder(tmp_path / "m" / "r"))
+    merged = merge_runs(runs, RunFolder(tmp_path / "f" / "r"), force=True)
+    assert any("agent_command" in note for note in merged.notes)
