@@ -20,7 +20,7 @@ import click
 
 from spider2local import __version__
 from spider2local.agents.registry import agent_names
-from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
+from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
 from spider2local.sandbox.isolation import Isolation
@@ -321,18 +321,31 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
 @global_options
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
 @click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
-def compare(run_a: Path, run_b: Path, fmt: str, force: bool) -> None:
-    """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
-    changes, cost and time deltas. Refuses runs of different datasets."""
-    from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when B is significantly worse than A (p < 0.05; a CI gate).")
+def compare(run_a: Path, run_b: Path, fmt: str, force: bool, fail_on_regression: bool) -> None:
+    """Paired comparison of RUN_A and RUN_B on the tasks both attempted: the difference in
+    pass@1 with its 95% interval, an exact p-value, the smallest difference the runs could
+    detect, the flips and status changes, cost and time deltas. Tasks only one run attempted
+    are listed apart. Refuses runs of different datasets."""
+    from spider2local.report.compare import (
+        compare_json,
+        compare_runs,
+        render_compare,
+        render_compare_markdown,
+    )
     from spider2local.run.folder import open_run_dir
 
     comparison = compare_runs(open_run_dir(run_a), open_run_dir(run_b), force=force)
-    click.echo(render_compare_markdown(comparison) if fmt == "markdown"
-               else render_compare(comparison))
+    if fmt == "json":
+        click.echo(json.dumps(compare_json(comparison), indent=2, allow_nan=False))
+    else:
+        click.echo(render_compare_markdown(comparison) if fmt == "markdown"
+                   else render_compare(comparison))
+    sys.exit(FAILED if fail_on_regression and comparison.paired.regression else OK)
 
 
 @cli.command()

@@ -288,7 +288,7 @@ def sign_flip_p(differences: Sequence[float] | np.ndarray, scale: int = 1, *,
     if whole and 2 * steps.sum() + 1 <= EXACT_CELLS:
         dist = _sign_flip_distribution(steps.astype(int))
         total = int(steps.sum())
-        observed = abs(int(round(float(d.sum()) * scale)))
+        observed = abs(round(float(d.sum()) * scale))
         values = np.abs(np.arange(-total, total + 1))
         p = min(1.0, float(dist[values >= observed].sum()))
         return p, f"sign-flip permutation test (exact over all 2^{m} sign patterns)"

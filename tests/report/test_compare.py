@@ -36,15 +36,21 @@ def test_flips_status_changes_and_deltas(tmp_path: Path) -> None:
     save_result(path, dataclasses.replace(old, status=Status.ERROR, passed=None, error=TaskError(
         Stage.AGENT, ErrorKind.AGENT, "gave up")))
     c = compare_runs(a, b)
-    assert [d.task_id for d in c.changed(Change.TO_PASS)] == ["new", "up"]
-    assert [d.task_id for d in c.changed(Change.TO_FAIL)] == ["down", "gone"]
+    # A task only one run selected is listed apart, never as a flip (it used to be: "new"
+    # counted as fail -> pass, "gone" as pass -> fail).
+    assert [d.task_id for d in c.changed(Change.TO_PASS)] == ["up"]
+    assert [d.task_id for d in c.changed(Change.TO_FAIL)] == ["down"]
+    assert [d.task_id for d in c.changed(Change.ONLY_A)] == ["gone"]
+    assert [d.task_id for d in c.changed(Change.ONLY_B)] == ["new"]
     assert [d.task_id for d in c.changed(Change.STATUS)] == ["err"]
     assert [d.task_id for d in c.changed(Change.SAME)] == ["same"]
+    assert c.paired.tasks == 4 and (c.paired.b_better, c.paired.a_better) == (1, 1)
     text = render_compare(c)
-    assert "pass -> fail: 2" in text and "fail -> pass: 2" in text
-    assert "(not selected)" in text
+    assert "pass -> fail: 1" in text and "fail -> pass: 1" in text
+    assert "attempted only in A (not paired, not a flip): 1" in text and "(not selected)" in text
+    assert "no difference detectable: with 4 tasks and 1 trial" in text
     md = render_compare_markdown(c)
-    assert "### pass → fail: 2" in md and "| down | passed (pass) | failed (fail) |" in md
+    assert "### pass → fail: 1" in md and "| down | passed (pass) | failed (fail) |" in md
 
 
 def test_runs_of_two_datasets_are_refused(tmp_path: Path) -> None:
