@@ -274,3 +274,9 @@ def cached_venv(name: str, requirements: Sequence[str], *, timeout: float = 600)
                                   f"{timeout:g}s") from exc
         scratch.rename(folder)  # a venv's python finds its packages through pyvenv.cfg
     return python
+
+
+def manifest_json(folder: Any) -> dict[str, Any] | None:
+    """run.json of ``folder`` (a RunFolder) as the JSON written, ``None`` when it has none."""
+    manifest = folder.read_manifest()
+    return None if manifest is None else dict(manifest.to_json())

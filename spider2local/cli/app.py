@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -23,9 +22,9 @@ from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
-from spider2local.sandbox.isolation import Isolation
+from spider2local.suite import options
 from spider2local.suite.load import default_suite_path, load_suite
-from spider2local.suite.model import MIN_THINKING_BUDGET, Suite
+from spider2local.suite.model import Suite
 
 if TYPE_CHECKING:
     from spider2local.dataset.task import Dataset
@@ -184,67 +183,65 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None) -> N
 AGENT_CHOICES = agent_names()
 
 
-class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
-    """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
-    lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
-    then wrote invalid JSON into run.json."""
+class SettingType(click.ParamType):  # type: ignore[type-arg]
+    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
+    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
+    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
 
-    name = "number"
+    def __init__(self, setting: options.Setting) -> None:
+        self.setting = setting
+        self.name = setting.parser.metavar.lower() or "value"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        parser = self.setting.parser
+        if isinstance(parser, options.Choice):
+            return "[" + "|".join(parser.choices()) + "]"
+        return parser.metavar
 
     def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number <= 0:
-            self.fail(f"{value!r} is not a positive finite number", param, ctx)
-        return number
+            return self.setting.parse(value, text=True)
+        except ValueError as exc:
+            raise UserError(f"{self.setting.option}: {exc}",
+                            fix=f"see `spider2local run --help` for {self.setting.option}"
+                            ) from None
 
 
-POSITIVE_FINITE = PositiveFinite()
+def setting_options(fn: F) -> F:
+    """One option per flag of the settings table, in its order (``run --help``). A setting
+    added to the table is a flag here with no other edit; absent, every option is ``None``
+    (the suite's value, or on a resume the recorded one, applies)."""
+    for setting in reversed(options.flags()):
+        assert setting.option is not None
+        if isinstance(setting.parser, options.Flag):
+            fn = click.option(setting.option, setting.name, is_flag=True, default=None,
+                              help=setting.help)(fn)
+        else:
+            fn = click.option(setting.option, setting.name, type=SettingType(setting),
+                              default=None, help=setting.help)(fn)
+    return fn
 
 
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
-@click.option("--agent", type=click.Choice(AGENT_CHOICES), help="Default: the suite's.")
+@setting_options
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
-@click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
-@click.option("--timeout", type=POSITIVE_FINITE,
-              help="Seconds per task for the agent stage (the dbt runs it starts "
-                   "included; scoring comes on top); its processes are killed at the deadline.")
-@click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
-@click.option("--max-turns", type=click.IntRange(min=1))
-@click.option("--thinking-budget", type=click.IntRange(min=MIN_THINKING_BUDGET),
-              help="Extended thinking tokens per model reply (default: the suite's; off).")
-@click.option("--model")
-@click.option("--templates", is_flag=True, default=None,
-              help="Give each declared model without SQL a starting file (its YML columns, "
-                   "its refs and a TODO), still listed as a stub.")
-@click.option("--prompts", "prompts_dir", type=click.Path(path_type=Path),
-              help="A prompts folder to use instead of the bundled one (A/B of two kits).")
-@click.option("--skills", "skills_dir", type=click.Path(path_type=Path),
-              help="A skills folder to use instead of the bundled one (A/B of two kits).")
-@click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("runs"), show_default=True)
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
                                 "its recorded options for those not given.")
-@click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
-@click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
-@click.option("--isolation", type=click.Choice([i.value for i in Isolation]),
-              help="Agent sandbox: namespace (refuse to run without it), none, or auto "
-                   "(namespace where it works, else none with a warning). Default: the "
-                   "suite's, else auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
-        limit: int | None, as_json: bool, **overrides: Any) -> None:
+        limit: int | None, as_json: bool, isolation: str | None, **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
@@ -265,7 +262,7 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
-                    run_id=run_id, argv=sys.argv[1:], **overrides)
+                    run_id=run_id, argv=sys.argv[1:], isolation=isolation, **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)

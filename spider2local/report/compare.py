@@ -27,6 +27,7 @@ from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text,
 from spider2local.report.summary import Row, RunReport, TaskRate, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status
 from spider2local.run.resume import dataset_identity
 
@@ -146,10 +147,11 @@ def compare_reports(report_a: RunReport, report_b: RunReport) -> Comparison:
 
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
     """Both runs' reports, paired; refuses two datasets unless ``force``."""
-    first, second = a.read_manifest() or {}, b.read_manifest() or {}
+    first = a.read_manifest() or RunManifest(run_id=a.run_id)
+    second = b.read_manifest() or RunManifest(run_id=b.run_id)
     if dataset_identity(first) != dataset_identity(second) and not force:
         raise UserError(f"runs {a.run_id} and {b.run_id} were made on different datasets "
-                        f"({first.get('dataset')} and {second.get('dataset')})",
+                        f"({first.dataset} and {second.dataset})",
                         path=b.root, fix="compare runs of one dataset (or pass --force)")
     return compare_reports(load_report(a), load_report(b))
 

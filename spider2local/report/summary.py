@@ -46,6 +46,7 @@ from spider2local.report.stats import (
     pass_k_table,
 )
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status, TaskResult
 
 TrialKey = tuple[str, int]
@@ -316,34 +317,29 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
                error.message if error else None, text, result.trial)
 
 
-def _selection(manifest: Mapping[str, Any] | None,
+def _selection(manifest: RunManifest | None,
                results: Mapping[TrialKey, TaskResult]) -> list[dict[str, Any]]:
-    tasks = manifest.get("tasks") if manifest else None
-    if isinstance(tasks, list) and tasks:
-        return [t for t in tasks if isinstance(t, dict) and "id" in t]
+    if manifest is not None and manifest.tasks:
+        return [t.to_json() for t in manifest.tasks]
     graded: dict[str, int] = {}
     for (tid, _), r in sorted(results.items()):
         graded.setdefault(tid, r.tables_total)
     return [{"id": tid, "tables": tables, "skipped": None} for tid, tables in graded.items()]
 
 
-def planned_trials(manifest: Mapping[str, Any] | None,
+def planned_trials(manifest: RunManifest | None,
                    results: Mapping[TrialKey, TaskResult]) -> int:
     """K: the run's ``trials`` setting (read defensively; absent before trials existed: 1),
     raised to the highest trial found, so no finished trial is ever left out of the report."""
-    settings = manifest.get("settings") if manifest else None
-    value = settings.get("trials") if isinstance(settings, Mapping) else None
+    value = manifest.setting("trials") if manifest is not None else None
     planned = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
         else 1
     return max([planned, *(trial for _, trial in results)])
 
 
-def was_interrupted(manifest: Mapping[str, Any] | None) -> bool:
-    """Whether the run's last invocation was stopped: finished as interrupted (a signal), or
-    never finished at all (kill -9, power loss: ``finished_at`` still empty)."""
-    if not manifest:
-        return False
-    return bool(manifest.get("interrupted")) or manifest.get("finished_at") is None
+def was_interrupted(manifest: RunManifest | None) -> bool:
+    """Whether the run's last invocation was stopped (:attr:`RunManifest.was_interrupted`)."""
+    return manifest is not None and manifest.was_interrupted
 
 
 def build_rows(selection: Sequence[Mapping[str, Any]],
@@ -454,18 +450,14 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
         seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages)
 
 
-def isolation_of(manifest: Mapping[str, Any] | None) -> str:
+def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
     """The isolation mode a run recorded, read defensively (a string, or a mapping with a
     ``mode``); ``none`` for runs that recorded nothing, which had no isolation."""
+    if isinstance(manifest, RunManifest):
+        return manifest.isolation_mode
     value = manifest.get("isolation") if manifest else None
-    if isinstance(value, Mapping):
-        value = value.get("mode")
-    return str(value) if value else "none"
-
-
-def _text(manifest: Mapping[str, Any] | None, key: str) -> str | None:
-    value = manifest.get(key) if manifest else None
-    return value if isinstance(value, str) else None
+    return RunManifest(isolation=value if isinstance(value, (str, Mapping)) else None
+                       ).isolation_mode
 
 
 def _started(folder: RunFolder, task_id: str) -> bool:
@@ -480,7 +472,7 @@ def load_report(folder: RunFolder) -> RunReport:
                         started=lambda tid: _started(folder, tid))
 
 
-def build_report(run_id: str, manifest: Mapping[str, Any] | None,
+def build_report(run_id: str, manifest: RunManifest | None,
                  results: Mapping[TrialKey, TaskResult], *,
                  started: Callable[[str], bool] = lambda tid: False) -> RunReport:
     """The report of a run from its manifest and its trials' results (what
@@ -495,11 +487,12 @@ def build_report(run_id: str, manifest: Mapping[str, Any] | None,
     rows = tuple(build_rows(selection, results, interrupted=interrupted, started=begun,
                             trials=trials))
     rates = compute_rates(rows)
-    headline = compute_headline(rows, rates,
-                                manifest.get("denominators") if manifest else None)
+    headline = compute_headline(rows, rates, manifest.denominators if manifest else None)
     return RunReport(
         run_id, rows, rates, headline,
-        isolation=isolation_of(manifest), agent=_text(manifest, "agent"),
-        model=_text(manifest, "model"), started_at=_text(manifest, "started_at"),
-        finished_at=_text(manifest, "finished_at"), interrupted=interrupted,
-        dataset=_text(manifest, "dataset"), stats=compute_stats(rows, headline, trials))
+        isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
+        model=manifest.model if manifest else None,
+        started_at=manifest.started_at if manifest else None,
+        finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
+        dataset=manifest.dataset if manifest else None,
+        stats=compute_stats(rows, headline, trials))

@@ -13,27 +13,19 @@ so a run killed with SIGKILL loses at most the tasks that were running.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import platform
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from spider2local import __version__, resources
 from spider2local.exceptions import UserError
 from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
 from spider2local.safepath import NAME_FIX, child, name_problem
-
-MANIFEST_VERSION = 2
-"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
-DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
-                "numpy", "click", "libfaketime")
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -41,46 +33,11 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     return (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 def check_run_id(run_id: str) -> str:
     """Run ids become folder names: refuse anything that could escape the runs folder."""
     if name_problem(run_id) is not None:
         raise UserError(f"--run-id {run_id!r} is not a plain folder name", fix=NAME_FIX)
     return run_id
-
-
-def dependency_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version(),
-                                       "spider2local": __version__}
-    for name in DEPENDENCIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def tree_sha256(root: Path | None) -> str | None:
-    """One hash over every file under ``root`` (relative path and content), order-independent
-    of the file system; ``None`` when the folder does not exist. Prompts and skills change
-    agent behaviour, so a run records exactly which ones it used."""
-    if root is None or not root.is_dir():
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _resource_hash(name: str) -> str | None:
-    try:
-        return tree_sha256(resources.resource_dir(name))
-    except FileNotFoundError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -142,7 +99,7 @@ class RunFolder:
         folder.mkdir(parents=True)
         return folder
 
-    def read_manifest(self) -> dict[str, Any] | None:
+    def read_manifest(self) -> RunManifest | None:
         """The manifest; ``None`` when the folder has none. A run.json that exists but is not
         one (truncated, edited, wrong types) raises :class:`UserError` naming it: reports,
         re-scores and resumes read it, and used to print a traceback or silently count none
@@ -157,10 +114,10 @@ class RunFolder:
             data = json.loads(text)
         except ValueError as exc:
             raise _bad_manifest(self.manifest_path, f"not valid JSON ({exc})") from None
-        problem = manifest_problem(data)
-        if problem is not None:
-            raise _bad_manifest(self.manifest_path, problem)
-        return dict(data)
+        try:
+            return RunManifest.from_json(data)
+        except ValueError as exc:
+            raise _bad_manifest(self.manifest_path, str(exc)) from None
 
     def create(self) -> None:
         """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
@@ -169,57 +126,15 @@ class RunFolder:
         except OSError as exc:
             raise _unwritable(self.root, exc) from None
 
-    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+    def write_manifest(self, manifest: RunManifest | Mapping[str, Any]) -> None:
+        """Write run.json atomically; a mapping (a hand-made manifest: tests, tools) is read
+        as a manifest first, so what is written is always one that reads back."""
+        if not isinstance(manifest, RunManifest):
+            manifest = RunManifest.from_json(dict(manifest))
         try:
-            write_json_atomic(self.manifest_path, dict(manifest))
+            write_json_atomic(self.manifest_path, manifest.to_json())
         except OSError as exc:
             raise _unwritable(self.manifest_path, exc) from None
-
-
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "agent": (str,), "model": (str, type(None)), "settings": (dict,),
-    "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)), "tasks": (list,),
-    "sessions": (list,), "started_at": (str, type(None)), "finished_at": (str, type(None)),
-    "denominators": (dict,),
-}
-_TASK_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "fake_date": (str,), "tables": (int,), "skipped": (str, type(None)),
-    "free": (bool, type(None)),
-}
-
-
-def manifest_problem(data: Any) -> str | None:
-    """Why ``data`` is not a run.json of ours (one phrase), or ``None``. Keys may be absent
-    (older runs wrote fewer); those present must have the types every reader assumes."""
-    if not isinstance(data, dict):
-        return f"not a JSON object but {type(data).__name__}"
-    for key, types in _MANIFEST_TYPES.items():
-        if key in data and not _typed(data[key], types):
-            return f"{key!r} is {type(data[key]).__name__}, not {_names(types)}"
-    ids: set[str] = set()
-    for number, task in enumerate(data.get("tasks", ()), start=1):
-        if not isinstance(task, dict) or not isinstance(task.get("id"), str):
-            return f"tasks entry {number} is not an object with an id"
-        if (problem := name_problem(task["id"])) is not None:
-            return f"tasks entry {number}: id {problem}"
-        if task["id"] in ids:  # every reader counts entries: a twice-listed task counts twice
-            return f"tasks entry {number}: id {task['id']!r} is listed twice"
-        ids.add(task["id"])
-        for key, types in _TASK_TYPES.items():
-            if key in task and not _typed(task[key], types):
-                return f"tasks entry {number}: {key!r} is {type(task[key]).__name__}, " \
-                       f"not {_names(types)}"
-    if not all(isinstance(s, dict) for s in data.get("sessions", ())):
-        return "sessions must be a list of objects"
-    return None
-
-
-def _typed(value: Any, types: tuple[type, ...]) -> bool:
-    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-
-
-def _names(types: tuple[type, ...]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
 def _bad_manifest(path: Path, problem: str) -> UserError:
@@ -241,61 +156,3 @@ def open_run_dir(path: Path) -> RunFolder:
         raise UserError(f"no readable {MANIFEST} here", path=path,
                         fix="pass a folder made by `spider2local run`")
     return folder
-
-
-@dataclass(frozen=True)
-class SelectedTask:
-    """What the manifest records about one selected task (enough for a report from disk)."""
-
-    id: str
-    fake_date: str
-    tables: int
-    """Number of graded tables (0 when the task has no evaluation)."""
-    skipped: str | None = None
-    """Why the task cannot run; ``None`` when it is run."""
-    free: bool | None = None
-    """Whether the untouched start database already passes (measured at the run's start,
-    :func:`spider2local.dataset.audit.free_passes`); ``None`` when unknown or not measured."""
-
-
-def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
-                   suite_path: Path, suite_sha256: str, dataset_root: Path,
-                   tasks: Iterable[SelectedTask], previous: Mapping[str, Any] | None,
-                   argv: list[str] | None = None, prompts_dir: Path | None = None,
-                   skills_dir: Path | None = None,
-                   denominators: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The run.json written at the start of an invocation. A resumed run keeps the first
-    invocation's ``started_at`` and appends to ``sessions`` so every restart is visible.
-    ``prompts_dir`` / ``skills_dir``: the kit used instead of the bundled one (its hashes are
-    recorded, so a resume with another kit is refused like one with other bundled files).
-    ``denominators`` (the dataset audit's counts) are what the report divides by."""
-    started = now_iso()
-    sessions = list(previous.get("sessions", [])) if previous else []
-    sessions.append({"started_at": started, "finished_at": None, "interrupted": None,
-                     "argv": argv})
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "run_id": run_id,
-        "agent": agent,
-        "model": settings.get("model"),
-        "settings": dict(settings),
-        "versions": dependency_versions(),
-        "suite": {"path": str(suite_path), "sha256": suite_sha256},
-        "dataset": str(dataset_root),
-        "prompts_sha256": tree_sha256(prompts_dir) if prompts_dir else _resource_hash("prompts"),
-        "skills_sha256": tree_sha256(skills_dir) if skills_dir else _resource_hash("skills"),
-        "tasks": [vars(t) for t in tasks],
-        **({"denominators": dict(denominators)} if denominators is not None else {}),
-        "started_at": previous.get("started_at", started) if previous else started,
-        "finished_at": None,
-        "sessions": sessions,
-    }
-
-
-def finish_manifest(manifest: Mapping[str, Any], *, interrupted: bool) -> dict[str, Any]:
-    """The same manifest with end times set (written once the invocation ends)."""
-    done = now_iso()
-    sessions = [dict(s) for s in manifest.get("sessions", [])]
-    if sessions:
-        sessions[-1].update(finished_at=done, interrupted=interrupted)
-    return {**manifest, "finished_at": done, "interrupted": interrupted, "sessions": sessions}

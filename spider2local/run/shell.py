@@ -21,7 +21,12 @@ from typing import TextIO
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import reap
-from spider2local.run.settings import RunSettings, suite_skills, task_skills
+from spider2local.run.settings import (
+    RunSettings,
+    resolve_capabilities,
+    suite_skills,
+    task_skills,
+)
 from spider2local.suite.model import RunDefaults
 from spider2local.workspace import prepare as ws_mod
 
@@ -34,7 +39,9 @@ def shell_argv(command: str | None, env: dict[str, str]) -> list[str]:
 def shell_skills(task: TaskSpec, defaults: RunDefaults, agent: str) -> tuple[str, ...]:
     """Exactly the skills ``agent`` gets for ``task`` in a run: the suite's, plus the task's
     own, minus its skip_skills (the runner's own rule, so the two cannot drift apart)."""
-    settings = RunSettings.from_defaults(defaults, suite_skills(defaults, agent), agent=agent)
+    caps = resolve_capabilities(agent)
+    settings = RunSettings.from_defaults(defaults, suite_skills(defaults, caps), agent=agent,
+                                         capabilities=caps)
     return task_skills(task, settings)
 
 

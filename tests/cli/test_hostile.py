@@ -8,10 +8,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import click
 import pytest
 
-from spider2local.cli.app import POSITIVE_FINITE
+from spider2local.cli.app import SettingType
+from spider2local.exceptions import UserError
+from spider2local.suite import options
 from tests.cli.test_app import assert_one_line_error, run_cli
 from tests.helpers import write_task
 
@@ -60,15 +61,18 @@ def test_timeout_nan_is_refused_before_anything_is_written(tiny_dataset: Build,
     root = tiny_dataset("ok001")
     code, stderr, run_dir = noop_run(root, tmp_path, "--timeout=nan")
     assert code == 2 and "Traceback" not in stderr
-    assert "Invalid value for '--timeout': 'nan' is not a positive finite number" in stderr
+    assert stderr.strip().splitlines() == [
+        "spider2local: error: --timeout: must be positive and finite, not nan "
+        "(see `spider2local run --help` for --timeout)"]
     assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "x"])
 def test_positive_finite_refuses_nan_inf_and_non_positive(value: str) -> None:
-    with pytest.raises(click.BadParameter):
-        POSITIVE_FINITE.convert(value, None, None)
-    assert POSITIVE_FINITE.convert("2.5", None, None) == 2.5
+    timeout = SettingType(options.setting("timeout"))
+    with pytest.raises(UserError, match=r"^--timeout: must be"):
+        timeout.convert(value, None, None)
+    assert timeout.convert("2.5", None, None) == 2.5
 
 
 @pytest.fixture

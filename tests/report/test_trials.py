@@ -21,6 +21,7 @@ from spider2local.report.markdown import render_markdown
 from spider2local.report.summary import NotAttempted, RunReport, build_report, load_report
 from spider2local.report.terminal import render_terminal
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status, TaskResult, Usage, save_result
 
 
@@ -48,7 +49,8 @@ def trial_report(outcomes: dict[str, list[bool]] = OUTCOMES, trials: int | None 
                  run_id: str = "r") -> RunReport:
     results = {(tid, n): _result(tid, n, ok) for tid, verdicts in outcomes.items()
                for n, ok in enumerate(verdicts, start=1)}
-    return build_report(run_id, _manifest([*outcomes, "skipme"], trials), results)
+    return build_report(run_id, RunManifest.from_json(_manifest([*outcomes, "skipme"], trials)),
+                        results)
 
 
 def test_rows_are_per_trial_and_the_stats_per_task() -> None:
