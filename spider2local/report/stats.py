@@ -166,6 +166,17 @@ def _percentile(means: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def bootstrap_intervals(values: np.ndarray, *, alpha: float = ALPHA,
+                        resamples: int = RESAMPLES, seed: int = SEED
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile bootstrap intervals of the mean of each row of ``values`` (one row per
+    run, one column per task), all in one matrix product: what :func:`pass_at_1` computes for
+    one run, vectorised for simulations over many."""
+    means = bootstrap_means(np.atleast_2d(values), resamples=resamples, seed=seed)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2], axis=-1)
+    return low, high
+
+
 def pass_at_1(counts: Sequence[TaskCount], total: int | None = None, *, alpha: float = ALPHA,
               resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
     """pass@1 over ``total`` tasks (default: the attempted ones); tasks of ``total`` not in
@@ -190,7 +201,8 @@ def pass_at_1(counts: Sequence[TaskCount], total: int | None = None, *, alpha: f
         low, high = clopper_pearson(value * size, size, alpha)
         return Estimate(value, 0.0, Interval(low, high, "exact"), size, len(attempted))
     se = float(values.std(ddof=1) / math.sqrt(size))
-    low, high = _percentile(bootstrap_means(values, resamples=resamples, seed=seed), alpha)
+    lows, highs = bootstrap_intervals(values, alpha=alpha, resamples=resamples, seed=seed)
+    low, high = float(lows[0]), float(highs[0])
     return Estimate(value, se, Interval(low, high, "bootstrap"), size, len(attempted))
 
 
