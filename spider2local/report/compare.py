@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from spider2local.exceptions import UserError
+from spider2local.report.printable import printable
 from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text, points
 from spider2local.report.summary import Row, RunReport, TaskRate, load_report
 from spider2local.report.table import render_table
@@ -263,7 +264,7 @@ def render_compare(c: Comparison) -> str:
 
 
 def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    return printable(" ".join(value.split())).replace("|", "\\|")
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spider2local.report.printable import printable
 from spider2local.report.summary import RunReport
 from spider2local.report.table import render_table
 from spider2local.report.text import (
@@ -23,4 +24,4 @@ def render_terminal(report: RunReport, *, note_width: int = 100) -> str:
     if rates:
         parts += [render_table(RATE_HEADERS, rates), "",
                   render_table(PASS_K_HEADERS, pass_k_cells(report), max_width=80), ""]
-    return "\n".join([*parts, *headline_lines(report)])
+    return "\n".join([*parts, *(printable(line) for line in headline_lines(report))])

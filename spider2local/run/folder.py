@@ -91,7 +91,14 @@ class RunFolder:
 
         A SIGKILLed run also left its workspace and the processes working in it (a dbt still
         holding the database, a CLI): only this folder records where that workspace is, so
-        those are killed and removed first (see :mod:`.stale`)."""
+        those are killed and removed first (see :mod:`.stale`).
+
+        A task folder that is a symlink (put there by hand or by an agent's run before) was
+        never this run's: :meth:`results` ignores it, so the link itself (never what it points
+        to) is removed and a real folder made. It used to stop the whole run with a traceback."""
+        link = self.root / task_id
+        if name_problem(task_id) is None and link.is_symlink():
+            link.unlink()
         folder = self.task_dir(task_id)
         if folder.exists():
             remove_stale_workspaces(folder)
@@ -110,6 +117,8 @@ class RunFolder:
             return None
         except OSError as exc:
             raise _bad_manifest(self.manifest_path, exc.strerror or str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise _bad_manifest(self.manifest_path, f"not UTF-8 text (byte {exc.start})") from None
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -145,6 +154,75 @@ def _bad_manifest(path: Path, problem: str) -> UserError:
 def _unwritable(path: Path, exc: OSError) -> UserError:
     return UserError(f"cannot write the run folder: {exc.strerror or exc}", path=path,
                      fix="pass a writable --runs-dir")
+
+
+LATEST = "latest"
+"""The run reference that means the most recently started run of a runs folder."""
+RUN_REF_FIX = ("pass a run folder, a run id of --runs-dir, or 'latest' "
+               "(`spider2local runs` lists them)")
+
+
+def run_folders(runs_dir: Path) -> list[RunFolder]:
+    """The run folders of ``runs_dir`` (plain folders holding a run.json; links to elsewhere
+    are not this folder's runs), oldest first by start time, then id."""
+    if not runs_dir.is_dir():
+        return []
+    found: list[tuple[str, str, RunFolder]] = []
+    for entry in runs_dir.iterdir():
+        if entry.is_symlink() or not entry.is_dir() or not (entry / MANIFEST).is_file():
+            continue
+        try:
+            manifest = RunFolder(entry).read_manifest()
+        except UserError:  # a damaged run.json: still a run, listed by its id
+            manifest = None
+        started = (manifest.started_at if manifest else None) or ""
+        found.append((started, entry.name, RunFolder(entry)))
+    return [folder for _, _, folder in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def resolve_run(ref: str | Path, runs_dir: Path) -> Path:
+    """The run folder a command-line reference names: ``latest`` (the run of ``runs_dir``
+    started last), a path (anything with a ``/``, or an existing folder), or a run id looked
+    up in ``runs_dir``. ``run --run-id`` takes an id while ``report`` and ``compare`` took
+    only folder paths; now every command takes all three."""
+    text = str(ref)
+    if text == LATEST:
+        runs = run_folders(runs_dir)
+        if not runs:
+            raise UserError("no runs yet, so no 'latest'", path=runs_dir,
+                            fix="start one with `spider2local run`, or pass --runs-dir")
+        return runs[-1].root
+    if "/" in text or text in (".", ".."):
+        return Path(text)
+    if name_problem(text) is None and (runs_dir / text).is_dir():
+        return runs_dir / text
+    if Path(text).is_dir():
+        return Path(text)
+    raise UserError(f"no run {text!r} (neither a folder nor a run id of {runs_dir})",
+                    path=runs_dir, fix=RUN_REF_FIX)
+
+
+def claim_run_id(runs_dir: Path, now: dt.datetime | None = None) -> str:
+    """A new default run id, its folder made at once so that two runs started in the same
+    second cannot share it (they did: the second resumed the first). The timestamp id, or
+    ``<timestamp>-2``, ``-3``... when taken; ``mkdir`` without ``exist_ok`` is the claim, so
+    the check cannot be raced."""
+    base = new_run_id(now)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(runs_dir, exc) from None
+    for n in range(1, 1000):
+        run_id = base if n == 1 else f"{base}-{n}"
+        try:
+            (runs_dir / run_id).mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise _unwritable(runs_dir / run_id, exc) from None
+        return run_id
+    raise UserError("a thousand runs were started this second", path=runs_dir,
+                    fix="pass --run-id")
 
 
 def open_run_dir(path: Path) -> RunFolder:

@@ -204,8 +204,27 @@ def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged
             chosen[tid] = newer
     into.create()
     kept = {tid: str(folder.root) for tid, (folder, _) in chosen.items()}
-    with run_lock(into):
-        for tid, (folder, _) in sorted(chosen.items()):
-            _copy_task(folder, into, tid)
-        into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+    try:
+        with run_lock(into):
+            for tid, (folder, _) in sorted(chosen.items()):
+                _copy_task(folder, into, tid)
+            into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+    except (OSError, shutil.Error, UserError) as exc:
+        # A full disk under --into: the half-made folder (new or empty before, see
+        # _check_into) would only be refused by the next merge; the sources are untouched.
+        shutil.rmtree(into.root, ignore_errors=True)
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"cannot write the merged run: {_why(exc)}", path=into.root,
+                        fix="free space there, or merge into another folder (the sources are "
+                            "untouched)") from None
     return Merged(into, kept, tuple(notes))
+
+
+def _why(exc: OSError | shutil.Error) -> str:
+    """The OS's words for a failed copy: copytree gathers its errors into one shutil.Error
+    whose message lists every file."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        first = exc.args[0][0] if exc.args[0] else None
+        return str(first[2]) if isinstance(first, tuple) and len(first) == 3 else "copy failed"
+    return exc.strerror or str(exc)

@@ -31,7 +31,7 @@ from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.proc.kill import hurry, unhurry
-from spider2local.run.folder import RunFolder, new_run_id
+from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.progress import Progress
@@ -123,6 +123,10 @@ class RunPlan:
     """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
     denominators: Denominators | None = None
     """The dataset audit's counts the report divides by (recorded in run.json)."""
+    fresh: bool = False
+    """No --run-id was given: ``folder`` carries a provisional timestamp id, and the run
+    claims a free id (:func:`.folder.claim_run_id`) when it starts, so two runs started in the
+    same second get two folders and a plan that is refused leaves none behind."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,9 @@ def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTa
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     """Under the run's lock: write the manifest, run what is not finished yet, stop cleanly on
     SIGINT/SIGTERM."""
+    if plan.fresh:
+        plan = replace(plan, folder=RunFolder.at(plan.folder.root.parent,
+                                                 claim_run_id(plan.folder.root.parent)))
     folder, settings = plan.folder, plan.settings
     folder.create()
     with run_lock(folder):
@@ -278,13 +285,19 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
-                   agent_options={k: Path(v).resolve() for k, v in options.items()})
+                   agent_options={k: Path(v).resolve() for k, v in options.items()},
+                   fresh=run_id is None)
 
 
 def _needs_solution(selection: Selection) -> Selection:
     """An agent that applies reference solutions proves a task's solution, date and gold agree;
     a task without one would only be scored on its untouched database, which proves nothing."""
     unsolved = [t for t in selection.tasks if t.solution_dir is None]
+    if selection.tasks and len(unsolved) == len(selection.tasks):
+        # every task would be skipped and the run "complete" with exit 0: nothing was tested
+        raise UserError(f"none of the {len(unsolved)} selected tasks has a reference solution",
+                        fix="add solutions/<id>/ folders (or the suite's solution setting), "
+                            "or choose another --agent")
     return replace(selection,
                    tasks=tuple(t for t in selection.tasks if t.solution_dir is not None),
                    skipped=(*selection.skipped,

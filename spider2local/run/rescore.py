@@ -46,6 +46,7 @@ class Rescored:
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
+    from spider2local.db.header import duckdb_file_problem
     from spider2local.evaluation import score_database
 
     db, task = folder.result_db(old.task_id), data.get(old.task_id)
@@ -53,17 +54,31 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
     if task is None or task.gold is None:
         return Rescored(old.task_id, None, "the dataset has no gold for this task")
+    # A kept file that is damaged (not DuckDB, cut short, unopenable) is that task's error:
+    # scoring it gave "failed" and overwrote a recorded pass without naming anything, where
+    # `score FILE` refuses the same file. The recorded verdict stays.
+    problem = duckdb_file_problem(db)
+    if problem is not None:
+        return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
+                                           "the recorded verdict stays")
     try:
         score = score_database(db, task.gold.db, task.gold.params)
     except Exception as exc:
         keep_traceback(folder.task_dir(old.task_id), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
+    if score.error is not None:  # the file could not be opened at all
+        return Rescored(old.task_id, None, f"kept database damaged: {score.error}; "
+                                           "the recorded verdict stays")
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
         error = None
     verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
     new = replace(old, **verdict.fields())
-    save_result(folder.result_path(old.task_id), new)
+    try:
+        save_result(folder.result_path(old.task_id), new)
+    except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
+        return Rescored(old.task_id, None, f"cannot write its result.json: "
+                                           f"{exc.strerror or exc}; the recorded verdict stays")
     return Rescored(old.task_id, new)
 
 

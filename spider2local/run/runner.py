@@ -63,6 +63,7 @@ from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
 from spider2local.run.verdict import Verdict
+from spider2local.safepath import UnsafePath
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
@@ -283,6 +284,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         artifacts = await in_thread(folder.reset_task, task.id)
     except OSError as exc:
         progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
+        return None
+    except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
+        progress.note(task.id, f"not run: {exc}")
         return None
     state = _Attempt(task, artifacts, off_limits=watch.off_limits(task))
     started_at, t0 = now_iso(), time.monotonic()

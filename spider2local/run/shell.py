@@ -14,13 +14,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import reap
+from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.run.settings import (
     RunSettings,
     resolve_capabilities,
@@ -51,7 +50,7 @@ def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), command: str | Non
     code (128 + N when killed by signal N). The workspace is removed afterwards unless
     ``keep``; processes left running inside it are killed either way."""
     out = out if out is not None else sys.stderr
-    scratch = Path(tempfile.mkdtemp(prefix="spider2local-shell-"))
+    scratch = make_owned_dir("shell")
     ws = ws_mod.prepare_workspace(task, artifacts=scratch / task.id, skills=skills)
     env = dict(ws.env)
     out.write(f"workspace: {ws.project_dir}\nfake date for dbt: {task.date} "

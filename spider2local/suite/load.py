@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
+import stat
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -36,16 +38,68 @@ def bundled_suite_path() -> Path:
     return resource_dir("tasks.toml")
 
 
+SUITE_FILE = "tasks.toml"
+
+
+def find_suite_file(cwd: Path | None = None) -> Path | None:
+    """The nearest ``tasks.toml`` in ``cwd`` or one of its parents, as pytest, dbt and git
+    search upward: run from ``models/`` of a project, the project's suite one level up is the
+    one meant, and falling back to the bundled sample suite there spent money on the wrong
+    suite. Anything of that name counts (a folder or a FIFO too: loading it then names it,
+    where skipping it ran another suite in silence)."""
+    start = (cwd or Path.cwd()).absolute()
+    for folder in (start, *start.parents):
+        candidate = folder / SUITE_FILE
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
 def default_suite_path(cwd: Path | None = None) -> Path:
-    """``./tasks.toml`` when present, else the embedded default suite."""
-    local = (cwd or Path.cwd()) / "tasks.toml"
-    return local if local.is_file() else bundled_suite_path()
+    """The nearest ``tasks.toml`` (:func:`find_suite_file`), else the embedded default
+    suite."""
+    return find_suite_file(cwd) or bundled_suite_path()
+
+
+MAX_SUITE_BYTES = 16 * 1024 * 1024
+"""A suite file is a few kilobytes (68 tasks with dates and notes: about 20 KB); anything past
+this is not one (``--suite /dev/zero`` read until memory ran out)."""
+
+
+def _read_suite_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most :data:`MAX_SUITE_BYTES`.
+
+    Opened non-blocking and checked with ``fstat`` on that same descriptor: ``open`` of a FIFO
+    blocks until a writer comes (forever, for ``--suite`` given one), and a check by path
+    before the open could be raced."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise SuiteError("is a folder, not a suite file", path=path,
+                         fix="pass --suite with a tasks.toml file") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SuiteError("is a folder, not a suite file", path=path,
+                             fix="pass --suite with a tasks.toml file")
+        if not stat.S_ISREG(info.st_mode):
+            raise SuiteError("is not a regular file (a FIFO, a device or a socket)", path=path,
+                             fix="pass --suite with a tasks.toml file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_SUITE_BYTES + 1)
+    if len(data) > MAX_SUITE_BYTES:
+        raise SuiteError(f"is larger than {MAX_SUITE_BYTES // (1024 * 1024)} MiB: not a suite "
+                         "file", path=path, fix="pass --suite with a tasks.toml file")
+    return data
 
 
 def load_suite(path: Path) -> Suite:
     """Read and validate a suite file; raise :class:`SuiteError` with a one-line message."""
     try:
-        raw_bytes = path.read_bytes()
+        raw_bytes = _read_suite_bytes(path)
     except FileNotFoundError:
         raise SuiteError("suite file not found", path=path,
                          fix="pass --suite with an existing tasks.toml") from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -95,6 +96,32 @@ class Integer:
                       else f"at least {self.minimum}{unit}")
             raise ValueError(f"must be {wanted}, not {number}")
         return number
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+
+
+@dataclass(frozen=True)
+class Duration:
+    """Seconds, as a number or written with units: ``90``, ``90s``, ``10m``, ``1h30m``,
+    ``1.5h`` (``--timeout 10m`` was refused). Positive and finite, as :class:`Positive`."""
+
+    metavar: str = "DURATION"
+
+    def __call__(self, value: object, *, text: bool) -> float:
+        if isinstance(value, str):
+            raw = value.strip().lower()
+            match = _DURATION.fullmatch(raw)
+            if not raw or match is None or not any(match.groups()):
+                try:  # other numbers ('nan', '-5', '1e3') go to the number rule
+                    number = float(raw)
+                except ValueError:
+                    raise ValueError(f"must be a duration such as 90, 90s, 10m or 1h30m, "
+                                     f"not {_shown(value)}") from None
+                return Positive(self.metavar)(number, text=False)
+            hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+            return Positive(self.metavar)(hours * 3600 + minutes * 60 + seconds, text=False)
+        return Positive(self.metavar)(value, text=text)
 
 
 @dataclass(frozen=True)
@@ -273,9 +300,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agent", Choice(_agent_names, metavar="AGENT"), "claude",
             "The agent (default: the suite's).", Resume.MUST_MATCH),
     Setting("jobs", Integer(), 3, "Tasks at a time."),
-    Setting("timeout", Positive(), 1800.0,
-            "Seconds per task for the agent stage (the dbt runs it starts included; scoring "
-            "comes on top); its processes are killed at the deadline.", Resume.MUST_MATCH),
+    Setting("timeout", Duration(), 1800.0,
+            "Time per task for the agent stage, in seconds or as 90s, 10m, 1h30m (the dbt runs "
+            "it starts included; scoring comes on top); its processes are killed at the "
+            "deadline.", Resume.MUST_MATCH),
     Setting("retries", Integer(minimum=0), 2, "Retries of infrastructure errors."),
     Setting("max_turns", Integer(), 150,
             "Agent turns per task (large tasks need well over 100).", Resume.MUST_MATCH),

@@ -137,6 +137,20 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == local
 
 
+def test_the_nearest_tasks_toml_upward_is_the_suite(tmp_path: Path) -> None:
+    """From a subfolder the project's suite one or more levels up is used, as pytest, dbt and
+    git search upward (main fell back to the bundled sample suite and ran the wrong tasks);
+    the nearest one wins."""
+    deep = tmp_path / "project" / "models" / "staging"
+    deep.mkdir(parents=True)
+    assert default_suite_path(deep) == bundled_suite_path()
+    top = write(tmp_path, "schema = 1\n")
+    assert default_suite_path(deep) == top
+    nearer = tmp_path / "project" / "tasks.toml"
+    nearer.write_text("schema = 1\n")
+    assert default_suite_path(deep) == nearer
+
+
 def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> None:
     """Extended thinking is off unless asked for; large tasks get 150 turns by default; a
     task's own setting wins over the run's (what the runner hands the agent)."""

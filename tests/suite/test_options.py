@@ -132,3 +132,24 @@ def test_every_setting_has_a_rule_a_help_and_a_parseable_default() -> None:
             assert s.parse(s.default, text=False) == s.default, s.name
     flags = [s.option for s in options.flags()]
     assert len(flags) == len(set(flags)) and "--jobs" in flags and "--prompts" in flags
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
+    (" 2m30s ", 150.0), ("1e3", 1000.0),
+])
+def test_timeout_takes_durations(text: str, seconds: float) -> None:
+    """``--timeout 10m`` was refused (issue 23); the flag and the suite key take units."""
+    timeout = next(s for s in options.SETTINGS if s.name == "timeout")
+    assert timeout.parse(text, text=True) == seconds
+    assert timeout.parse(text, text=False) == seconds  # `timeout = "10m"` in a suite
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("nan", "positive and finite"), ("0", "positive and finite"), ("-5", "positive and finite"),
+    ("10x", "a duration such as"), ("h", "a duration such as"), ("", "a duration such as"),
+])
+def test_bad_durations_are_refused_with_the_rule(text: str, phrase: str) -> None:
+    timeout = next(s for s in options.SETTINGS if s.name == "timeout")
+    with pytest.raises(ValueError, match=phrase):
+        timeout.parse(text, text=True)
