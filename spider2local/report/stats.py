@@ -17,11 +17,13 @@ Everything here works on :class:`TaskCount` (per task: trials run ``n``, trials 
 
 Libraries: numpy draws the resamples (a seeded ``Generator``, so a report is the same every
 time it is rebuilt) and scipy.stats gives the exact binomial pieces (``binomtest`` for
-McNemar's exact test, ``beta`` quantiles for Clopper-Pearson bounds, ``norm`` quantiles for
-the power formula). The percentile bootstrap and the sign-flip test are written with numpy
-rather than through ``scipy.stats.bootstrap`` / ``permutation_test``: they are a few vectorised
-lines each, and the edge cases below need their own exact answers, which scipy's versions
-answer with NaN and a warning (a zero-width bootstrap distribution) or not at all.
+McNemar's exact test, ``beta`` quantiles for Clopper-Pearson bounds), imported only where
+used since importing scipy costs every report 1-2 s; the power formula's normal quantiles
+come from the standard library's ``statistics.NormalDist``. The percentile bootstrap and the
+sign-flip test are written with numpy rather than through ``scipy.stats.bootstrap`` /
+``permutation_test``: they are a few vectorised lines each, and the edge cases below need
+their own exact answers, which scipy's versions answer with NaN and a warning (a zero-width
+bootstrap distribution) or not at all.
 
 Edge cases, exactly (a bootstrap of identical values has zero width and would claim a
 certainty the data cannot carry):
@@ -39,13 +41,12 @@ certainty the data cannot carry):
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import signal as sps_signal
-from scipy import stats as sps
 
 ALPHA = 0.05
 """Two-sided level of every interval (95%) and test."""
@@ -136,6 +137,8 @@ def clopper_pearson(x: float, m: float, alpha: float = ALPHA) -> tuple[float, fl
     quantiles (a non-integer ``x`` interpolates, for equal fractional rates)."""
     if m <= 0:
         return 0.0, 1.0
+    from scipy import stats as sps  # scipy is imported where needed: it costs a report 1-2 s
+
     low = 0.0 if x <= 0 else float(sps.beta.ppf(alpha / 2, x, m - x + 1))
     high = 1.0 if x >= m else float(sps.beta.ppf(1 - alpha / 2, x + 1, m - x))
     return low, high
@@ -250,6 +253,8 @@ def mcnemar_p(b_better: int, a_better: int) -> float:
     split is if either run was equally likely to win each (two-sided binomial, p = 1/2)."""
     if b_better + a_better == 0:
         return 1.0
+    from scipy import stats as sps
+
     return float(sps.binomtest(b_better, b_better + a_better, 0.5).pvalue)
 
 
@@ -274,7 +279,9 @@ def _sign_flip_distribution(steps: np.ndarray) -> np.ndarray:
         if len(dist) * len(kernel) <= 5_000_000:
             dist = np.convolve(dist, kernel)
         else:  # long supports: FFT, whose rounding noise (~1e-16) is clipped
-            dist = np.clip(sps_signal.fftconvolve(dist, kernel), 0.0, None)
+            from scipy import signal
+
+            dist = np.clip(signal.fftconvolve(dist, kernel), 0.0, None)
     return dist
 
 
@@ -350,7 +357,8 @@ def min_detectable_difference(tasks: int, trials_a: float, trials_b: float,
 
 @lru_cache(maxsize=64)
 def _z(alpha: float, power: float) -> float:
-    return float(sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power))
+    normal = statistics.NormalDist()
+    return normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)
 
 
 def estimate_trial_variance(a: Sequence[TaskCount], b: Sequence[TaskCount]) -> float:
