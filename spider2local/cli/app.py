@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
-from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
@@ -215,9 +214,6 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None,
     sys.exit(exit_code(checks))
 
 
-AGENT_CHOICES = agent_names()
-
-
 class SettingType(click.ParamType):  # type: ignore[type-arg]
     """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
     same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
@@ -359,7 +355,8 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 @runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
-@click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
+@click.option("--force", is_flag=True,
+              help="Compare runs of different datasets or agents (commands) anyway.")
 @click.option("--fail-on-regression", is_flag=True,
               help="Exit 1 when B is significantly worse than A (p < 0.05; a CI gate).")
 def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
@@ -367,7 +364,7 @@ def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
     """Paired comparison of RUN_A and RUN_B on the tasks both attempted: the difference in
     pass@1 with its 95% interval, an exact p-value, the smallest difference the runs could
     detect, the flips and status changes, cost and time deltas. Tasks only one run attempted
-    are listed apart. Refuses runs of different datasets."""
+    are listed apart. Refuses runs of different datasets or agents unless --force."""
     from spider2local.report.compare import (
         compare_json,
         compare_runs,
@@ -454,7 +451,7 @@ def runs(runs_dir: Path, as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
                                            "with its code.")
-@click.option("--agent", type=click.Choice(AGENT_CHOICES),
+@click.option("--agent", metavar="AGENT",
               help="Prepare the workspace as this agent gets it (default: the suite's).")
 @click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
 def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
@@ -469,6 +466,10 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
     task = selection.tasks[0]
+    if agent is not None:
+        from spider2local.agents.registry import capabilities
+
+        capabilities(agent)  # an unknown or broken agent: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
     sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
 
@@ -553,6 +554,43 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
         target, old = write_target(suite, Path.cwd())
         write_suite(target, set_subsets(old, suggested_subsets(audits), target))
         click.echo(f"wrote subsets into {target}", err=as_json)
+
+
+@cli.command("mcp-server")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+              envvar="SPIDER2_MCP_CONFIG",
+              help="The tool config a run wrote for its task (default: $SPIDER2_MCP_CONFIG).")
+@click.option("--database", type=click.Path(path_type=Path, dir_okay=False),
+              help="Instead of --config: serve this database (read-only).")
+@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --database: the query log (default: queries.jsonl beside it).")
+@click.option("--date", "fake_date", help="With --database: the fake date (YYYY-MM-DD).")
+def mcp_server(config_path: Path | None, database: Path | None, log_path: Path | None,
+               fake_date: str | None) -> None:
+    """Serve the governed read-only database tools (query, list_tables, describe_table,
+    project_scan) as an MCP server on stdin/stdout, for an agent's own MCP client."""
+    import datetime as dt
+
+    from spider2local.dbtools.config import ToolConfig
+
+    if (config_path is None) == (database is None):
+        raise UserError("mcp-server needs --config FILE or --database FILE (one of them)",
+                        fix="pass the tool config a run wrote, or a database to serve")
+    if config_path is not None:
+        config = ToolConfig.read(config_path)
+    else:
+        assert database is not None
+        try:
+            date = dt.date.fromisoformat(fake_date) if fake_date else None
+        except ValueError:
+            raise UserError(f"--date {fake_date!r} is not a date",
+                            fix="write it as YYYY-MM-DD") from None
+        config = ToolConfig(database=database.absolute(),
+                            audit=(log_path or database.parent / "queries.jsonl").absolute(),
+                            date=date)
+    from spider2local.dbtools.server import main as serve  # mcp is heavy: after the checks
+
+    serve(config)
 
 
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EFBIG,

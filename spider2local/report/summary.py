@@ -251,6 +251,8 @@ class RunReport:
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
     agent: str | None = None
+    agent_command: str | None = None
+    """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
     model: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -460,6 +462,12 @@ def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
                        ).isolation_mode
 
 
+def agent_command_of(manifest: RunManifest | None) -> str | None:
+    """The command a command agent ran, as run.json's settings recorded it."""
+    value = manifest.setting("agent_command") if manifest is not None else None
+    return value if isinstance(value, str) else None
+
+
 def _started(folder: RunFolder, task_id: str) -> bool:
     """Whether the task's folder exists (a run began it); a link in its place is not ours."""
     path = folder.root / task_id
@@ -491,6 +499,7 @@ def build_report(run_id: str, manifest: RunManifest | None,
     return RunReport(
         run_id, rows, rates, headline,
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
+        agent_command=agent_command_of(manifest),
         model=manifest.model if manifest else None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,

@@ -24,8 +24,12 @@ def seconds(value: float | None) -> str:
 
 
 def run_line(report: RunReport) -> str:
-    who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("model", report.model))
-                    if v)
+    command = report.agent_command
+    if command is not None:
+        flat = " ".join(command.split())
+        command = repr(flat if len(flat) <= 80 else flat[:79] + "…")
+    who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("command", command),
+                                            ("model", report.model)) if v)
     state = "; interrupted" if report.interrupted else ""
     trials = f", {report.trials} trials per task" if report.trials > 1 else ""
     return f"run {report.run_id} ({who + ', ' if who else ''}isolation: {report.isolation}" \

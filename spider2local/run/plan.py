@@ -257,14 +257,28 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                 overrides[s.name] = kept
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
-    caps = capabilities(name)  # an unknown name fails here, with one line; resolved once
+    kind = name
+    if name in suite.agents:  # [agents.NAME]: a command agent defined once in the suite
+        spec = suite.agents[name]
+        kind = "command"
+        options.update(spec.options())
+        if overrides.get("agent_command") not in (None, spec.command):
+            raise UserError(f"--agent-command does not apply to --agent {name}",
+                            path=suite.path, fix=f"its command is [agents.{name}]'s")
+        overrides["agent_command"] = spec.command  # recorded: compare/merge/resume see it
+    elif overrides.get("agent_command") is not None:
+        if name != "command":
+            raise UserError(f"--agent-command does not apply to --agent {name}",
+                            fix="use it with --agent command")
+        options["command"] = overrides["agent_command"]
+    caps = capabilities(kind)  # an unknown name fails here, with one line; resolved once
     if replay_dir is not None:
-        if not takes_option(name, "replay_dir"):
+        if not takes_option(kind, "replay_dir"):
             raise UserError(f"--replay-dir does not apply to --agent {name}",
                             fix="it is an option of the agents that replay files (--agent replay)")
         options["replay_dir"] = replay_dir
     caps.check_credentials(name, os.environ)
-    make_agent(name, **options)  # fails now, with one line, on a bad agent or option
+    make_agent(kind, **options)  # fails now, with one line, on a bad agent or option
     find_library()  # every task needs the fake clock: fail once here, not once per task
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
@@ -281,11 +295,12 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                                          skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=folder, selection=selection,
-                   settings=settings, factory=lambda: make_agent(name, **options),
+                   settings=settings, factory=lambda: make_agent(kind, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
-                   agent_options={k: Path(v).resolve() for k, v in options.items()},
+                   agent_options={k: Path(v).resolve() for k, v in options.items()
+                                  if k == "replay_dir"},
                    fresh=run_id is None)
 
 

@@ -35,11 +35,11 @@ def always_hidden() -> list[Path]:
 
 
 def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path] = (),
-               unset_env: Iterable[str] = ()) -> SandboxSpec:
+               unset_env: Iterable[str] = (), read_only: Iterable[Path] = ()) -> SandboxSpec:
     """The sandbox of one agent session running ``program`` (the CLI) with ``writable`` (its
-    workspace) read-write."""
+    workspace) read-write and ``read_only`` (a command agent's own install) read-only."""
     return SandboxSpec(program=program,
-                       read_only=(*runtime_paths(), program.parent),
+                       read_only=(*runtime_paths(), program.parent, *read_only),
                        writable=tuple(writable),
                        hidden=(*always_hidden(), *hidden),
                        unset_env=tuple(unset_env))

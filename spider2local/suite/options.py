@@ -229,10 +229,20 @@ class Date:
         raise ValueError(f"bad date {_shown(value)} (write it as YYYY-MM-DD, e.g. 2024-09-15)")
 
 
-def _agent_names() -> tuple[str, ...]:
-    from spider2local.agents.registry import agent_names
+@dataclass(frozen=True)
+class AgentName:
+    """An agent's name: a built-in, an installed plugin, ``package.module:Class`` or an agent
+    the suite defines (``[agents.NAME]``). Only its form is checked here; whether it loads is
+    the registry's to say (:func:`spider2local.run.plan.plan_run`, one line naming it)."""
 
-    return agent_names()
+    metavar: str = "AGENT"
+
+    def __call__(self, value: object, *, text: bool) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, not {_kind(value)}")
+        if not value.strip() or value != value.strip():
+            raise ValueError(f"must be an agent name, not {_shown(value)}")
+        return value
 
 
 def _sandboxed(mode: Any) -> Any:
@@ -297,8 +307,15 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("agent", Choice(_agent_names, metavar="AGENT"), "claude",
-            "The agent (default: the suite's).", Resume.MUST_MATCH),
+    Setting("agent", AgentName(), "claude",
+            "The agent: claude, noop, reference, replay, command (with --agent-command), an "
+            "installed plugin (entry point group spider2local.agents), package.module:Class, "
+            "or an agent of the suite's [agents] table. Default: the suite's.",
+            Resume.MUST_MATCH),
+    Setting("agent_command", Text(metavar="COMMAND"), None,
+            "For --agent command: the shell command that runs the agent (sh -c, in the task's "
+            "project folder, in the sandbox). Suite agents ([agents.NAME]) record theirs.",
+            Resume.MUST_MATCH, suite=False),
     Setting("jobs", Integer(), 3, "Tasks at a time."),
     Setting("timeout", Duration(), 1800.0,
             "Time per task for the agent stage, in seconds or as 90s, 10m, 1h30m (the dbt runs "

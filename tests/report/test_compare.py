@@ -185,3 +185,33 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
     assert paired["p_value"] == pytest.approx(0.125) and not paired["significant"]
     assert "p = 0.125" in paired["sentence"] and "worse by" not in paired["sentence"]
+
+
+def test_runs_of_two_agents_or_two_commands_are_refused_unless_forced(tmp_path: Path) -> None:
+    from tests.run.test_merge import MANIFEST
+
+    t = "2026-01-01T00:10:00+00:00"
+
+    def command_run(name: str, agent: str, command: str | None) -> RunFolder:
+        return make_run(tmp_path / name / "r", {"x": (True, t)}, agent=agent,
+                        settings={**MANIFEST["settings"], "agent": agent,
+                                  "agent_command": command})
+
+    a = command_run("a", "command", "codex exec")
+    b = command_run("b", "command", "gemini -p")
+    c = command_run("c", "claude", None)
+    same = command_run("d", "command", "codex exec")
+    for other in (b, c):
+        with pytest.raises(UserError, match="different agents") as caught:
+            compare_runs(a, other)
+        assert "codex exec" in str(caught.value)
+        assert compare_runs(a, other, force=True).changed(Change.SAME)
+    assert compare_runs(a, same).changed(Change.SAME)
+    from spider2local.report.jsonout import report_json
+    from spider2local.report.summary import load_report
+    from spider2local.report.text import run_line
+
+    report = load_report(a)
+    assert report.agent_command == "codex exec"
+    assert "agent command, command 'codex exec'" in run_line(report)
+    assert report_json(report)["agent_command"] == "codex exec"

@@ -193,3 +193,15 @@ def test_a_task_folder_that_is_a_link_is_not_a_result_of_the_run(tmp_path: Path)
     merged = merge_runs([a], RunFolder(tmp_path / "m" / "r"))
     assert merged.kept == {"t1": str(a.root)} and merged.into.read_manifest() is not None
     assert not (merged.into.root / "t2").exists()
+
+
+def test_runs_of_two_commands_are_not_merged_unless_forced(tmp_path: Path) -> None:
+    t = "2026-01-01T00:10:00+00:00"
+    runs = [make_run(tmp_path / name / "r", {tid: (True, t)}, agent="command",
+                     settings={**MANIFEST["settings"], "agent": "command",
+                               "agent_command": command})
+            for name, tid, command in (("a", "t1", "codex exec"), ("b", "t2", "gemini -p"))]
+    with pytest.raises(UserError, match="agent_command"):
+        merge_runs(runs, RunFolder(tmp_path / "m" / "r"))
+    merged = merge_runs(runs, RunFolder(tmp_path / "f" / "r"), force=True)
+    assert any("agent_command" in note for note in merged.notes)

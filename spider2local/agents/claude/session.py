@@ -3,7 +3,8 @@
 With the rest of ``agents/claude/``, the only code that imports ``claude_agent_sdk``.
 Everything that does not need the SDK lives beside it: prompts (:mod:`.prompts`), usage and
 cost (:mod:`.pricing`), environment, process sweep and verification state
-(:mod:`.support`), the database tools (:mod:`.dbtools`).
+(:mod:`.support`); the database tools are :mod:`spider2local.dbtools`'s, shared with
+``spider2local mcp-server``.
 
 Shape of a session: the CLI runs in the workspace's project folder with project settings only
 (so exactly the installed skills load), a private ``CLAUDE_CONFIG_DIR`` in the workspace root,
@@ -44,7 +45,6 @@ from claude_agent_sdk import (
 )
 
 from spider2local.agents.claude import apicheck, prompts
-from spider2local.agents.claude.dbtools import QueryLimits, QueryService
 from spider2local.agents.claude.pricing import UsageTracker
 from spider2local.agents.claude.support import (
     CREDENTIAL_VARS,
@@ -54,6 +54,8 @@ from spider2local.agents.claude.support import (
     sweep,
 )
 from spider2local.agents.registry import Capabilities
+from spider2local.dbtools.query import QueryLimits, QueryService
+from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.transcript import Transcript
@@ -64,8 +66,7 @@ from spider2local.sandbox.spec import agent_spec
 __all__ = ["ClaudeAgent", "cli_version"]
 
 SERVER = "spider2"
-DB_TOOLS = tuple(f"mcp__{SERVER}__{name}"
-                 for name in ("query", "list_tables", "describe_table", "project_scan"))
+DB_TOOLS = tuple(f"mcp__{SERVER}__{name}" for name in tool_names())
 VERIFIER_TOOLS = ("Read", "Grep", "Glob", *DB_TOOLS)
 """Read-only on purpose: no Bash, Write or Edit, so the verifier can only report."""
 DISALLOWED = ("WebFetch", "WebSearch")
@@ -124,31 +125,22 @@ def _answer(text: str, is_error: bool) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "is_error": is_error}
 
 
+def database_tools(service: QueryService) -> list[Any]:
+    """The SDK tools of :data:`spider2local.dbtools.tools.TOOLS`, each answered by the same
+    :func:`~spider2local.dbtools.tools.call_tool` as ``spider2local mcp-server``."""
+
+    def wrap(spec: Tool) -> Any:
+        async def handler(args: dict[str, Any]) -> dict[str, Any]:
+            return _answer(*await call_tool(service, spec.name, args))
+
+        return tool(spec.name, spec.description, dict(spec.input_schema))(handler)
+
+    return [wrap(spec) for spec in TOOLS]
+
+
 def database_server(service: QueryService) -> Any:
     """The in-process MCP server exposing :class:`QueryService` (names: ``DB_TOOLS``)."""
-
-    @tool("query", "Run ONE read-only SQL statement (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, "
-          "EXPLAIN) on the task's DuckDB database, under the task's fixed date. Results are cut "
-          "at a row limit; aggregate instead of paging.", {"sql": str})
-    async def query(args: dict[str, Any]) -> dict[str, Any]:
-        return _answer(*await service.query(str(args.get("sql", ""))))
-
-    @tool("list_tables", "List every table and view in the task database with row counts.", {})
-    async def list_tables(args: dict[str, Any]) -> dict[str, Any]:
-        return _answer(*await service.list_tables())
-
-    @tool("describe_table", "Columns and types of one table or view ('name' or "
-          "'schema.name').", {"table": str})
-    async def describe_table(args: dict[str, Any]) -> dict[str, Any]:
-        return _answer(*await service.describe(str(args.get("table", ""))))
-
-    @tool("project_scan", "The dbt project's declared models (complete, stub or missing), "
-          "sources and macros, as JSON.", {})
-    async def project_scan(args: dict[str, Any]) -> dict[str, Any]:
-        return _answer(*service.project_scan())
-
-    return create_sdk_mcp_server(SERVER, tools=[query, list_tables, describe_table,
-                                                project_scan])
+    return create_sdk_mcp_server(SERVER, tools=database_tools(service))
 
 
 def thinking(budget: int | None) -> ThinkingConfig:
