@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from spider2local.report.details import Entry, TaskDetails, load_details
-from spider2local.report.summary import SUSPECT, Row, RunReport, Verdict, trial_dir
+from spider2local.report.summary import SUSPECT, Row, RunReport, Verdict
 from spider2local.report.text import headline_lines, money, seconds
 from spider2local.run.folder import RunFolder
 from spider2local.run.results import Status
@@ -330,7 +330,7 @@ def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
     several = report.trials > 1
     tasks = []
     for row in report.rows:
-        details = load_details(trial_dir(folder, row.task_id, row.trial), report.dataset) \
+        details = load_details(folder.trial_dir(row.task_id, row.trial), report.dataset) \
             if folder is not None and isinstance(row.status, Status) \
             else TaskDetails(row.task_id)
         tasks.append(_task(row, details, several))

@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
@@ -51,20 +50,6 @@ from spider2local.run.results import Status, TaskResult
 
 TrialKey = tuple[str, int]
 """A result's address in a run: ``(task_id, trial)``."""
-
-
-def trial_results(folder: RunFolder) -> dict[TrialKey, TaskResult]:
-    """Every finished trial of the run, by (task, trial): the one place the report reads
-    results from the folder (a stand-in until the run folder reads every trial itself; today a
-    task folder holds one result, so a task has at most one trial here)."""
-    return {(r.task_id, r.trial): r for r in folder.results().values()}
-
-
-def trial_dir(folder: RunFolder, task_id: str, trial: int) -> Path:
-    """The folder of one trial's files (transcript, dbt logs, project): the one place the
-    report turns (task, trial) into a path (a stand-in like :func:`trial_results`: today a
-    task's folder holds its one trial)."""
-    return folder.task_dir(task_id)
 
 
 class NotAttempted(StrEnum):
@@ -142,8 +127,8 @@ class Row:
 
     @property
     def name(self) -> str:
-        """``task[trial]``: how a row is named where trials are told apart (JUnit, anchors)."""
-        return f"{self.task_id}[{self.trial}]"
+        """``task#trial``: how a row is named where trials are told apart (JUnit, anchors)."""
+        return f"{self.task_id}#{self.trial}"
 
 
 @dataclass(frozen=True)
@@ -263,6 +248,8 @@ class RunReport:
     @property
     def trials(self) -> int:
         return self.stats.trials
+    not_run_for_budget: int = 0
+    """Trials left unstarted because the run's budget (``--max-cost-usd``) was reached."""
 
     @property
     def cost_usd(self) -> float | None:
@@ -468,15 +455,18 @@ def agent_command_of(manifest: RunManifest | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _started(folder: RunFolder, task_id: str) -> bool:
-    """Whether the task's folder exists (a run began it); a link in its place is not ours."""
-    path = folder.root / task_id
+def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
+    """Whether the trial's folder exists (a run began it); a link in its place is not ours."""
+    try:
+        path = folder.trial_dir(task_id, trial)
+    except Exception:  # a link or a bad id: not a folder of this run
+        return False
     return path.is_dir() and not path.is_symlink()
 
 
 def load_report(folder: RunFolder) -> RunReport:
     """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
-    return build_report(folder.run_id, folder.read_manifest(), trial_results(folder),
+    return build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
                         started=lambda tid: _started(folder, tid))
 
 
@@ -504,4 +494,5 @@ def build_report(run_id: str, manifest: RunManifest | None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
         dataset=manifest.dataset if manifest else None,
-        stats=compute_stats(rows, headline, trials))
+        stats=compute_stats(rows, headline, trials),
+        not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0)

@@ -171,6 +171,10 @@ def headline_lines(report: RunReport) -> list[str]:
     if h.interrupted:
         lines.append(f"{h.interrupted} {'trial' if several else 'task'}(s) interrupted: "
                      f"resume with --run-id {report.run_id}")
+    if report.not_run_for_budget:
+        lines.append(f"{report.not_run_for_budget} trial(s) not run: the run's budget "
+                     f"(--max-cost-usd) was reached; resume with --run-id {report.run_id} "
+                     "and a higher --max-cost-usd")
     return lines
 
 

@@ -89,7 +89,7 @@ def test_every_format_shows_rates_intervals_pass_k_and_the_flaky_tasks() -> None
     assert "flaky tasks (1, passed some trials and failed others): flaky" in text
     assert "trials: 10 run of 15 planned" in text
     assert "trials passed 6/10 (60.0%) of attempted" in text
-    assert "flaky[2]" in text and "2/3" in text and "66.7%" in text  # rows and rates
+    assert "flaky#2" in text and "2/3" in text and "66.7%" in text  # rows and rates
     assert "per trial" in text and "$0.10 per trial" in text
     lines = text.splitlines()
     k_line = next(line for line in lines if line.startswith("2 "))
@@ -105,8 +105,8 @@ def test_every_format_shows_rates_intervals_pass_k_and_the_flaky_tasks() -> None
     suite = ET.fromstring(render_junit(report).encode()).find("testsuite")
     assert suite is not None
     names = [c.get("name") for c in suite.findall("testcase")]
-    assert names[:4] == ["steady[1]", "steady[2]", "steady[3]", "flaky[1]"]
-    assert suite.find("testcase[@name='flaky[2]']/failure") is not None
+    assert names[:4] == ["steady#1", "steady#2", "steady#3", "flaky#1"]
+    assert suite.find("testcase[@name='flaky#2']/failure") is not None
     props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
     assert props["trials"] == "3" and props["flaky"] == "flaky" and props["pass^3"] == "33.3%"
     assert props["pass@1 official"].startswith("44.4% [")
