@@ -145,9 +145,9 @@ def test_a_result_of_a_later_trial_is_never_dropped(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "r")
     folder.create()
     folder.write_manifest(_manifest(["a"], None))
-    save_result(folder.result_path("a"), _result("a", 2, True))
+    save_result(folder.result_path("a", 2), _result("a", 2, True))
     report = load_report(folder)
-    assert report.trials == 2  # raised to the highest trial found
+    assert report.trials == 2  # raised to the highest trial found (the manifest says 1)
     assert [r.status for r in report.rows] == [NotAttempted.NOT_RUN, Status.PASSED]
 
 
