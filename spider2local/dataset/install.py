@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 import duckdb
 
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
+from spider2local.db.connect import open_database
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
 from spider2local.safepath import name_problem
@@ -280,7 +281,7 @@ def _verified(p: Placement) -> Placement:
 def open_problem(path: Path) -> str | None:
     """Open the file read-only with DuckDB and list its tables; the error text if that fails."""
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = open_database(path, untrusted=False)
     except duckdb.Error as exc:
         return f"DuckDB cannot open it: {str(exc).splitlines()[0]}"
     try:

@@ -19,6 +19,7 @@ from typing import Literal
 
 import duckdb
 
+from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
 from spider2local.exceptions import DatasetError
@@ -94,7 +95,7 @@ def snapshot_database(db: Path) -> DbSnapshot:
 
 
 def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
-    con = duckdb.connect(str(path), read_only=True)
+    con = open_database(path, untrusted=True)
     try:
         return DbSnapshot(database=label, tables=tuple(_tables(con)), read_from_copy=from_copy)
     finally:

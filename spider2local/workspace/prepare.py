@@ -29,6 +29,7 @@ import duckdb
 
 from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
+from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
@@ -419,7 +420,7 @@ def _refused_to_us(db: Path) -> str | None:
 
 
 def _checkpoint(db: Path) -> None:
-    con = duckdb.connect(str(db), config={"enable_external_access": False})
+    con = open_database(db, untrusted=True, write=True)
     try:
         con.execute("CHECKPOINT")
     finally:

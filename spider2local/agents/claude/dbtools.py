@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from spider2local.agents.claude.sqlpolicy import refusal, statements
-from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
 
@@ -279,6 +279,7 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
     read back."""
     import duckdb
 
+    from spider2local.db.connect import open_database
     from spider2local.workspace.guard import OutsideWorkspace, opened_by_us, workspace_file
 
     database = Path(request["database"])
@@ -290,24 +291,12 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
         return len(line)
 
     def connect() -> duckdb.DuckDBPyConnection:
+        # Locked down by the one owner (temp folder ours, external access off, configuration
+        # locked): no ATTACH, file read or setting change gets through, whatever the policy
+        # let pass. The start copy is attached before that.
         start = request.get("start")
-        if not start:
-            return duckdb.connect(str(database), read_only=True,
-                                  config={"enable_external_access": False})
-        # Attach first, then turn external access off and lock the configuration: the other
-        # order cannot attach (measured on duckdb 1.5); afterwards no ATTACH, file read or
-        # setting change gets through, whatever the policy let pass.
-        con = duckdb.connect(str(database), read_only=True)
-        try:
-            con.execute(f"ATTACH {literal(start)} AS {START} (READ_ONLY)")
-        except duckdb.Error as exc:
-            if is_lock_error(exc):
-                con.close()
-                raise
-            # e.g. the task database is itself named "start": queries go on without the copy
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        return con
+        return open_database(database, untrusted=True,
+                             attach={START: Path(start)} if start else None)
 
     try:
         if root is not None:
