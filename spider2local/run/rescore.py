@@ -45,7 +45,8 @@ class Rescored:
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
-    from spider2local.evaluation import score_database, to_json
+    from spider2local.evaluation import to_json
+    from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
     db, task = folder.result_db(old.task_id), data.get(old.task_id)
     if not db.is_file():
@@ -53,7 +54,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     if task is None or task.gold is None:
         return Rescored(old.task_id, None, "the dataset has no gold for this task")
     try:
-        score = score_database(db, task.gold.db, task.gold.params)
+        score = score_sandboxed_sync(db, task.gold.db, task.gold.params)
     except Exception as exc:
         keep_traceback(folder.task_dir(old.task_id), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")

@@ -30,6 +30,7 @@ from spider2local.db.sql import literal
 from spider2local.run.layout import QUERIES
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
+    from spider2local.sandbox.readers import ReaderFiles
     from spider2local.workspace.prepare import Workspace
 
 log = logging.getLogger(__name__)
@@ -208,12 +209,24 @@ class QueryService:
         audit(self.audit_path, tool, sql, result)
         return result
 
+    def reader_files(self) -> ReaderFiles:
+        """What the query child's sandbox holds: the workspace (the agent's own files; a
+        symlink there resolves inside the sandbox, where nothing of the host is) read-only,
+        or without a known workspace the database's folder and the start copy."""
+        from spider2local.sandbox.readers import ReaderFiles
+
+        if self.root is not None:
+            return ReaderFiles(read_only=(self.root,))
+        start = self.start_copy()
+        return ReaderFiles(read_only=(self.database.parent,
+                                      *(() if start is None else (start.parent,))))
+
     async def _child(self, sql: str) -> QueryResult:
-        from spider2local.proc.run import run_process
+        from spider2local.sandbox.readers import run_reader
 
         limits = self.limits
-        proc = await run_process(
-            child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
+        proc = await run_reader(
+            child_command(), self.reader_files(), env=self.env, timeout=limits.timeout,
             input=child_request(self.database, sql, limits.max_rows,
                                 min(limits.lock_wait, limits.timeout / 2), self.root,
                                 self.start_copy()))
