@@ -56,6 +56,7 @@ from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
     LockedOut,
     OutsideWorkspace,
+    database_files,
     is_workspace_file,
     workspace_file,
 )
@@ -383,7 +384,7 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result.
     """
     try:
-        workspace_file(root, db)
+        database_files(root, db)
         refused = _refused_to_us(db)
     except FileNotFoundError:
         raise ScoringError(f"{db}: result database missing") from None

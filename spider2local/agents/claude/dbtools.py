@@ -293,7 +293,7 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
     import duckdb
 
     from spider2local.db.connect import open_database
-    from spider2local.workspace.guard import OutsideWorkspace, opened_by_us, workspace_file
+    from spider2local.workspace.guard import OutsideWorkspace, database_files, opened_by_us
 
     database = Path(request["database"])
     root = Path(request["root"]) if request.get("root") else None
@@ -313,7 +313,7 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
 
     try:
         if root is not None:
-            workspace_file(root, database)
+            database_files(root, database)
         con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))
     except FileNotFoundError:
         emit({"error": f"the task database {database.name} does not exist (dbt creates it; "
