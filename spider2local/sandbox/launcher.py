@@ -26,6 +26,7 @@ workspace (mode 0700; absent inside the sandbox), then removed.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shlex
@@ -41,8 +42,24 @@ from spider2local.exceptions import Spider2LocalError
 
 INSIDE_FLAG = "--spider2local-inside"
 """The launcher re-runs itself with this first argument once inside the namespaces."""
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-"""Read-only in every sandbox (those that exist; merged-usr symlinks are recreated as links)."""
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""Read-only in every sandbox (those that exist; merged-usr symlinks are recreated as links).
+Not ``/opt`` (where datasets, old runs and zips end up; the runtime's own folders are bound by
+name when they lie there) and not ``/etc`` whole (see :data:`ETC_ALLOWED`)."""
+ETC_ALLOWED = (
+    # measured with strace (README, Isolation): the bundled Claude CLI and its Bash tool
+    "passwd", "group", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "localtime", "timezone", "machine-id", "gitconfig", "profile", "profile.d", "bash.bashrc",
+    "inputrc", "environment", "alternatives", "terminfo", "claude-code", "os-release",
+    # TLS and name resolution for the real API (unused against the loopback fake)
+    "ssl", "ca-certificates", "ca-certificates.conf", "pki", "resolv.conf", "hosts",
+    "host.conf", "gai.conf", "services", "protocols", "mime.types",
+    # a Debian system Python's own configuration (sitecustomize)
+    "python3*",
+)
+"""What of ``/etc`` a sandbox holds: what the CLI, its shell tools, Python and dbt open
+(dbt and Python alone: ``ld.so.cache`` and ``localtime``). Not ``shadow``, ``ssh``, ``sudoers``
+or any other host secret, nor anything a user may have put there."""
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 """The only device nodes inside: what shells, Python and the CLI open. Not the host's /dev."""
 TOOLS = ("unshare", "mount", "umount", "pivot_root")
@@ -117,9 +134,29 @@ def _absolute(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
+def etc_paths(etc: Path = Path("/etc")) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The entries of ``/etc`` in :data:`ETC_ALLOWED` that exist: folders and files to bind,
+    symlinks to recreate as links (``localtime -> /usr/share/zoneinfo/...`` resolves inside)."""
+    binds: list[Path] = []
+    links: list[tuple[Path, str]] = []
+    try:
+        names = sorted(p.name for p in etc.iterdir())
+    except OSError:
+        return binds, links
+    for name in names:
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in ETC_ALLOWED):
+            continue
+        path = etc / name
+        if path.is_symlink():
+            links.append((path, str(path.readlink())))
+        elif path.is_dir() or path.is_file():
+            binds.append(path)
+    return binds, links
+
+
 def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
-    """The host's system folders to bind read-only, and the top-level symlinks to recreate
-    (merged-usr systems have ``/bin -> usr/bin``)."""
+    """The host's system folders and allowed ``/etc`` entries to bind read-only, and the
+    symlinks to recreate (merged-usr systems have ``/bin -> usr/bin``)."""
     binds: list[Path] = []
     links: list[tuple[Path, str]] = []
     for name in SYSTEM_DIRS:
@@ -128,6 +165,9 @@ def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
             links.append((path, str(path.readlink())))
         elif path.is_dir():
             binds.append(path)
+    etc_binds, etc_links = etc_paths()
+    binds += etc_binds
+    links += etc_links
     resolv = Path(os.path.realpath("/etc/resolv.conf"))
     if resolv.exists() and not any(_under(resolv, b) for b in binds):
         binds.append(resolv.parent)  # e.g. /run/systemd/resolve: DNS for the real API
