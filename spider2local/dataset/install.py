@@ -130,6 +130,9 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
     skipped: list[str] = []
     for kind, archive in ((FileKind.START, start_zip), (FileKind.GOLD, gold_zip)):
         if archive is not None:
+            from spider2local.integrity import known  # it stays where it was downloaded
+
+            known.remember(known.Kind.SETUP_ZIP, archive)  # hidden from every later agent
             placements += _place_zip(root, kind, archive, tasks, skipped)
     placed = {p.path for p in placements}
     placements += [Placement(t, k, path, Action.PRESENT) for t, k, path in _layout_files(root)

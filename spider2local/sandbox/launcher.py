@@ -77,6 +77,9 @@ class Kind(StrEnum):
     WRITABLE = "rw"
     HIDDEN = "hide"
     """An empty tmpfs over a path that lies under a bound folder."""
+    HIDDEN_FILE = "hidefile"
+    """``/dev/null`` over a file that lies under a bound folder (a zip, a suite file): it reads
+    as empty."""
     PRIVATE = "tmp"
     """A fresh, writable tmpfs (``/tmp``, ``/dev/shm``)."""
 
@@ -183,10 +186,12 @@ def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
     """
     ro = _absolute([*system, *spec.extra_system, *spec.read_only])
     rw = _absolute(spec.writable)
+    # Only what exists: a tmpfs needs a mount point, and a folder bound read-only cannot get
+    # a new one (the launcher would stop).
     hidden = [h for h in _absolute(spec.hidden)
-              if any(_under(h, b) and h != b for b in [*ro, *rw])]
+              if (h.is_dir() or h.is_file()) and any(_under(h, b) and h != b for b in [*ro, *rw])]
     mounts = [Mount(Path("/tmp"), Kind.PRIVATE)]
-    mounts += [Mount(p, Kind.HIDDEN) for p in hidden]
+    mounts += [Mount(p, Kind.HIDDEN if p.is_dir() else Kind.HIDDEN_FILE) for p in hidden]
     mounts += [Mount(p, Kind.WRITABLE) for p in rw]
     for path in ro:
         cover = [b for b in ro if b != path and _under(path, b)]
@@ -214,6 +219,7 @@ ro() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,ro,nosuid,no
 rw() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,nosuid,nodev "$R$1"; }
 tmp() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
 hide() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
+hidefile() { $MOUNT --bind /dev/null "$R$1"; }
 link() { mkdir -p "$(dirname "$R$1")"; ln -s "$2" "$R$1"; }
 dev() { if [ -e "/dev/$1" ]; then : > "$R/dev/$1"; $MOUNT --bind "/dev/$1" "$R/dev/$1"; fi; }
 $MOUNT -t tmpfs -o mode=0755 spider2local-root "$R"

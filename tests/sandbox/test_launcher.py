@@ -20,10 +20,14 @@ needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sand
 
 def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path: Path) -> None:
     venv, ws = tmp_path / "venv", tmp_path / "ws"
+    for folder in (venv / "lib", venv / "pkg" / "shim", ws, tmp_path / "gold"):
+        folder.mkdir(parents=True)
+    (venv / "dbt_gold.zip").write_bytes(b"PK")
     spec = SandboxSpec(program=Path("/bin/sh"),
                        read_only=(venv, venv / "lib", venv / "pkg" / "shim"),
                        writable=(ws,),
-                       hidden=(venv / "pkg", tmp_path / "gold", venv))
+                       hidden=(venv / "pkg", tmp_path / "gold", venv, venv / "dbt_gold.zip",
+                               venv / "not-there"))
     mounts = plan_mounts(spec, [Path("/usr")])
     assert mounts[0] == Mount(Path("/tmp"), Kind.PRIVATE)
     kinds = {m.path: m.kind for m in mounts}
@@ -32,6 +36,8 @@ def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path
     assert kinds[venv / "pkg"] is Kind.HIDDEN  # under a bind: covered by an empty tmpfs
     assert kinds[venv / "pkg" / "shim"] is Kind.READ_ONLY  # needed again under the hidden one
     assert tmp_path / "gold" not in kinds  # under no bind: simply absent from the new root
+    assert kinds[venv / "dbt_gold.zip"] is Kind.HIDDEN_FILE  # a file: /dev/null over it
+    assert venv / "not-there" not in kinds  # nothing to cover (and no mount point for it)
     order = [m.path for m in mounts]
     assert order.index(venv) < order.index(venv / "pkg") < order.index(venv / "pkg" / "shim")
 
