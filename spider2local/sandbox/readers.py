@@ -135,11 +135,12 @@ def ask_reader_sync(module: str, request: Mapping[str, Any], files: ReaderFiles,
 
 
 def bound(paths: Iterable[Path]) -> tuple[Path, ...]:
-    """Each existing path and its ``.wal`` (DuckDB reads committed data from it), real paths:
-    the bind must be of the file itself, never of what a symlink swapped in points to later."""
+    """Each existing path and its ``.wal`` (DuckDB reads committed data from it), absolute as
+    given: the launcher binds both that and the real path (a gold file opened through the
+    dataset's ``evaluation_suite`` symlink keeps its name, which its views are bound to)."""
     found: list[Path] = []
     for path in paths:
         for p in (path, path.with_name(path.name + ".wal")):
             if p.exists():
-                found.append(Path(os.path.realpath(p)))
+                found.append(Path(os.path.abspath(p)))  # noqa: PTH100 (links not resolved)
     return tuple(dict.fromkeys(found))
