@@ -189,3 +189,28 @@ def test_the_launcher_is_private_and_removed(tmp_path: Path) -> None:
     assert launcher.folder.stat().st_mode & 0o777 == 0o700
     launcher.remove()
     assert not launcher.folder.exists()
+
+
+@needs_namespaces
+def test_etc_holds_the_allow_list_only_and_opt_is_absent(
+        box: tuple[Launcher, Path, Path, Path]) -> None:
+    """``/etc`` is a copy of the allowed entries (no shadow, no ssh keys), ``/opt`` not bound."""
+    launcher, ws, _, _ = box
+    done = inside(launcher, ws, """
+        head -1 /etc/passwd | cut -d: -f1
+        test -e /etc/shadow || echo no-shadow
+        test -e /etc/ssh || echo no-ssh
+        test -e /opt || echo no-opt
+        echo x >> /etc/passwd 2>/dev/null || echo etc-read-only
+        """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["root", "no-shadow", "no-ssh", "no-opt", "etc-read-only"]
+
+
+def test_etc_paths_follow_the_allow_list(tmp_path: Path) -> None:
+    from spider2local.sandbox.launcher import etc_paths
+
+    for name in ("passwd", "shadow", "python3.11", "sudoers"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "ssl").mkdir()
+    assert [p.name for p in etc_paths(tmp_path)] == ["passwd", "python3.11", "ssl"]
