@@ -112,6 +112,16 @@ def tiny_disk_prefix(mountpoint: Path, size: str) -> list[str]:
             f'mount -t tmpfs -o size={size} none "$0" && exec "$@"', str(mountpoint)]
 
 
+def full_disk_prefix(mountpoint: Path, *copy_in: Path) -> list[str]:
+    """Like :func:`tiny_disk_prefix` (a 1 MiB tmpfs), with ``copy_in`` copied onto it first and
+    then every byte left taken: the rest runs on a disk that is already full."""
+    prefix = tiny_disk_prefix(mountpoint, "1m")
+    copies = " ".join(f'cp -a "{path}" "$0"/ &&' for path in copy_in)
+    script = (f'mount -t tmpfs -o size=1m none "$0" && {copies} '
+              '{ dd if=/dev/zero of="$0/.fill" bs=4096 2>/dev/null; true; } && exec "$@"')
+    return [*prefix[:4], script, str(mountpoint)]
+
+
 def heavy_imports(modules: Sequence[str], watched: Sequence[str]) -> list[str]:
     """Which of ``watched`` a fresh interpreter has loaded after importing ``modules``: what
     every process importing them (a CLI call, a query child) pays for at start-up."""
@@ -274,3 +284,9 @@ def cached_venv(name: str, requirements: Sequence[str], *, timeout: float = 600)
                                   f"{timeout:g}s") from exc
         scratch.rename(folder)  # a venv's python finds its packages through pyvenv.cfg
     return python
+
+
+def manifest_json(folder: Any) -> dict[str, Any] | None:
+    """run.json of ``folder`` (a RunFolder) as the JSON written, ``None`` when it has none."""
+    manifest = folder.read_manifest()
+    return None if manifest is None else dict(manifest.to_json())

@@ -14,7 +14,7 @@ from pathlib import Path
 from spider2local.clock.dbt import DbtResult, run_dbt
 from spider2local.exceptions import DbtError
 from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.faults import names_machine_fault
+from spider2local.run.faults import is_machine_failure
 from spider2local.run.layout import DBT_LOGS
 from spider2local.workspace.copy import copy_tree
 from spider2local.workspace.prepare import CONTEXT_DIR
@@ -47,9 +47,11 @@ async def build(ctx: AgentContext, args: Sequence[str] = ("run",)) -> AgentOutco
         return AgentOutcome(error=f"dbt could not start: {exc}", infrastructure=True)
     ctx.transcript.append("dbt_result", _summary(result))
     error = describe_failure(result)
-    # dbt failed because the disk is full (or memory, or file handles ran out): the machine's
-    # fault, not the solution's, so the task is re-run rather than scored on a half build.
-    machine = error is not None and names_machine_fault(
+    # dbt failed because the disk is full (or memory, or file handles ran out), or could not
+    # be executed at all: the machine's fault, not the solution's, so the task is re-run rather
+    # than scored on a half build.
+    machine = error is not None and is_machine_failure(
+        result.returncode,
         f"{error}\n{result.stderr_tail}\n{' '.join(result.error_messages())}")
     return AgentOutcome(error=error, infrastructure=machine)
 

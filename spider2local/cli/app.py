@@ -6,9 +6,9 @@ name). A :class:`UserError` anywhere becomes one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -23,12 +23,13 @@ from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
-from spider2local.sandbox.isolation import Isolation
+from spider2local.suite import options
 from spider2local.suite.load import default_suite_path, load_suite
-from spider2local.suite.model import MIN_THINKING_BUDGET, Suite
+from spider2local.suite.model import Suite
 
 if TYPE_CHECKING:
     from spider2local.dataset.task import Dataset
+    from spider2local.run.folder import RunFolder
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,12 +76,36 @@ def global_options(fn: F) -> F:
                            "'sample' means the bundled sample suite.")(fn)
     fn = click.option("--suite", metavar="FILE", type=click.Path(path_type=Path),
                       expose_value=False, callback=_set_suite,
-                      help="Suite file (default: ./tasks.toml if present, else the bundled "
-                           "sample suite).")(fn)
+                      help="Suite file (default: the nearest tasks.toml in this folder or "
+                           "above, else the bundled sample suite).")(fn)
     return fn
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+RUNS_DIR = Path("runs")
+
+
+def runs_dir_option(fn: F) -> F:
+    """``--runs-dir``, where run ids (and 'latest') are looked up: the same default as run's."""
+    return click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
+                        default=RUNS_DIR, show_default=True,
+                        help="Where run ids and 'latest' are looked up.")(fn)
+
+
+def _open_run(ref: str, runs_dir: Path) -> RunFolder:
+    """A run given on the command line as a folder, a run id of ``runs_dir`` or 'latest'."""
+    from spider2local.run.folder import open_run_dir, resolve_run
+
+    return open_run_dir(resolve_run(ref, runs_dir))
+
+
+ENV_PREFIX = "SPIDER2LOCAL"
+"""Every option can also be set in the environment: ``SPIDER2LOCAL_<OPTION>`` for the global
+ones (``SPIDER2LOCAL_SUITE``), ``SPIDER2LOCAL_<COMMAND>_<OPTION>`` for a command's
+(``SPIDER2LOCAL_RUN_JOBS=2``); a flag on the command line wins (click's auto_envvar_prefix)."""
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],
+                                           "auto_envvar_prefix": ENV_PREFIX})
 @click.version_option(__version__, prog_name="spider2local")
 @global_options
 @click.pass_context
@@ -164,18 +189,27 @@ def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
                    "suite's model and the credential from the environment.")
 @click.option("--api-timeout", type=click.FloatRange(min=0.1, max=600), default=None,
               help="Seconds --check-api waits for an answer (default 30).")
-def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None) -> None:
+@click.option("--agent", "agent", metavar="AGENT",
+              help="Check what this agent needs (default: the suite's); what only other "
+                   "agents need is reported as optional.")
+def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None,
+           agent: str | None) -> None:
     """Check this machine: versions, libfaketime, the fake clock, Claude CLI, credentials,
-    dataset (and, with --check-api, the API itself). Exit 1 if something needed is missing."""
+    dataset (and, with --check-api, the API itself). Exit 1 if something the chosen agent
+    needs is missing."""
+    from spider2local.agents.registry import capabilities
     from spider2local.cli.doctor import API_TIMEOUT, exit_code, run_checks
 
+    if agent is not None:
+        capabilities(agent)  # an unknown agent: one line, exit 2
     try:
         suite = _globals().load_suite()
     except UserError as exc:
         click.echo(f"FAIL  suite: {exc}")
         sys.exit(1)
     checks = run_checks(suite, clock_selftest=not no_clock_test, check_api=check_api,
-                        api_timeout=API_TIMEOUT if api_timeout is None else api_timeout)
+                        api_timeout=API_TIMEOUT if api_timeout is None else api_timeout,
+                        agent=agent)
     for check in checks:
         click.echo(check.line)
     sys.exit(exit_code(checks))
@@ -184,67 +218,65 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None) -> N
 AGENT_CHOICES = agent_names()
 
 
-class PositiveFinite(click.ParamType):  # type: ignore[type-arg]
-    """A number above 0 that is not NaN or infinite. ``click.FloatRange(min=0, min_open=True)``
-    lets ``nan`` and ``inf`` through (every comparison with NaN is false), and ``--timeout nan``
-    then wrote invalid JSON into run.json."""
+class SettingType(click.ParamType):  # type: ignore[type-arg]
+    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
+    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
+    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
 
-    name = "number"
+    def __init__(self, setting: options.Setting) -> None:
+        self.setting = setting
+        self.name = setting.parser.metavar.lower() or "value"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        parser = self.setting.parser
+        if isinstance(parser, options.Choice):
+            return "[" + "|".join(parser.choices()) + "]"
+        return parser.metavar
 
     def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number <= 0:
-            self.fail(f"{value!r} is not a positive finite number", param, ctx)
-        return number
+            return self.setting.parse(value, text=True)
+        except ValueError as exc:
+            raise UserError(f"{self.setting.option}: {exc}",
+                            fix=f"see `spider2local run --help` for {self.setting.option}"
+                            ) from None
 
 
-POSITIVE_FINITE = PositiveFinite()
+def setting_options(fn: F) -> F:
+    """One option per flag of the settings table, in its order (``run --help``). A setting
+    added to the table is a flag here with no other edit; absent, every option is ``None``
+    (the suite's value, or on a resume the recorded one, applies)."""
+    for setting in reversed(options.flags()):
+        assert setting.option is not None
+        if isinstance(setting.parser, options.Flag):
+            fn = click.option(setting.option, setting.name, is_flag=True, default=None,
+                              help=setting.help)(fn)
+        else:
+            fn = click.option(setting.option, setting.name, type=SettingType(setting),
+                              default=None, help=setting.help)(fn)
+    return fn
 
 
 @cli.command()
 @global_options
 @click.argument("task_ids", nargs=-1)
-@click.option("--agent", type=click.Choice(AGENT_CHOICES), help="Default: the suite's.")
+@setting_options
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
-@click.option("--jobs", type=click.IntRange(min=1), help="Tasks at a time.")
-@click.option("--timeout", type=POSITIVE_FINITE,
-              help="Seconds per task for the agent stage (the dbt runs it starts "
-                   "included; scoring comes on top); its processes are killed at the deadline.")
-@click.option("--retries", type=click.IntRange(min=0), help="Retries of infrastructure errors.")
-@click.option("--max-turns", type=click.IntRange(min=1))
-@click.option("--thinking-budget", type=click.IntRange(min=MIN_THINKING_BUDGET),
-              help="Extended thinking tokens per model reply (default: the suite's; off).")
-@click.option("--model")
-@click.option("--templates", is_flag=True, default=None,
-              help="Give each declared model without SQL a starting file (its YML columns, "
-                   "its refs and a TODO), still listed as a stub.")
-@click.option("--prompts", "prompts_dir", type=click.Path(path_type=Path),
-              help="A prompts folder to use instead of the bundled one (A/B of two kits).")
-@click.option("--skills", "skills_dir", type=click.Path(path_type=Path),
-              help="A skills folder to use instead of the bundled one (A/B of two kits).")
-@click.option("--max-budget-usd", type=POSITIVE_FINITE)
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("runs"), show_default=True)
+              default=RUNS_DIR, show_default=True, help="Where run folders are made.")
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
                                 "its recorded options for those not given.")
-@click.option("--keep", is_flag=True, help="Keep each workspace and print its path.")
-@click.option("--keep-db", is_flag=True, help="Keep each result database (needed by `score`).")
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
-@click.option("--isolation", type=click.Choice([i.value for i in Isolation]),
-              help="Agent sandbox: namespace (refuse to run without it), none, or auto "
-                   "(namespace where it works, else none with a warning). Default: the "
-                   "suite's, else auto.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
-        limit: int | None, as_json: bool, **overrides: Any) -> None:
+        limit: int | None, as_json: bool, isolation: str | None, **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
@@ -265,7 +297,7 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
-                    run_id=run_id, argv=sys.argv[1:], **overrides)
+                    run_id=run_id, argv=sys.argv[1:], isolation=isolation, **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)
@@ -274,7 +306,8 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
 
 @cli.command()
 @global_options
-@click.argument("target", type=click.Path(exists=True, path_type=Path))
+@click.argument("target")
+@runs_dir_option
 @click.option("--task", "task_id", help="For a .duckdb file: the task whose gold to use.")
 @click.option("--gold", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="For a .duckdb file: a gold database (instead of --task).")
@@ -287,30 +320,32 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
               help="For a run folder: score against today's gold and scorer although they "
                    "differ from the fingerprints the run recorded (a deliberate fix).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def score(target: Path, task_id: str | None, gold: Path | None, tables: str | None,
-          cols: str | None, ignore_order: str | None, accept_changes: bool,
-          as_json: bool) -> None:
-    """Score TARGET: a run folder (re-scores every kept result.duckdb, rewriting result.json),
+def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
+          tables: str | None, cols: str | None, ignore_order: str | None,
+          accept_changes: bool, as_json: bool) -> None:
+    """Score TARGET: a run (a folder, a run id or 'latest'; re-scores every kept result.duckdb,
+    rewriting result.json),
     or one result .duckdb file with --task ID or with --gold FILE --tables a,b [--cols ...]
     [--ignore-order ...]. For a file, exit 0 when it passes and 1 when it fails; for a run
     folder, exit 1 when no task could be re-scored."""
     from spider2local.cli.commands import score_command, score_file_command, task_gold
     from spider2local.dataset.load import load_dataset
-    from spider2local.run.folder import open_run_dir
     from spider2local.run.rescore import run_dataset_source
 
-    if not target.is_dir():
+    path = Path(target)
+    if not path.is_dir() and (path.exists() or path.suffix == ".duckdb"):
+        target_file = path
         if gold is not None:
             from spider2local.cli.scoreargs import params_from_options
 
             params = params_from_options(gold, tables, cols, ignore_order)
-            sys.exit(score_file_command(target, gold, params, as_json))
+            sys.exit(score_file_command(target_file, gold, params, as_json))
         if task_id is None:
             raise UserError("scoring a .duckdb file needs --task ID or --gold FILE",
-                            path=target, fix="say whose gold to compare with")
+                            path=target_file, fix="say whose gold to compare with")
         task = task_gold(load_dataset(_globals().load_suite()), task_id)
-        sys.exit(score_file_command(target, task.db, task.params, as_json))
-    folder = open_run_dir(target)
+        sys.exit(score_file_command(target_file, task.db, task.params, as_json))
+    folder = _open_run(target, runs_dir)
     g = _globals()
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
@@ -319,41 +354,43 @@ def score(target: Path, task_id: str | None, gold: Path | None, tables: str | No
 
 @cli.command()
 @global_options
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_a")
+@click.argument("run_b")
+@runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True)
 @click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
-def compare(run_a: Path, run_b: Path, fmt: str, force: bool) -> None:
+def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool) -> None:
     """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
     changes, cost and time deltas. Refuses runs of different datasets."""
     from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
-    from spider2local.run.folder import open_run_dir
 
-    comparison = compare_runs(open_run_dir(run_a), open_run_dir(run_b), force=force)
+    comparison = compare_runs(_open_run(run_a, runs_dir), _open_run(run_b, runs_dir),
+                              force=force)
     click.echo(render_compare_markdown(comparison) if fmt == "markdown"
                else render_compare(comparison))
 
 
 @cli.command()
 @global_options
-@click.argument("runs", nargs=-1, required=True,
-                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("runs", nargs=-1, required=True)
+@runs_dir_option
 @click.option("--into", required=True, type=click.Path(path_type=Path),
               help="The merged run folder to create (new or empty).")
 @click.option("--force", is_flag=True,
               help="Merge runs made with different settings or datasets (recorded in run.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the merged report as JSON.")
-def merge(runs: tuple[Path, ...], into: Path, force: bool, as_json: bool) -> None:
+def merge(runs: tuple[str, ...], runs_dir: Path, into: Path, force: bool,
+          as_json: bool) -> None:
     """Join run folders (the shards of one run) into one run folder, INTO, that `report`,
     `score` and `run --run-id` read. Refuses runs of different settings or datasets unless
     --force; a task finished twice keeps the result that finished last, and says so."""
     from spider2local.cli.commands import print_report
-    from spider2local.run.folder import RunFolder, check_run_id, open_run_dir
+    from spider2local.run.folder import RunFolder, check_run_id
     from spider2local.run.merge import merge_runs
 
     check_run_id(into.name)
-    merged = merge_runs([open_run_dir(p) for p in runs], RunFolder(into), force=force)
+    merged = merge_runs([_open_run(p, runs_dir) for p in runs], RunFolder(into), force=force)
     for note in merged.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"merged {len(merged.kept)} finished task(s) from {len(runs)} run folder(s) "
@@ -363,21 +400,39 @@ def merge(runs: tuple[Path, ...], into: Path, force: bool, as_json: bool) -> Non
 
 @cli.command()
 @global_options
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", metavar="RUN")
+@runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS),
               default="terminal", show_default=True,
               help="markdown fits $GITHUB_STEP_SUMMARY; junit is one testcase per task; html "
                    "is one self-contained file.")
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
               help="Write to this file instead of stdout.")
-def report(run_dir: Path, fmt: str, output: Path | None) -> None:
-    """The report of a run, rebuilt from RUN_DIR alone (no dataset, no credentials): the
-    honest headline (passed over the official, with-gold, runnable and attempted
-    denominators; free and suspect passes; tokens, cost, time) and one row per task."""
+def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None) -> None:
+    """The report of RUN (a folder, a run id or 'latest'), rebuilt from its folder alone (no
+    dataset, no credentials): the honest headline (passed over the official, with-gold,
+    runnable and attempted denominators; free and suspect passes; tokens, cost, time) and one
+    row per task."""
     from spider2local.cli.commands import report_command
-    from spider2local.run.folder import open_run_dir
 
-    sys.exit(report_command(open_run_dir(run_dir), fmt, output))
+    sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output))
+
+
+@cli.command()
+@global_options
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def runs(runs_dir: Path, as_json: bool) -> None:
+    """List the runs of --runs-dir, oldest first: id, start, agent, model, tasks, passed,
+    cost and state (finished, interrupted, running or damaged). Any id works as RUN for
+    report, compare, score and merge, and so does 'latest'."""
+    from spider2local.report.runs import past_runs, render_runs
+
+    found = past_runs(runs_dir)
+    if as_json:
+        _echo_json([r.to_json() for r in found])
+    else:
+        click.echo(render_runs(found, runs_dir))
 
 
 @cli.command()
@@ -486,6 +541,65 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
         click.echo(f"wrote subsets into {target}", err=as_json)
 
 
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EFBIG,
+                           errno.EBADF})
+"""Why writing to stdout fails: it is a full disk (``> /dev/full``), a closed pipe, a lost
+terminal, or closed."""
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as our one line: the problem, then the fix (the command's help),
+    the way :class:`UserError` reads; click prints a usage line, a hint and the error over
+    three lines instead."""
+    ctx = exc.ctx
+    command = ctx.command_path if ctx is not None else "spider2local"
+    problem = " ".join(exc.format_message().split())
+    return f"spider2local: error: {problem} (see `{command} --help`)"
+
+
+def _stdout_writes() -> bool:
+    """Whether stdout still takes bytes: it is the one that refused when a flush of what is
+    pending, or one more byte, fails too (a stray newline only where some other file failed,
+    before that traceback)."""
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"\n")
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what could not be written
+    does not print "Exception ignored" after our one line."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="spider2local")
+    """Console-script entry point. Errors click would print over several lines (usage errors)
+    and output that cannot be written (stdout on a full disk, a closed pipe) end as one line on
+    stderr and exit code 2, as every :class:`UserError` does."""
+    try:
+        code = cli.main(prog_name="spider2local", standalone_mode=False)
+    except click.UsageError as exc:
+        click.echo(usage_line(exc), err=True)
+        sys.exit(BAD_INPUT)
+    except click.ClickException as exc:
+        click.echo(f"spider2local: error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("\nspider2local: interrupted", err=True)
+        sys.exit(INTERRUPTED)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS or exc.filename is not None or _stdout_writes():
+            raise
+        _stdout_gone()
+        click.echo(f"spider2local: error: cannot write the output: {exc.strerror or exc} "
+                   "(redirect stdout to a disk with room; what a command writes to its run "
+                   "folder is kept)", err=True)
+        sys.exit(BAD_INPUT)
+    sys.exit(code if isinstance(code, int) else 0)

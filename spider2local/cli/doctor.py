@@ -39,21 +39,27 @@ API_TIMEOUT = 30.0
 
 
 def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = False,
-               api_timeout: float = API_TIMEOUT) -> list[Check]:
+               api_timeout: float = API_TIMEOUT, agent: str | None = None) -> list[Check]:
+    """Every check for a run of ``agent`` (default: the suite's): what that agent needs is
+    required, what only other agents need is a warning marked optional (``doctor --agent
+    reference`` passes without an API key: a user who only wants reference or noop runs
+    got exit 1)."""
+    agent = agent or suite.defaults.agent
     checks = [_python(), *_versions(), _libfaketime()]
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
     checks.append(_pdeathsig())
-    checks += [*_agent_checks(suite.defaults.agent), _isolation(suite), _dataset(suite)]
+    checks += [*_agent_checks(agent), _isolation(suite, agent), _dataset(suite)]
     if check_api:
-        checks.append(api_check(suite, os.environ, api_timeout))
+        checks.append(api_check(suite, os.environ, api_timeout, agent))
     return checks
 
 
-def api_check(suite: Suite, env: Mapping[str, str], timeout: float) -> Check:
-    """One tiny real request to the suite's agent's API with the suite's model (the agent
-    decides how: :func:`~spider2local.agents.registry.api_status`)."""
-    agent, model = suite.defaults.agent, suite.defaults.model
+def api_check(suite: Suite, env: Mapping[str, str], timeout: float,
+              agent: str | None = None) -> Check:
+    """One tiny real request to the agent's API (default: the suite's) with the suite's model
+    (the agent decides how: :func:`~spider2local.agents.registry.api_status`)."""
+    agent, model = agent or suite.defaults.agent, suite.defaults.model
     status = api_status(agent, env, model, timeout)
     if status is None:
         return Check("api", True, f"--agent {agent} calls no API", required=False)
@@ -124,35 +130,36 @@ def _clock_selftest() -> list[Check]:
     return [Check(f"clock: {name}", ok, detail) for name, ok, detail in clock_selftest()]
 
 
-def _agent_checks(suite_agent: str) -> list[Check]:
+def _agent_checks(chosen: str) -> list[Check]:
     """Each agent's external tool and credentials, as its class declares them: required for the
-    suite's agent, a warning for the others (they may never be used here)."""
+    chosen agent, a warning marked optional for the others (they may never be used here)."""
     checks = []
     for name in agent_names():
-        required = name == suite_agent
+        required = name == chosen
+        optional = "" if required else f" (optional: needed only for --agent {name})"
         try:
             version = tool_version(name)
             if version is not None:
                 checks.append(Check(f"{name} cli", True, version, required=required))
         except Spider2LocalError as exc:
-            checks.append(Check(f"{name} cli", False, str(exc), required=required))
+            checks.append(Check(f"{name} cli", False, f"{exc}{optional}", required=required))
         caps = capabilities(name)
         if caps.credentials:
             found = caps.credential_in(os.environ)
             detail = f"{found} is set" if found else \
-                f"none (set {' or '.join(caps.credentials)} for --agent {name})"
+                f"none (set {' or '.join(caps.credentials)} for --agent {name}){optional}"
             checks.append(Check("credentials", found is not None, detail, required=required))
     return checks
 
 
-def _isolation(suite: Suite) -> Check:
+def _isolation(suite: Suite, agent: str) -> Check:
     """Which isolation a run of the suite's agent gets here, and why: the same resolution as
     ``run``, so the line cannot disagree with what a run does. A failure is required only when
     the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
     from spider2local.sandbox.isolation import Isolation, choose_isolation
     from spider2local.sandbox.probe import probe
 
-    requested, agent = suite.defaults.isolation, suite.defaults.agent
+    requested = suite.defaults.isolation
     found = probe()
     try:
         choice = choose_isolation(requested, sandboxed=True, agent=agent)
@@ -161,7 +168,7 @@ def _isolation(suite: Suite) -> Check:
                                          f"{found.reason} (fix: {found.fix})")  # run refuses
     detail = f"{choice.mode.value}: {choice.reason} (requested {requested.value})"
     if agent in agent_names() and not capabilities(agent).sandboxed:
-        detail += f"; the suite's agent {agent} runs no untrusted code and needs none"
+        detail += f"; --agent {agent} runs no untrusted code and needs none"
     if not found.ok and requested is not Isolation.NONE:
         detail += f"; to isolate: {found.fix}"
     return Check("isolation", found.ok or requested is Isolation.NONE, detail,

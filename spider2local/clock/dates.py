@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +41,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.db.connect import open_database
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import confine_profile, profile_db_path
+from spider2local.proc.tempdirs import owned_tempdir
 from spider2local.safepath import child
 from spider2local.suite.edit import DateRecord
 from spider2local.suite.model import Confidence, DateMethod, DateSource, Suite
@@ -94,8 +94,70 @@ async def derive_task(task: TaskSpec, *, verify: bool = True) -> Derivation:
         for cand in candidates:
             verified = await verify_candidate(task, cand)
             if verified is not None:
-                return _conclude(task.id, scan, verified, verified=True)
+                graded = await check_graded(task, verified)
+                return _conclude(task.id, scan, verified, verified=True, graded=graded)
     return _conclude(task.id, scan, candidates[0], verified=False)
+
+
+@dataclass(frozen=True)
+class GradedCheck:
+    """The graded tables rebuilt at the ends of a verified candidate's window."""
+
+    rebuilt: tuple[str, ...]
+    """Graded models the project ships SQL for (rebuilt and compared with gold)."""
+    unshipped: tuple[str, ...]
+    """Graded models the agent writes: their SQL is unknown, so they cannot be rebuilt."""
+    reproduced: tuple[dt.date, ...]
+    """The dates checked (the window's ends) at which every rebuilt table equals gold."""
+    checked: tuple[dt.date, ...]
+
+    def window(self) -> tuple[dt.date, dt.date] | None:
+        """The dates shown to reproduce gold: both ends reproduce -> the whole window (the
+        evidence's window is one of equal explanations); else the one end that does."""
+        if not self.reproduced:
+            return None
+        return (self.reproduced[0], self.reproduced[-1]) \
+            if self.reproduced == self.checked else (self.reproduced[0], self.reproduced[0])
+
+
+async def check_graded(task: TaskSpec, cand: Candidate) -> GradedCheck:
+    """Rebuild the graded models the project ships at the first and the last date of
+    ``cand``'s window and compare each with its gold table. A verified candidate alone says
+    the clock-reading model (a calendar spine, often) was built on that date; what is scored
+    is the graded tables, and only their rebuild says the date reproduces gold (xero001's
+    spine matched while nothing graded was checked, and was labelled "high")."""
+    assert task.gold is not None
+    graded = list(dict.fromkeys(task.gold.params.condition_tabs))
+    unshipped = tuple(unshipped_models(task.project_dir, graded))
+    rebuilt = tuple(m for m in graded if m not in unshipped)
+    lo, hi = cand.window
+    days = tuple(sorted({cand.date, lo, hi}))
+    if not rebuilt:
+        return GradedCheck(rebuilt, unshipped, (), ())
+    reproduced = tuple([day for day in days if await _graded_reproduce(task, rebuilt, day)])
+    return GradedCheck(rebuilt, unshipped, reproduced, days)
+
+
+async def _graded_reproduce(task: TaskSpec, models: Sequence[str], day: dt.date) -> bool:
+    """Whether ``dbt run --select <models>`` at ``day``, on a copy of the gold database,
+    gives tables equal to gold (a failed build is a no)."""
+    assert task.gold is not None
+    with owned_tempdir("dates") as tmp:
+        project = _scratch_project(task, tmp)
+        if project is None:
+            return False
+        env = Clock(day, find_library()).faked_env(os.environ)
+        result = await run_dbt(project, ["run", "--select", *models], env=env,
+                               timeout=BUILD_TIMEOUT, dbt_executable=str(find_real_dbt()))
+        db = profile_db_path(project)
+        if not result.ok or db is None:
+            return False
+        with open_database(db, untrusted=False) as con:
+            con.execute(f"attach {literal(task.gold.db)} as gold (read_only)")
+            tables = _tables(con)
+            return all(m.lower() in tables
+                       and _same_table(con, tables[m.lower()], f"gold.{tables[m.lower()]}")
+                       for m in models)
 
 
 def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivation:
@@ -121,7 +183,8 @@ def _clock_free(task: TaskSpec, gold_db: Path, graded: Sequence[str]) -> Derivat
                       Confidence.LOW)
 
 
-def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) -> Derivation:
+def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool,
+              graded: GradedCheck | None = None) -> Derivation:
     reads = scan.summary(1)
     if verified:
         lo, hi = cand.window
@@ -129,8 +192,9 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
                + (f" (any date in {lo}..{hi} explains the spine; chose the first)"
                   if lo != hi else ""))
         method = DateMethod.VERIFIED if lo == hi else cand.method
-        return Derivation(task, cand.date, method, f"{reads}; {cand.detail}; {how}",
-                          Confidence.HIGH)
+        confidence, graded_text = _graded_verdict(cand, graded)
+        return Derivation(task, cand.date, method,
+                          f"{reads}; {cand.detail}; {how}{graded_text}", confidence)
     confidence = Confidence.MEDIUM if cand.method in (DateMethod.DATE_SPINE,
                                                       DateMethod.AGE_COLUMN) else Confidence.LOW
     lo, hi = cand.window
@@ -138,6 +202,29 @@ def _conclude(task: str, scan: ClockScan, cand: Candidate, *, verified: bool) ->
               if lo != hi else "")
     return Derivation(task, cand.date, cand.method,
                       f"{reads}; {cand.detail}{window}; not verified by a rebuild", confidence)
+
+
+def _graded_verdict(cand: Candidate, graded: GradedCheck | None) -> tuple[Confidence, str]:
+    """The confidence a verified candidate earns, and the evidence of the graded rebuild:
+    "high" only when rebuilding the graded tables at the date reproduces their gold."""
+    if graded is None:
+        return Confidence.HIGH, ""
+    names = ", ".join(graded.rebuilt)
+    not_shipped = (f"; graded {', '.join(graded.unshipped)} not shipped (the agent writes "
+                   "it), so not rebuilt" if graded.unshipped else "")
+    if not graded.rebuilt:
+        return Confidence.MEDIUM, (f"{not_shipped}: the date is that of {cand.model}, not "
+                                   "checked against any graded table")
+    window = graded.window()
+    if window is None or cand.date not in graded.reproduced:
+        return Confidence.MEDIUM, (f"; but rebuilding the graded {names} at "
+                                   f"{', '.join(map(str, graded.checked))} does not reproduce "
+                                   f"gold{not_shipped}")
+    lo, hi = window
+    checked = ", ".join(map(str, graded.checked))
+    span = (f"every date in {lo}..{hi} reproduces gold (checked {checked})" if lo != hi
+            else f"{lo} reproduces gold (checked {checked})")
+    return Confidence.HIGH, f"; rebuilding the graded {names}: {span}{not_shipped}"
 
 
 def gold_candidates(gold_db: Path, models: Iterable[str],
@@ -258,7 +345,7 @@ async def verify_candidate(task: TaskSpec, cand: Candidate) -> Candidate | None:
     offset the project adds) when the rebuilt table equals the gold table, else ``None``."""
     assert task.gold is not None
     gold_db = task.gold.db
-    with tempfile.TemporaryDirectory(prefix="spider2local-dates-") as tmp:
+    with owned_tempdir("dates") as tmp:
         project = _scratch_project(task, Path(tmp))
         if project is None:
             return None

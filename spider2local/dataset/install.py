@@ -18,6 +18,7 @@ import filecmp
 import hashlib
 import json
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,6 +28,7 @@ import duckdb
 
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
 from spider2local.db.connect import open_database
+from spider2local.db.header import duckdb_file_problem
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
 from spider2local.safepath import name_problem
@@ -54,6 +56,9 @@ class Action(StrEnum):
     """The zip's file was already there, byte for byte: left alone."""
     PRESENT = "present"
     """Already in the layout and not in a zip given this time."""
+    REFUSED = "refused"
+    """The zip's file is unusable (a damaged member, not a DuckDB file DuckDB opens): it was
+    never put in place, and a file already there was left as it was."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
     placed = {p.path for p in placements}
     placements += [Placement(t, k, path, Action.PRESENT) for t, k, path in _layout_files(root)
                    if path not in placed]
-    placements = [_verified(p) for p in placements]
+    placements = [p if p.problem else _verified(p) for p in placements]
     supplies = [(project.name, s) for project in _projects(root)
                 for s in packages.supply_packages(project)]
     now_identical = sorted(identical_pairs(root) - identical_before)
@@ -201,7 +206,8 @@ def _place_zip(root: Path, kind: FileKind, archive: Path, tasks: set[str] | None
         result = []
         for info, task in _task_members(zf, tasks, skipped, archive.name):
             target = root / _TARGETS[kind] / task / PurePosixPath(info.filename).name
-            result.append(Placement(task, kind, target, _extract(zf, info, target)))
+            action, problem = _extract(zf, info, target)
+            result.append(Placement(task, kind, target, action, problem))
         return result
 
 
@@ -227,20 +233,42 @@ def _task_members(zf: zipfile.ZipFile, tasks: set[str] | None, skipped: list[str
             yield info, top
 
 
-def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> Action:
-    """Write the member to ``target`` unless an identical file is already there."""
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+             target: Path) -> tuple[Action, str | None]:
+    """Write the member to ``target`` unless an identical file is already there.
+
+    Nothing is replaced until the new file is checked: the member goes to a temporary file
+    beside ``target``, which DuckDB must open (and the header check accept) before it is
+    renamed over ``target``. A damaged member (bad CRC, cut short) or one that is not a DuckDB
+    file is refused with the reason, and a good database already in place stays; setup once
+    wrote such a member over it and only then reported it bad."""
     existed = target.is_file()
-    if existed and target.stat().st_size == info.file_size:
-        with zf.open(info) as member:
-            if _sha256(_chunks(member)) == _file_sha256(target):
-                return Action.IDENTICAL
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    with zf.open(info) as member, partial.open("wb") as out:
-        for chunk in _chunks(member):
-            out.write(chunk)
-    partial.replace(target)
-    return Action.REPLACED if existed else Action.PLACED
+    try:
+        if existed and target.stat().st_size == info.file_size:
+            with zf.open(info) as member:
+                if _sha256(_chunks(member)) == _file_sha256(target):
+                    return Action.IDENTICAL, None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with zf.open(info) as member, partial.open("wb") as out:
+                for chunk in _chunks(member):
+                    out.write(chunk)
+            problem = duckdb_file_problem(partial) or open_problem(partial)
+            if problem is None:
+                partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+    except (zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as exc:
+        problem = f"zip member {info.filename} is damaged ({exc})"
+    except OSError as exc:  # a full or read-only disk: nothing was replaced, say so once
+        raise DatasetError(f"cannot place {info.filename}: {exc.strerror or exc}", path=target,
+                           fix="free space there and run setup again (nothing was replaced)"
+                           ) from None
+    if problem is not None:
+        kept = "the file already there was kept" if existed else "nothing was placed"
+        return Action.REFUSED, f"{problem}; {kept}"
+    return (Action.REPLACED if existed else Action.PLACED), None
 
 
 def _chunks(stream: object) -> Iterator[bytes]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import functools
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import duckdb
 
 from spider2local.db.locks import is_lock_error
 from spider2local.db.sql import literal
+from spider2local.proc.tempdirs import make_owned_dir
 
 __all__ = ["UnsafeConnection", "allowed", "open_database", "private_temp"]
 
@@ -53,7 +53,7 @@ class UnsafeConnection(duckdb.Error):
 @functools.cache
 def private_temp() -> Path:
     """This process's DuckDB temp folder: made on first use, removed at exit."""
-    folder = Path(tempfile.mkdtemp(prefix="spider2local-duckdb-tmp-"))
+    folder = make_owned_dir("duckdb")  # a kill -9 leaves it: the next command removes it
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 

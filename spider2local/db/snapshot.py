@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
 from spider2local.exceptions import DatasetError
+from spider2local.proc.tempdirs import make_owned_dir
 
 LOCK_WAIT = LockWait(seconds=1.0, max_delay=0.4)
 """How long to wait for a lock before reading a copy: short, since the copy is as good."""
@@ -142,7 +142,7 @@ def _count(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> int | None
 @contextmanager
 def _private_copy(db: Path) -> Iterator[Path]:
     """Copy ``db`` (and its WAL, which holds committed changes not yet checkpointed)."""
-    tmp = Path(tempfile.mkdtemp(prefix="spider2local-snapshot-"))
+    tmp = make_owned_dir("snapshot")
     try:
         copy = tmp / db.name
         shutil.copyfile(db, copy)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from spider2local.exceptions import UserError
+from spider2local.report.printable import printable
 from spider2local.report.summary import Row, RunReport, Verdict, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.resume import dataset_identity
 
 
@@ -80,10 +82,11 @@ def _total(values: Sequence[float | None]) -> float | None:
 
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
     """Both runs' reports side by side; refuses two datasets unless ``force``."""
-    first, second = a.read_manifest() or {}, b.read_manifest() or {}
+    first = a.read_manifest() or RunManifest(run_id=a.run_id)
+    second = b.read_manifest() or RunManifest(run_id=b.run_id)
     if dataset_identity(first) != dataset_identity(second) and not force:
         raise UserError(f"runs {a.run_id} and {b.run_id} were made on different datasets "
-                        f"({first.get('dataset')} and {second.get('dataset')})",
+                        f"({first.dataset} and {second.dataset})",
                         path=b.root, fix="compare runs of one dataset (or pass --force)")
     report_a, report_b = load_report(a), load_report(b)
     rows_a = {r.task_id: r for r in report_a.rows}
@@ -145,7 +148,7 @@ def render_compare(c: Comparison) -> str:
 
 
 def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    return printable(" ".join(value.split())).replace("|", "\\|")
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

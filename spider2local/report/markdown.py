@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+from spider2local.report.printable import printable
 from spider2local.report.summary import RunReport
 from spider2local.report.text import TABLE_HEADERS, headline_lines, table_cells
 
@@ -17,7 +18,7 @@ MAX_CELL = 300
 
 
 def escape_cell(text: str) -> str:
-    one_line = " ".join(str(text).split())
+    one_line = printable(" ".join(str(text).split()))
     if len(one_line) > MAX_CELL:
         one_line = one_line[: MAX_CELL - 1] + "…"
     return html.escape(one_line, quote=False).replace("|", "\\|").replace("`", "&#96;")

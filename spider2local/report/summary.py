@@ -29,6 +29,7 @@ from typing import Any
 from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
 from spider2local.integrity.scan import Integrity
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status, TaskResult
 
 
@@ -224,21 +225,17 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
                error.message if error else None, text)
 
 
-def _selection(manifest: Mapping[str, Any] | None,
+def _selection(manifest: RunManifest | None,
                results: Mapping[str, TaskResult]) -> list[dict[str, Any]]:
-    tasks = manifest.get("tasks") if manifest else None
-    if isinstance(tasks, list) and tasks:
-        return [t for t in tasks if isinstance(t, dict) and "id" in t]
+    if manifest is not None and manifest.tasks:
+        return [t.to_json() for t in manifest.tasks]
     return [{"id": tid, "tables": r.tables_total, "skipped": None}
             for tid, r in sorted(results.items())]
 
 
-def was_interrupted(manifest: Mapping[str, Any] | None) -> bool:
-    """Whether the run's last invocation was stopped: finished as interrupted (a signal), or
-    never finished at all (kill -9, power loss: ``finished_at`` still empty)."""
-    if not manifest:
-        return False
-    return bool(manifest.get("interrupted")) or manifest.get("finished_at") is None
+def was_interrupted(manifest: RunManifest | None) -> bool:
+    """Whether the run's last invocation was stopped (:attr:`RunManifest.was_interrupted`)."""
+    return manifest is not None and manifest.was_interrupted
 
 
 def build_rows(selection: Sequence[Mapping[str, Any]], results: Mapping[str, TaskResult],
@@ -307,18 +304,14 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
         seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages)
 
 
-def isolation_of(manifest: Mapping[str, Any] | None) -> str:
+def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
     """The isolation mode a run recorded, read defensively (a string, or a mapping with a
     ``mode``); ``none`` for runs that recorded nothing, which had no isolation."""
+    if isinstance(manifest, RunManifest):
+        return manifest.isolation_mode
     value = manifest.get("isolation") if manifest else None
-    if isinstance(value, Mapping):
-        value = value.get("mode")
-    return str(value) if value else "none"
-
-
-def _text(manifest: Mapping[str, Any] | None, key: str) -> str | None:
-    value = manifest.get(key) if manifest else None
-    return value if isinstance(value, str) else None
+    return RunManifest(isolation=value if isinstance(value, (str, Mapping)) else None
+                       ).isolation_mode
 
 
 def _started(folder: RunFolder, task_id: str) -> bool:
@@ -339,8 +332,9 @@ def load_report(folder: RunFolder) -> RunReport:
     rates = compute_rates(rows)
     return RunReport(
         folder.run_id, rows, rates,
-        compute_headline(rows, rates, manifest.get("denominators") if manifest else None),
-        isolation=isolation_of(manifest), agent=_text(manifest, "agent"),
-        model=_text(manifest, "model"), started_at=_text(manifest, "started_at"),
-        finished_at=_text(manifest, "finished_at"), interrupted=interrupted,
-        dataset=_text(manifest, "dataset"))
+        compute_headline(rows, rates, manifest.denominators if manifest else None),
+        isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
+        model=manifest.model if manifest else None,
+        started_at=manifest.started_at if manifest else None,
+        finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
+        dataset=manifest.dataset if manifest else None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from spider2local.report.printable import printable
+
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                  *, max_width: int = 60) -> str:
@@ -22,5 +24,5 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
 
 def _cell(value: object, max_width: int) -> str:
     text = "" if value is None else str(value)
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= max_width else text[: max_width - 1] + "…"

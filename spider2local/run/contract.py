@@ -17,17 +17,22 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.run.results import Usage
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
+from spider2local.suite import options
 from spider2local.workspace.prepare import Workspace
 
 
 @dataclass(frozen=True)
 class AgentLimits:
+    """What the agent is told of the run's limits for one task (built by
+    :func:`spider2local.run.settings.limits_for` from the run's settings; defaults are the
+    settings table's)."""
+
     max_turns: int
     timeout: float
     """Seconds for the whole task; enforced by the runner, told to the agent for planning."""
     model: str | None = None
     max_budget_usd: float | None = None
-    verify_rounds: int = 2
+    verify_rounds: int = options.default("verify_rounds")
     skills: tuple[str, ...] = ()
     thinking_budget: int | None = None
     """Extended thinking tokens per reply (None: off)."""

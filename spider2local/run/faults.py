@@ -50,6 +50,24 @@ def names_machine_fault(text: str) -> bool:
     return _MACHINE_TEXT.search(text) is not None
 
 
+CANNOT_EXECUTE = 126
+"""The exit code of a shell (the dbt shim's ``exec``) that found the program but could not run it:
+its file or its interpreter not executable, or unreadable, for this user."""
+_EXEC_REFUSED_TEXT = re.compile(r"Permission denied|Operation not permitted|Exec format error"
+                                r"|cannot execute|bad interpreter")
+
+
+def is_machine_failure(returncode: int | None, output: str) -> bool:
+    """True when a process we started (dbt, through the shim) ended for the machine's sake:
+    its output names a fault of :func:`names_machine_fault`, or it could not be executed at
+    all (exit 126 with the shell's "Permission denied"; the venv's interpreter unreadable for
+    this user). dbt itself exits 0, 1 or 2, so 126 is never a verdict on the SQL it ran; a
+    reference task failed ``0/1`` as the agent's fault before this."""
+    if names_machine_fault(output):
+        return True
+    return returncode == CANNOT_EXECUTE and _EXEC_REFUSED_TEXT.search(output) is not None
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc``, then its causes and contexts, each once (a cycle in the chain is possible)."""
     seen: set[int] = set()

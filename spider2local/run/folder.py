@@ -13,27 +13,19 @@ so a run killed with SIGKILL loses at most the tasks that were running.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import platform
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from spider2local import __version__, resources
 from spider2local.exceptions import UserError
 from spider2local.run.layout import MANIFEST, RESULT, RESULT_DB
+from spider2local.run.manifest import RunManifest
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
 from spider2local.safepath import NAME_FIX, child, name_problem
-
-MANIFEST_VERSION = 2
-"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
-DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
-                "numpy", "click", "libfaketime")
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -41,46 +33,11 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     return (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 def check_run_id(run_id: str) -> str:
     """Run ids become folder names: refuse anything that could escape the runs folder."""
     if name_problem(run_id) is not None:
         raise UserError(f"--run-id {run_id!r} is not a plain folder name", fix=NAME_FIX)
     return run_id
-
-
-def dependency_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version(),
-                                       "spider2local": __version__}
-    for name in DEPENDENCIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def tree_sha256(root: Path | None) -> str | None:
-    """One hash over every file under ``root`` (relative path and content), order-independent
-    of the file system; ``None`` when the folder does not exist. Prompts and skills change
-    agent behaviour, so a run records exactly which ones it used."""
-    if root is None or not root.is_dir():
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _resource_hash(name: str) -> str | None:
-    try:
-        return tree_sha256(resources.resource_dir(name))
-    except FileNotFoundError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -134,7 +91,14 @@ class RunFolder:
 
         A SIGKILLed run also left its workspace and the processes working in it (a dbt still
         holding the database, a CLI): only this folder records where that workspace is, so
-        those are killed and removed first (see :mod:`.stale`)."""
+        those are killed and removed first (see :mod:`.stale`).
+
+        A task folder that is a symlink (put there by hand or by an agent's run before) was
+        never this run's: :meth:`results` ignores it, so the link itself (never what it points
+        to) is removed and a real folder made. It used to stop the whole run with a traceback."""
+        link = self.root / task_id
+        if name_problem(task_id) is None and link.is_symlink():
+            link.unlink()
         folder = self.task_dir(task_id)
         if folder.exists():
             remove_stale_workspaces(folder)
@@ -142,7 +106,7 @@ class RunFolder:
         folder.mkdir(parents=True)
         return folder
 
-    def read_manifest(self) -> dict[str, Any] | None:
+    def read_manifest(self) -> RunManifest | None:
         """The manifest; ``None`` when the folder has none. A run.json that exists but is not
         one (truncated, edited, wrong types) raises :class:`UserError` naming it: reports,
         re-scores and resumes read it, and used to print a traceback or silently count none
@@ -153,14 +117,16 @@ class RunFolder:
             return None
         except OSError as exc:
             raise _bad_manifest(self.manifest_path, exc.strerror or str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise _bad_manifest(self.manifest_path, f"not UTF-8 text (byte {exc.start})") from None
         try:
             data = json.loads(text)
         except ValueError as exc:
             raise _bad_manifest(self.manifest_path, f"not valid JSON ({exc})") from None
-        problem = manifest_problem(data)
-        if problem is not None:
-            raise _bad_manifest(self.manifest_path, problem)
-        return dict(data)
+        try:
+            return RunManifest.from_json(data)
+        except ValueError as exc:
+            raise _bad_manifest(self.manifest_path, str(exc)) from None
 
     def create(self) -> None:
         """Make the run folder; an unusable --runs-dir is the user's to fix, not a traceback."""
@@ -169,57 +135,15 @@ class RunFolder:
         except OSError as exc:
             raise _unwritable(self.root, exc) from None
 
-    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+    def write_manifest(self, manifest: RunManifest | Mapping[str, Any]) -> None:
+        """Write run.json atomically; a mapping (a hand-made manifest: tests, tools) is read
+        as a manifest first, so what is written is always one that reads back."""
+        if not isinstance(manifest, RunManifest):
+            manifest = RunManifest.from_json(dict(manifest))
         try:
-            write_json_atomic(self.manifest_path, dict(manifest))
+            write_json_atomic(self.manifest_path, manifest.to_json())
         except OSError as exc:
             raise _unwritable(self.manifest_path, exc) from None
-
-
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "agent": (str,), "model": (str, type(None)), "settings": (dict,),
-    "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)), "tasks": (list,),
-    "sessions": (list,), "started_at": (str, type(None)), "finished_at": (str, type(None)),
-    "denominators": (dict,),
-}
-_TASK_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "fake_date": (str,), "tables": (int,), "skipped": (str, type(None)),
-    "free": (bool, type(None)),
-}
-
-
-def manifest_problem(data: Any) -> str | None:
-    """Why ``data`` is not a run.json of ours (one phrase), or ``None``. Keys may be absent
-    (older runs wrote fewer); those present must have the types every reader assumes."""
-    if not isinstance(data, dict):
-        return f"not a JSON object but {type(data).__name__}"
-    for key, types in _MANIFEST_TYPES.items():
-        if key in data and not _typed(data[key], types):
-            return f"{key!r} is {type(data[key]).__name__}, not {_names(types)}"
-    ids: set[str] = set()
-    for number, task in enumerate(data.get("tasks", ()), start=1):
-        if not isinstance(task, dict) or not isinstance(task.get("id"), str):
-            return f"tasks entry {number} is not an object with an id"
-        if (problem := name_problem(task["id"])) is not None:
-            return f"tasks entry {number}: id {problem}"
-        if task["id"] in ids:  # every reader counts entries: a twice-listed task counts twice
-            return f"tasks entry {number}: id {task['id']!r} is listed twice"
-        ids.add(task["id"])
-        for key, types in _TASK_TYPES.items():
-            if key in task and not _typed(task[key], types):
-                return f"tasks entry {number}: {key!r} is {type(task[key]).__name__}, " \
-                       f"not {_names(types)}"
-    if not all(isinstance(s, dict) for s in data.get("sessions", ())):
-        return "sessions must be a list of objects"
-    return None
-
-
-def _typed(value: Any, types: tuple[type, ...]) -> bool:
-    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-
-
-def _names(types: tuple[type, ...]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
 def _bad_manifest(path: Path, problem: str) -> UserError:
@@ -232,6 +156,75 @@ def _unwritable(path: Path, exc: OSError) -> UserError:
                      fix="pass a writable --runs-dir")
 
 
+LATEST = "latest"
+"""The run reference that means the most recently started run of a runs folder."""
+RUN_REF_FIX = ("pass a run folder, a run id of --runs-dir, or 'latest' "
+               "(`spider2local runs` lists them)")
+
+
+def run_folders(runs_dir: Path) -> list[RunFolder]:
+    """The run folders of ``runs_dir`` (plain folders holding a run.json; links to elsewhere
+    are not this folder's runs), oldest first by start time, then id."""
+    if not runs_dir.is_dir():
+        return []
+    found: list[tuple[str, str, RunFolder]] = []
+    for entry in runs_dir.iterdir():
+        if entry.is_symlink() or not entry.is_dir() or not (entry / MANIFEST).is_file():
+            continue
+        try:
+            manifest = RunFolder(entry).read_manifest()
+        except UserError:  # a damaged run.json: still a run, listed by its id
+            manifest = None
+        started = (manifest.started_at if manifest else None) or ""
+        found.append((started, entry.name, RunFolder(entry)))
+    return [folder for _, _, folder in sorted(found, key=lambda f: (f[0], f[1]))]
+
+
+def resolve_run(ref: str | Path, runs_dir: Path) -> Path:
+    """The run folder a command-line reference names: ``latest`` (the run of ``runs_dir``
+    started last), a path (anything with a ``/``, or an existing folder), or a run id looked
+    up in ``runs_dir``. ``run --run-id`` takes an id while ``report`` and ``compare`` took
+    only folder paths; now every command takes all three."""
+    text = str(ref)
+    if text == LATEST:
+        runs = run_folders(runs_dir)
+        if not runs:
+            raise UserError("no runs yet, so no 'latest'", path=runs_dir,
+                            fix="start one with `spider2local run`, or pass --runs-dir")
+        return runs[-1].root
+    if "/" in text or text in (".", ".."):
+        return Path(text)
+    if name_problem(text) is None and (runs_dir / text).is_dir():
+        return runs_dir / text
+    if Path(text).is_dir():
+        return Path(text)
+    raise UserError(f"no run {text!r} (neither a folder nor a run id of {runs_dir})",
+                    path=runs_dir, fix=RUN_REF_FIX)
+
+
+def claim_run_id(runs_dir: Path, now: dt.datetime | None = None) -> str:
+    """A new default run id, its folder made at once so that two runs started in the same
+    second cannot share it (they did: the second resumed the first). The timestamp id, or
+    ``<timestamp>-2``, ``-3``... when taken; ``mkdir`` without ``exist_ok`` is the claim, so
+    the check cannot be raced."""
+    base = new_run_id(now)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(runs_dir, exc) from None
+    for n in range(1, 1000):
+        run_id = base if n == 1 else f"{base}-{n}"
+        try:
+            (runs_dir / run_id).mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise _unwritable(runs_dir / run_id, exc) from None
+        return run_id
+    raise UserError("a thousand runs were started this second", path=runs_dir,
+                    fix="pass --run-id")
+
+
 def open_run_dir(path: Path) -> RunFolder:
     """A run folder given on the command line (``score``, ``report``): it must hold run.json."""
     folder = RunFolder(path)
@@ -241,61 +234,3 @@ def open_run_dir(path: Path) -> RunFolder:
         raise UserError(f"no readable {MANIFEST} here", path=path,
                         fix="pass a folder made by `spider2local run`")
     return folder
-
-
-@dataclass(frozen=True)
-class SelectedTask:
-    """What the manifest records about one selected task (enough for a report from disk)."""
-
-    id: str
-    fake_date: str
-    tables: int
-    """Number of graded tables (0 when the task has no evaluation)."""
-    skipped: str | None = None
-    """Why the task cannot run; ``None`` when it is run."""
-    free: bool | None = None
-    """Whether the untouched start database already passes (measured at the run's start,
-    :func:`spider2local.dataset.audit.free_passes`); ``None`` when unknown or not measured."""
-
-
-def build_manifest(*, run_id: str, agent: str, settings: Mapping[str, Any],
-                   suite_path: Path, suite_sha256: str, dataset_root: Path,
-                   tasks: Iterable[SelectedTask], previous: Mapping[str, Any] | None,
-                   argv: list[str] | None = None, prompts_dir: Path | None = None,
-                   skills_dir: Path | None = None,
-                   denominators: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The run.json written at the start of an invocation. A resumed run keeps the first
-    invocation's ``started_at`` and appends to ``sessions`` so every restart is visible.
-    ``prompts_dir`` / ``skills_dir``: the kit used instead of the bundled one (its hashes are
-    recorded, so a resume with another kit is refused like one with other bundled files).
-    ``denominators`` (the dataset audit's counts) are what the report divides by."""
-    started = now_iso()
-    sessions = list(previous.get("sessions", [])) if previous else []
-    sessions.append({"started_at": started, "finished_at": None, "interrupted": None,
-                     "argv": argv})
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "run_id": run_id,
-        "agent": agent,
-        "model": settings.get("model"),
-        "settings": dict(settings),
-        "versions": dependency_versions(),
-        "suite": {"path": str(suite_path), "sha256": suite_sha256},
-        "dataset": str(dataset_root),
-        "prompts_sha256": tree_sha256(prompts_dir) if prompts_dir else _resource_hash("prompts"),
-        "skills_sha256": tree_sha256(skills_dir) if skills_dir else _resource_hash("skills"),
-        "tasks": [vars(t) for t in tasks],
-        **({"denominators": dict(denominators)} if denominators is not None else {}),
-        "started_at": previous.get("started_at", started) if previous else started,
-        "finished_at": None,
-        "sessions": sessions,
-    }
-
-
-def finish_manifest(manifest: Mapping[str, Any], *, interrupted: bool) -> dict[str, Any]:
-    """The same manifest with end times set (written once the invocation ends)."""
-    done = now_iso()
-    sessions = [dict(s) for s in manifest.get("sessions", [])]
-    if sessions:
-        sessions[-1].update(finished_at=done, interrupted=interrupted)
-    return {**manifest, "finished_at": done, "interrupted": interrupted, "sessions": sessions}

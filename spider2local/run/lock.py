@@ -82,8 +82,9 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
     path = folder.root / LOCK
     fd = _locked_fd(folder, path)
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with suppress(OSError):  # the pid is only for the "in use" message: a full disk
+            os.ftruncate(fd, 0)  # refuses it, and the lock holds without it
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         recover_run(folder.root)
         yield
     finally:
@@ -92,6 +93,18 @@ def run_lock(folder: RunFolder) -> Iterator[None]:
         with suppress(OSError):
             path.unlink(missing_ok=True)
         os.close(fd)  # releases the lock
+
+
+def _left_behind(fd: int) -> bool:
+    """Whether the lock file open at ``fd`` is held by nobody: a leftover of an invocation
+    killed with SIGKILL (a merge reading this run). Then this reader adopts it, and removes it
+    when done as if it had made it; only a run taking the lock removed it before, so a source
+    of a killed merge kept its ``.lock`` for good."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held (shared by another reader, or by a run)
+    return True
 
 
 @contextmanager
@@ -115,6 +128,8 @@ def reading(folder: RunFolder) -> Iterator[None]:
                 continue  # removed between the two opens: try again
             except OSError:
                 fd = -1
+            else:
+                made = _left_behind(fd)
         except OSError:
             fd = -1
         if fd < 0:
@@ -137,3 +152,23 @@ def reading(folder: RunFolder) -> Iterator[None]:
             with suppress(OSError):
                 path.unlink()
         os.close(fd)
+
+
+def in_use(folder: RunFolder) -> bool:
+    """Whether an invocation holds the run's lock now (``spider2local runs`` says
+    "running"). Looked at without creating or taking anything: a shared lock that cannot be
+    had means an exclusive holder; no lock file, or one nobody holds, means nobody runs it (a
+    file left by kill -9 holds no lock: the kernel dropped it)."""
+    try:
+        fd = os.open(folder.root / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False

@@ -5,7 +5,7 @@ its run folder and one job merges them. The merged folder is an ordinary run: ``
 ``score RUN_DIR`` read it, and ``run --run-id`` resumes it (infrastructure errors re-run).
 
 Only runs of one experiment are joined: those that a resume would accept as one run (the same
-agent, model, suite, prompts, skills, limits and isolation, :data:`.resume.SAME_EXPERIMENT`)
+agent, model, suite, prompts, skills, limits and isolation, :func:`.resume.same_experiment`)
 over the same dataset. ``--force`` joins others anyway and records what differed in run.json.
 A task finished in two sources keeps the result that finished last, and the merge says so.
 Sources are only read; one still being written by a run is refused.
@@ -18,17 +18,18 @@ import datetime as dt
 import shutil
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
-from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.folder import RunFolder
 from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import reading, run_lock
+from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.results import TaskResult
-from spider2local.run.resume import SAME_EXPERIMENT
+from spider2local.run.resume import same_experiment
 
 
 @dataclass(frozen=True)
@@ -40,27 +41,27 @@ class Merged:
     """What a person must know: tasks found twice (which one was kept), forced differences."""
 
 
-def _scorer(manifest: Mapping[str, Any]) -> Mapping[str, str] | None:
-    found = guard.Fingerprints.from_json(manifest.get("integrity"))
+def _scorer(manifest: RunManifest) -> Mapping[str, str] | None:
+    found = guard.Fingerprints.from_json(manifest.integrity)
     return None if found is None else found.sources
 
 
-def experiment_differences(first: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
-    """``"name X (first run: Y)"`` for each setting of :data:`SAME_EXPERIMENT` that differs,
+def experiment_differences(first: RunManifest, other: RunManifest) -> list[str]:
+    """``"name X (first run: Y)"`` for each setting of :func:`same_experiment` that differs,
     and the package's sources the integrity guard fingerprinted (the scorer's code)."""
     found = [f"{name} {get(other)} (first run: {get(first)})"
-             for name, get in SAME_EXPERIMENT if get(first) != get(other)]
+             for name, get in same_experiment() if get(first) != get(other)]
     if _scorer(first) != _scorer(other):
         found.append("scorer sources (package code) differ")
     return found
 
 
-def _integrity(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
+def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
                kept: Mapping[str, str]) -> dict[str, Any] | None:
     """The guard's fingerprints of every task (``score RUN_DIR`` checks each task's gold
     against them), each from the source whose result was kept; ``None`` when a source has
     none (a run made before fingerprints existed)."""
-    recorded = [guard.Fingerprints.from_json(m.get("integrity")) for m in manifests]
+    recorded = [guard.Fingerprints.from_json(m.integrity) for m in manifests]
     if any(r is None for r in recorded):
         return None
     tasks: dict[str, guard.TaskFingerprint] = {}
@@ -82,7 +83,7 @@ def _when(result: TaskResult) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
-def _check_sources(sources: Sequence[RunFolder], into: RunFolder) -> list[dict[str, Any]]:
+def _check_sources(sources: Sequence[RunFolder], into: RunFolder) -> list[RunManifest]:
     manifests = []
     seen: set[Path] = set()
     for folder in sources:
@@ -137,41 +138,35 @@ def _common(values: Sequence[Any]) -> Any:
     return values[0] if all(v == values[0] for v in values) else None
 
 
-def merged_manifest(manifests: Sequence[Mapping[str, Any]], sources: Sequence[RunFolder],
+def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
                     into: RunFolder, kept: Mapping[str, str],
-                    forced: Sequence[str]) -> dict[str, Any]:
+                    forced: Sequence[str]) -> RunManifest:
     """The first source's manifest (versions, settings, hashes, anything recorded), with the
     union of the selected tasks (each entry from the source whose result was kept), the
     earliest start, the last end and every session; ``merged_from`` names the sources."""
-    tasks: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, SelectedTask] = {}
     for folder, manifest in zip(sources, manifests, strict=True):
-        for entry in manifest.get("tasks") or []:
-            if entry["id"] not in tasks or kept.get(entry["id"]) == str(folder.root):
-                tasks[entry["id"]] = dict(entry)
-    starts = [m["started_at"] for m in manifests if m.get("started_at")]
-    ends = [m.get("finished_at") for m in manifests]
-    sessions = sorted((dict(s, run=str(f.root)) for f, m in zip(sources, manifests, strict=True)
-                       for s in m.get("sessions") or []),
-                      key=lambda s: str(s.get("started_at")))
-    requests = [m.get("selection") or {} for m in manifests]
+        for entry in manifest.tasks:
+            if entry.id not in tasks or kept.get(entry.id) == str(folder.root):
+                tasks[entry.id] = entry
+    starts = [m.started_at for m in manifests if m.started_at]
+    ends = [m.finished_at for m in manifests]
+    sessions = sorted((replace(s, run=str(f.root)) for f, m in zip(sources, manifests,
+                                                                   strict=True)
+                       for s in m.sessions), key=lambda s: str(s.started_at))
+    requests = [m.selection or {} for m in manifests]
     request = {key: _common([r.get(key) for r in requests])
                for key in ("ids", "subset", "limit")}
-    return {
-        **manifests[0],
-        "run_id": into.run_id,
-        "tasks": [tasks[tid] for tid in sorted(tasks)],
-        "started_at": min(starts) if starts else None,
-        "finished_at": max(e for e in ends if e) if ends and all(ends) else None,
-        "interrupted": any(m.get("interrupted") for m in manifests),
-        "sessions": sessions,
-        "selection": {**request, "shard": None},
-        "merged_at": now_iso(),
-        "merged_from": [{"path": str(f.root), "run_id": f.run_id,
-                         "kept": sorted(t for t, src in kept.items() if src == str(f.root))}
-                        for f in sources],
-        "merge_differences": list(forced),
-        "integrity": _integrity(manifests, sources, kept),
-    }
+    return replace(
+        manifests[0], run_id=into.run_id, tasks=tuple(tasks[tid] for tid in sorted(tasks)),
+        started_at=min(starts) if starts else None,
+        finished_at=max(e for e in ends if e) if ends and all(ends) else None,
+        interrupted=any(m.interrupted for m in manifests), sessions=tuple(sessions),
+        selection={**request, "shard": None}, merged_at=now_iso(),
+        merged_from=tuple({"path": str(f.root), "run_id": f.run_id,
+                           "kept": sorted(t for t, src in kept.items() if src == str(f.root))}
+                          for f in sources),
+        merge_differences=tuple(forced), integrity=_integrity(manifests, sources, kept))
 
 
 def merge_runs(sources: Sequence[RunFolder], into: RunFolder, *, force: bool = False) -> Merged:
@@ -209,8 +204,27 @@ def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged
             chosen[tid] = newer
     into.create()
     kept = {tid: str(folder.root) for tid, (folder, _) in chosen.items()}
-    with run_lock(into):
-        for tid, (folder, _) in sorted(chosen.items()):
-            _copy_task(folder, into, tid)
-        into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+    try:
+        with run_lock(into):
+            for tid, (folder, _) in sorted(chosen.items()):
+                _copy_task(folder, into, tid)
+            into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+    except (OSError, shutil.Error, UserError) as exc:
+        # A full disk under --into: the half-made folder (new or empty before, see
+        # _check_into) would only be refused by the next merge; the sources are untouched.
+        shutil.rmtree(into.root, ignore_errors=True)
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"cannot write the merged run: {_why(exc)}", path=into.root,
+                        fix="free space there, or merge into another folder (the sources are "
+                            "untouched)") from None
     return Merged(into, kept, tuple(notes))
+
+
+def _why(exc: OSError | shutil.Error) -> str:
+    """The OS's words for a failed copy: copytree gathers its errors into one shutil.Error
+    whose message lists every file."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        first = exc.args[0][0] if exc.args[0] else None
+        return str(first[2]) if isinstance(first, tuple) and len(first) == 3 else "copy failed"
+    return exc.strerror or str(exc)

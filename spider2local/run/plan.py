@@ -31,22 +31,17 @@ from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
-from spider2local.run.folder import (
-    RunFolder,
-    SelectedTask,
-    build_manifest,
-    finish_manifest,
-    new_run_id,
-)
+from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
+from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.progress import Progress
 from spider2local.run.results import TaskResult
 from spider2local.run.resume import (
-    REMEMBERED_SETTINGS,
     check_resumable,
     is_finished,
     merged_tasks,
     remembered,
+    remembered_settings,
     selection_request,
 )
 from spider2local.run.runner import AgentFactory, run_tasks
@@ -128,6 +123,10 @@ class RunPlan:
     """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
     denominators: Denominators | None = None
     """The dataset audit's counts the report divides by (recorded in run.json)."""
+    fresh: bool = False
+    """No --run-id was given: ``folder`` carries a provisional timestamp id, and the run
+    claims a free id (:func:`.folder.claim_run_id`) when it starts, so two runs started in the
+    same second get two folders and a plan that is refused leaves none behind."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +150,9 @@ def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTa
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     """Under the run's lock: write the manifest, run what is not finished yet, stop cleanly on
     SIGINT/SIGTERM."""
+    if plan.fresh:
+        plan = replace(plan, folder=RunFolder.at(plan.folder.root.parent,
+                                                 claim_run_id(plan.folder.root.parent)))
     folder, settings = plan.folder, plan.settings
     folder.create()
     # every runs folder this machine used stays hidden from later runs' agents
@@ -168,7 +170,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         ran: dict[str, TaskResult] = {}
         _, interrupted = await until_signal(
             lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch))
-        folder.write_manifest(finish_manifest(manifest, interrupted=interrupted))
+        folder.write_manifest(manifest.finish(interrupted=interrupted))
     return RunOutcome(folder, ran, already, interrupted)
 
 
@@ -176,37 +178,37 @@ async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
     """Which selected tasks pass untouched, so the report can say how many passes were free.
     Measured once per task and run: what an earlier invocation of the run recorded is kept
     (the start and gold databases are the dataset's, unchanged between sessions)."""
-    previous = plan.folder.read_manifest() or {}
-    known = {t["id"]: t["free"] for t in previous.get("tasks", ())
-             if isinstance(t.get("free"), bool)}
+    previous = plan.folder.read_manifest()
+    known = {t.id: t.free for t in (previous.tasks if previous else ())
+             if isinstance(t.free, bool)}
     todo = [t for t in plan.selection.tasks if t.id not in known]
     return {**known, **await free_passes(todo)}
 
 
 def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str, bool | None]
-                    ) -> tuple[dict[str, Any], guard.Fingerprints]:
+                    ) -> tuple[RunManifest, guard.Fingerprints]:
     """The manifest of this invocation, written before any task starts, and the fingerprints
     it records; a resume must match the run's first settings and fingerprints and keeps every
     task selected so far."""
     folder, settings = plan.folder, plan.settings
     previous = folder.read_manifest()
     counts = plan.denominators.to_json() if plan.denominators is not None else None
-    manifest = build_manifest(run_id=folder.run_id, agent=settings.agent,
-                              settings=settings.to_json(), suite_path=plan.suite_path,
-                              suite_sha256=plan.suite_sha256, dataset_root=plan.dataset_root,
-                              tasks=_selected(plan, free), previous=previous, argv=plan.argv,
-                              prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir,
-                              denominators=counts)
-    if plan.isolation is not None:
-        manifest["isolation"] = plan.isolation.to_json()
-    manifest["dataset_sha256"] = dataset_fingerprint(plan.dataset_root)
-    manifest["selection"] = dict(plan.request) if plan.request is not None else None
-    manifest["agent_options"] = {k: str(v) for k, v in plan.agent_options.items()}
+    manifest = RunManifest.begin(
+        run_id=folder.run_id, agent=settings.agent, settings=settings.to_json(),
+        suite_path=plan.suite_path, suite_sha256=plan.suite_sha256,
+        dataset_root=plan.dataset_root, tasks=_selected(plan, free), previous=previous,
+        argv=plan.argv, prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir,
+        denominators=counts)
+    manifest = replace(
+        manifest, isolation=plan.isolation.to_json() if plan.isolation is not None else None,
+        dataset_sha256=dataset_fingerprint(plan.dataset_root),
+        selection=dict(plan.request) if plan.request is not None else None,
+        agent_options={k: str(v) for k, v in plan.agent_options.items()})
     check_resumable(previous, manifest, folder)
-    recorded = guard.Fingerprints.from_json((previous or {}).get("integrity"))
+    recorded = guard.Fingerprints.from_json(previous.integrity if previous else None)
     fingerprints = taken if recorded is None else _resumed(recorded, taken, folder)
-    manifest["tasks"] = merged_tasks(previous, manifest["tasks"])
-    manifest["integrity"] = fingerprints.to_json()
+    manifest = replace(manifest, tasks=merged_tasks(previous, manifest.tasks),
+                       integrity=fingerprints.to_json())
     folder.write_manifest(manifest)
     return manifest, fingerprints
 
@@ -247,14 +249,17 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         if replay_dir is None and memory["replay_dir"] is not None:
             replay_dir = Path(memory["replay_dir"])
         isolation = isolation or memory["isolation"]
-        for key in REMEMBERED_SETTINGS:
-            given, kept = overrides.get(key), memory.get(key)
-            # flags (keep, keep_db) come as False when absent: once on, a resume keeps them
+        for s in remembered_settings():
+            if s.name in ("agent", "isolation"):
+                continue
+            # flags come as None when absent (False, from a caller, counts as absent too):
+            # once on, a resume keeps them
+            given, kept = overrides.get(s.name), memory.get(s.name)
             if kept is not None and (given is None or given is False):
-                overrides[key] = Path(kept) if key in ("prompts_dir", "skills_dir") else kept
+                overrides[s.name] = kept
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
-    caps = capabilities(name)  # an unknown name fails here, with one line
+    caps = capabilities(name)  # an unknown name fails here, with one line; resolved once
     if replay_dir is not None:
         if not takes_option(name, "replay_dir"):
             raise UserError(f"--replay-dir does not apply to --agent {name}",
@@ -272,8 +277,9 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     prompts, skills = kit_dirs(overrides.pop("prompts_dir", None),
                                overrides.pop("skills_dir", None))
     settings = RunSettings.from_defaults(suite.defaults,
-                                         suite_skills(suite.defaults, name, skills),
-                                         agent=name, isolation=choice.mode, prompts_dir=prompts,
+                                         suite_skills(suite.defaults, caps, skills),
+                                         agent=name, capabilities=caps,
+                                         isolation=choice.mode, prompts_dir=prompts,
                                          skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=folder, selection=selection,
@@ -281,13 +287,19 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
-                   agent_options={k: Path(v).resolve() for k, v in options.items()})
+                   agent_options={k: Path(v).resolve() for k, v in options.items()},
+                   fresh=run_id is None)
 
 
 def _needs_solution(selection: Selection) -> Selection:
     """An agent that applies reference solutions proves a task's solution, date and gold agree;
     a task without one would only be scored on its untouched database, which proves nothing."""
     unsolved = [t for t in selection.tasks if t.solution_dir is None]
+    if selection.tasks and len(unsolved) == len(selection.tasks):
+        # every task would be skipped and the run "complete" with exit 0: nothing was tested
+        raise UserError(f"none of the {len(unsolved)} selected tasks has a reference solution",
+                        fix="add solutions/<id>/ folders (or the suite's solution setting), "
+                            "or choose another --agent")
     return replace(selection,
                    tasks=tuple(t for t in selection.tasks if t.solution_dir is not None),
                    skipped=(*selection.skipped,

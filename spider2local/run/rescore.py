@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
-from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.folder import RunFolder
 from spider2local.run.lock import run_lock
+from spider2local.run.manifest import RunManifest, now_iso
 from spider2local.run.results import (
     ErrorKind,
     Stage,
@@ -32,6 +32,7 @@ from spider2local.run.results import (
     keep_traceback,
     save_result,
 )
+from spider2local.run.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Rescored:
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
-    from spider2local.evaluation import to_json
+    from spider2local.db.header import duckdb_file_problem
     from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
     db, task = folder.result_db(old.task_id), data.get(old.task_id)
@@ -53,19 +54,31 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
     if task is None or task.gold is None:
         return Rescored(old.task_id, None, "the dataset has no gold for this task")
+    # A kept file that is damaged (not DuckDB, cut short, unopenable) is that task's error:
+    # scoring it gave "failed" and overwrote a recorded pass without naming anything, where
+    # `score FILE` refuses the same file. The recorded verdict stays.
+    problem = duckdb_file_problem(db)
+    if problem is not None:
+        return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
+                                           "the recorded verdict stays")
     try:
         score = score_sandboxed_sync(db, task.gold.db, task.gold.params)
     except Exception as exc:
         keep_traceback(folder.task_dir(old.task_id), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
+    if score.error is not None:  # the file could not be opened at all
+        return Rescored(old.task_id, None, f"kept database damaged: {score.error}; "
+                                           "the recorded verdict stays")
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
         error = None
-    status = Status.TIMEOUT if old.status is Status.TIMEOUT else \
-        Status.PASSED if score.passed else Status.FAILED
-    new = replace(old, status=status, passed=score.passed, tables_passed=score.tables_passed,
-                  tables_total=score.tables_total, score=to_json(score), error=error)
-    save_result(folder.result_path(old.task_id), new)
+    verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
+    new = replace(old, **verdict.fields())
+    try:
+        save_result(folder.result_path(old.task_id), new)
+    except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
+        return Rescored(old.task_id, None, f"cannot write its result.json: "
+                                           f"{exc.strerror or exc}; the recorded verdict stays")
     return Rescored(old.task_id, new)
 
 
@@ -94,7 +107,8 @@ def _refuse_tampered(folder: RunFolder, results: Mapping[str, TaskResult],
         raise UserError(f"run {folder.run_id} was tampered with while it ran ({tampered[0]}"
                         f"{f'; +{len(tampered) - 1} more' if len(tampered) > 1 else ''})",
                         path=folder.root, fix=fix)
-    recorded = guard.Fingerprints.from_json((folder.read_manifest() or {}).get("integrity"))
+    manifest = folder.read_manifest()
+    recorded = guard.Fingerprints.from_json(manifest.integrity if manifest else None)
     if recorded is None:
         return
     changed = guard.differences(recorded, taken, all_recorded=True)
@@ -106,14 +120,14 @@ def _refuse_tampered(folder: RunFolder, results: Mapping[str, TaskResult],
 
 def _record(folder: RunFolder, taken: guard.Fingerprints) -> None:
     """Today's fingerprints become the run's reference, with when that was decided."""
-    manifest = dict(folder.read_manifest() or {})
-    manifest["integrity"] = {**taken.to_json(), "accepted_changes_at": now_iso()}
-    folder.write_manifest(manifest)
+    manifest = folder.read_manifest() or RunManifest(run_id=folder.run_id)
+    folder.write_manifest(replace(manifest, integrity={**taken.to_json(),
+                                                       "accepted_changes_at": now_iso()}))
 
 
 def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:
     """The suite file and dataset root the run was made with (from its manifest)."""
-    manifest: Mapping[str, Any] = folder.read_manifest() or {}
-    suite = manifest.get("suite", {}).get("path") if isinstance(manifest.get("suite"), dict) \
-        else None
-    return (Path(suite) if suite else None), manifest.get("dataset")
+    manifest = folder.read_manifest()
+    if manifest is None:
+        return None, None
+    return (Path(manifest.suite_path) if manifest.suite_path else None), manifest.dataset

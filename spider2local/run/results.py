@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import os
 import tempfile
 import traceback
@@ -274,11 +275,28 @@ def save_result(path: Path, result: TaskResult) -> None:
 
 
 def load_result(path: Path) -> TaskResult | None:
-    """Read a result file; ``None`` when absent or unreadable (the task is then re-run)."""
+    """Read a result file; ``None`` when absent or unreadable (the task is then re-run).
+
+    NaN and Infinity are refused as they are when written (:func:`write_json_atomic`): a file
+    holding one was edited or damaged, and ``report --format json`` failed on it with a
+    traceback."""
     try:
-        return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8"),
+                                               parse_constant=_not_json,
+                                               parse_float=_finite))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as inf
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:

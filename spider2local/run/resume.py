@@ -12,62 +12,61 @@ union), so the report still shows them. Which results a resume keeps is :func:`i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.results import ErrorKind, Status, TaskResult
+from spider2local.suite import options
 
-_Getter = Callable[[Mapping[str, Any]], Any]
-
-
-def _settings(key: str) -> _Getter:
-    return lambda m: (m.get("settings") or {}).get(key)
+_Getter = Callable[[RunManifest], Any]
 
 
-def _sandboxed(mode: Any) -> Any:
-    """The isolation as far as verdicts care: "not-needed" (an agent that runs no untrusted
-    code) and a manifest from before isolation was recorded both ran without a sandbox, so they
-    compare equal to "none"; a reference run made before this field existed stays resumable."""
-    return "none" if mode in (None, "none", "not-needed") else mode
+def _compared(setting: options.Setting) -> _Getter:
+    return lambda m: setting.compare_value(m.setting(setting.name))
 
 
-MUST_MATCH: tuple[tuple[str, _Getter], ...] = (
-    ("agent", lambda m: m.get("agent")),
-    ("model", lambda m: m.get("model")),
-    ("suite file hash", lambda m: (m.get("suite") or {}).get("sha256")),
-    ("prompts hash", lambda m: m.get("prompts_sha256")),
-    ("skills hash", lambda m: m.get("skills_sha256")),
-    ("timeout", _settings("timeout")),
-    ("max_turns", _settings("max_turns")),
-    ("thinking_budget", _settings("thinking_budget")),
-    ("verify_rounds", _settings("verify_rounds")),
-    ("max_budget_usd", _settings("max_budget_usd")),
-    ("templates", lambda m: bool((m.get("settings") or {}).get("templates"))),
-    ("isolation", lambda m: _sandboxed((m.get("settings") or {}).get("isolation"))),
+KIT: tuple[tuple[str, _Getter], ...] = (
+    ("suite file hash", lambda m: m.suite_sha256),
+    ("prompts hash", lambda m: m.prompts_sha256),
+    ("skills hash", lambda m: m.skills_sha256),
 )
-"""What a resume must keep, as (name shown to the user, how to read it from run.json)."""
+"""What a resume must keep besides the settings table's must-match ones: the files that
+shape the agent's behaviour, by hash."""
 
 
-def dataset_identity(manifest: Mapping[str, Any]) -> Any:
+def must_match() -> tuple[tuple[str, _Getter], ...]:
+    """What a resume must keep, as (name shown to the user, how to read it from run.json):
+    every :attr:`~spider2local.suite.options.Resume.MUST_MATCH` setting of the table, and the
+    kit's hashes."""
+    table = options.with_rule(options.Resume.MUST_MATCH)
+    first = [s for s in table if s.name in ("agent", "model")]
+    rest = [s for s in table if s.name not in ("agent", "model")]
+    return (*((s.name, _compared(s)) for s in first), *KIT,
+            *((s.name, _compared(s)) for s in rest))
+
+
+def dataset_identity(manifest: RunManifest) -> Any:
     """Which dataset a run scored against: the fingerprint of its task and evaluation files
     (the same on every machine), or its path for a run.json written before it was recorded."""
-    return manifest.get("dataset_sha256") or manifest.get("dataset")
+    return manifest.dataset_sha256 or manifest.dataset
 
 
-SAME_EXPERIMENT: tuple[tuple[str, _Getter], ...] = (*MUST_MATCH, ("dataset", dataset_identity))
-"""What two runs must share for their verdicts to be joined into one run (``merge``): what a
-resume keeps, and the dataset (a resume reads it from the run itself)."""
+def same_experiment() -> tuple[tuple[str, _Getter], ...]:
+    """What two runs must share for their verdicts to be joined into one run (``merge``): what
+    a resume keeps, and the dataset (a resume reads it from the run itself)."""
+    return (*must_match(), ("dataset", dataset_identity))
 
 
-def differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+def differences(previous: RunManifest, current: RunManifest) -> list[str]:
     """``"name X (run made with Y)"`` for every setting that changed."""
     return [f"{name} {get(current)} (run made with {get(previous)})"
-            for name, get in MUST_MATCH if get(previous) != get(current)]
+            for name, get in must_match() if get(previous) != get(current)]
 
 
-def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
+def check_resumable(previous: RunManifest | None, current: RunManifest,
                     folder: RunFolder) -> None:
     """Refuse to continue ``folder`` with settings that differ from its manifest."""
     if previous is None:
@@ -80,13 +79,12 @@ def check_resumable(previous: Mapping[str, Any] | None, current: Mapping[str, An
                             "--run-id")
 
 
-def merged_tasks(previous: Mapping[str, Any] | None,
-                 current: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def merged_tasks(previous: RunManifest | None,
+                 current: Iterable[SelectedTask]) -> tuple[SelectedTask, ...]:
     """Every task any invocation selected, by id (this invocation's entry wins)."""
-    earlier = previous.get("tasks") if previous else None
-    merged = {t["id"]: dict(t) for t in earlier or [] if isinstance(t, dict) and "id" in t}
-    merged.update({t["id"]: dict(t) for t in current})
-    return [merged[tid] for tid in sorted(merged)]
+    merged = {t.id: t for t in (previous.tasks if previous else ())}
+    merged.update({t.id: t for t in current})
+    return tuple(merged[tid] for tid in sorted(merged))
 
 
 def is_finished(result: TaskResult) -> bool:
@@ -103,11 +101,13 @@ def is_finished(result: TaskResult) -> bool:
 
 
 SELECTION_OPTIONS = ("ids", "subset", "shard", "limit")
-REMEMBERED_SETTINGS = ("jobs", "timeout", "retries", "max_turns", "model", "max_budget_usd",
-                       "verify_rounds", "keep", "keep_db", "thinking_budget", "templates",
-                       "prompts_dir", "skills_dir")
-"""The run settings a resume takes from run.json when the command line leaves them out."""
 """The command-line options that choose tasks; given together or remembered together."""
+
+
+def remembered_settings() -> tuple[options.Setting, ...]:
+    """The settings a resume takes from run.json when the command line leaves them out: every
+    recorded setting of the table whose rule is not :attr:`~.options.Resume.FREE`."""
+    return tuple(s for s in options.recorded() if s.resume is not options.Resume.FREE)
 
 
 def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
@@ -116,7 +116,7 @@ def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
     return {"ids": list(ids) or None, "subset": subset, "shard": shard, "limit": limit}
 
 
-def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
+def remembered(previous: RunManifest | None) -> dict[str, Any]:
     """The options of ``run`` that a resume without them takes from run.json, by the name of
     the option (``None``: nothing recorded, the suite's default applies).
 
@@ -127,17 +127,9 @@ def remembered(previous: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if previous is None:
         return {}
-    settings = previous.get("settings") or {}
-    tasks = sorted(t["id"] for t in previous.get("tasks") or [])
-    request = previous.get("selection") or {}
+    tasks = sorted(previous.task_ids)
+    request = previous.selection or {}
     selection = ({"ids": tasks, "subset": None, "shard": None, "limit": None} if tasks else
                  {k: request.get(k) for k in SELECTION_OPTIONS})
-    mode = settings.get("isolation")
-    options = previous.get("agent_options") or {}
-    return {
-        **selection,
-        "agent": previous.get("agent"),
-        "replay_dir": options.get("replay_dir"),
-        "isolation": mode if mode in ("namespace", "none") else None,
-        **{key: settings.get(key) for key in REMEMBERED_SETTINGS},
-    }
+    kept = {s.name: s.resume_value(previous.setting(s.name)) for s in remembered_settings()}
+    return {**selection, **kept, "replay_dir": previous.agent_options.get("replay_dir")}

@@ -46,13 +46,13 @@ from spider2local.proc.reap import areap
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_machine_fault
-from spider2local.run.folder import RunFolder, now_iso
+from spider2local.run.folder import RunFolder
 from spider2local.run.layout import QUERIES, TRANSCRIPT
+from spider2local.run.manifest import now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
     ErrorKind,
     Stage,
-    Status,
     TaskError,
     TaskResult,
     Usage,
@@ -62,6 +62,8 @@ from spider2local.run.results import (
 from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills
 from spider2local.run.transcript import Transcript
+from spider2local.run.verdict import Verdict
+from spider2local.safepath import UnsafePath
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
@@ -186,10 +188,9 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         await anyio.sleep(wait)
 
 
-async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
-    """Checkpoint and score the workspace database; returns TaskResult fields. What it is
-    scored against is checked first and its gold file once more after (see module doc)."""
-    from spider2local.evaluation import to_json
+async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> Verdict:
+    """Checkpoint and score the workspace database. What it is scored against is checked
+    first and its gold file once more after (see module doc)."""
     from spider2local.evaluation.sandboxed import score_sandboxed
 
     task, ws = state.task, state.ws
@@ -200,13 +201,13 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dic
             with _Stopwatch(state, "checkpoint"):
                 await in_thread(ws_mod.checkpoint_database, ws.database, root=ws.root)
         except OutsideWorkspace as exc:  # the agent's doing: no verdict from that file
-            return {"status": Status.FAILED, "passed": False,
-                    "tables_total": len(task.gold.params.condition_tabs) if task.gold else 0,
-                    "error": TaskError(Stage.CHECKPOINT, ErrorKind.AGENT, str(exc))}
+            return Verdict.refused(TaskError(Stage.CHECKPOINT, ErrorKind.AGENT, str(exc)),
+                                   tables_total=len(task.gold.params.condition_tabs)
+                                   if task.gold else 0)
         except Exception as exc:
             return _error(state, Stage.CHECKPOINT, exc)
     if task.gold is None:
-        return {"status": Status.UNSCORED}
+        return Verdict.unscored()
     progress.stage(task.id, Stage.SCORE)
     try:
         with _Stopwatch(state, "score"):
@@ -220,52 +221,37 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> dic
                 return _integrity_error((moved,))
     except Exception as exc:
         return _error(state, Stage.SCORE, exc)
-    return {"status": Status.PASSED if score.passed else Status.FAILED, "passed": score.passed,
-            "tables_passed": score.tables_passed, "tables_total": score.tables_total,
-            "score": to_json(score)}
+    return Verdict.scored(score)
 
 
-def _integrity_error(changed: Sequence[str]) -> dict[str, Any]:
-    return {"status": Status.ERROR,
-            "error": TaskError(Stage.SCORE, ErrorKind.INTEGRITY, guard.describe(changed))}
+def _integrity_error(changed: Sequence[str]) -> Verdict:
+    return Verdict.errored(TaskError(Stage.SCORE, ErrorKind.INTEGRITY, guard.describe(changed)))
 
 
-def _error(state: _Attempt, stage: Stage, exc: BaseException) -> dict[str, Any]:
+def _error(state: _Attempt, stage: Stage, exc: BaseException) -> Verdict:
     """A stage raised: the task ends with status ``error``, of kind ``infrastructure`` when the
     machine is at fault (re-run by a resume), else ``exception``; traceback in error.txt."""
     keep_traceback(state.artifacts, stage, exc)
     if is_machine_fault(exc):
-        return {"status": Status.ERROR, "error": TaskError(
-            stage, ErrorKind.INFRASTRUCTURE, describe_fault(exc), type(exc).__name__)}
-    return {"status": Status.ERROR,
-            "error": TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__)}
-
-
-def _verdict_with_agent(fields: dict[str, Any], outcome: AgentOutcome,
-                        timed_out: bool) -> dict[str, Any]:
-    """Keep the verdict, mark timeouts, and record the agent's error beside it."""
-    if timed_out:
-        fields = {**fields, "status": Status.TIMEOUT}
-    if (timed_out or outcome.error) and "error" not in fields:
-        kind = ErrorKind.TIMEOUT if timed_out else ErrorKind.INFRASTRUCTURE \
-            if outcome.infrastructure else ErrorKind.AGENT
-        fields["error"] = TaskError(Stage.AGENT, kind, outcome.error or "")
-    return fields
+        return Verdict.errored(TaskError(stage, ErrorKind.INFRASTRUCTURE, describe_fault(exc),
+                                         type(exc).__name__))
+    return Verdict.errored(TaskError(stage, ErrorKind.EXCEPTION, str(exc), type(exc).__name__))
 
 
 async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
-                  timed_out: bool, progress: Progress, watch: guard.Watch) -> dict[str, Any]:
+                  timed_out: bool, progress: Progress, watch: guard.Watch) -> Verdict:
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
-        return {"status": Status.ERROR,
-                "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, outcome.error or "")}
-    fields = _verdict_with_agent(await _score(state, progress, watch), outcome, timed_out)
+        return Verdict.errored(TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE,
+                                         outcome.error or ""))
+    verdict = (await _score(state, progress, watch)).after_agent(
+        outcome.error, timed_out=timed_out, infrastructure=outcome.infrastructure)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
             await in_thread(ws_mod.collect_artifacts, state.ws, keep_db=settings.keep_db)
         except Exception as exc:
             progress.note(state.task.id, f"artifacts not collected: {exc}")
-    return fields
+    return verdict
 
 
 def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
@@ -300,6 +286,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     except OSError as exc:
         progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
         return None
+    except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
+        progress.note(task.id, f"not run: {exc}")
+        return None
     state = _Attempt(task, artifacts, off_limits=watch.off_limits(task))
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(task.id)
@@ -310,9 +299,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
             if unreadable is not None:  # a machine fault (EACCES) or a broken dataset: no agent
                 raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
-            fields = await _finish(state, settings, outcome, timed_out, progress, watch)
+            verdict = await _finish(state, settings, outcome, timed_out, progress, watch)
         except Exception as exc:
-            fields = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
+            verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
             scan = await in_thread(_scan, state, watch)
         if scan.evidence:
@@ -327,7 +316,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
-                            isolation=settings.isolation.value, **fields)
+                            isolation=settings.isolation.value, **verdict.fields())
         try:
             await in_thread(save_result, folder.result_path(task.id), result)
         except OSError as exc:

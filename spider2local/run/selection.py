@@ -13,6 +13,7 @@ tasks" pass rates, which is how the official benchmark counts them.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,29 @@ def subset_ids(data: Dataset, name: str) -> tuple[str, ...]:
     raise UserError(f"unknown subset {name!r}", path=data.suite.path, fix=f"known: {known}")
 
 
+GLOB_CHARS = frozenset("*?[")
+
+
+def expand_globs(data: Dataset, ids: Sequence[str]) -> tuple[str, ...]:
+    """Task ids as given, a shell-style pattern (``'gym*'``, ``'xero_new00?'``) replaced by
+    every id it matches (``fnmatchcase``: ids are case-sensitive folder names). A pattern that
+    matches nothing is one line naming it, as an unknown id is."""
+    out: list[str] = []
+    empty: list[str] = []
+    for tid in ids:
+        if not GLOB_CHARS & set(tid):
+            out.append(tid)
+            continue
+        matched = [known for known in data.ids() if fnmatch.fnmatchcase(known, tid)]
+        if not matched:
+            empty.append(tid)
+        out.extend(matched)
+    if empty:
+        raise UserError(f"no task id matches {', '.join(map(repr, empty))}", path=data.root,
+                        fix="see `spider2local list` for the task ids")
+    return tuple(out)
+
+
 def select_tasks(data: Dataset, ids: Sequence[str] = (), *, subset: str | None = None,
                  shard: Shard | None = None, limit: int | None = None) -> Selection:
     """Resolve the command line's selection against ``data`` (see the module docstring).
@@ -84,7 +108,7 @@ def select_tasks(data: Dataset, ids: Sequence[str] = (), *, subset: str | None =
         raise UserError("give task ids or --subset, not both")
     if limit is not None and limit < 1:
         raise UserError(f"--limit {limit} must be at least 1")
-    wanted = tuple(ids) if ids else subset_ids(data, subset or "all")
+    wanted = expand_globs(data, ids) if ids else subset_ids(data, subset or "all")
     unknown = sorted({tid for tid in wanted if data.get(tid) is None})
     if unknown:
         where = f"subset {subset!r}" if subset else "the command line"

@@ -6,8 +6,8 @@ Kept apart from the runner because the planner (validation before anything start
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +17,32 @@ from spider2local.exceptions import UserError
 from spider2local.resources import prompts_dir, skills_dir
 from spider2local.run.contract import AgentLimits
 from spider2local.sandbox.isolation import IsolationMode
+from spider2local.suite import options
 from spider2local.suite.model import RunDefaults
+
+
+def _default(name: str) -> Any:
+    return options.default(name)
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How every task of one invocation runs (the command line over the suite's defaults)."""
+    """How every task of one invocation runs (the command line over the suite's defaults).
+
+    Each field that the settings table (:mod:`spider2local.suite.options`) declares takes its
+    default from there; a table setting without a field of its own is in :attr:`extra` (read
+    it with :meth:`value`). The rest are resolved or internal: the capabilities and isolation
+    the plan resolved once, the workspace parent and retry backoff tests set."""
 
     agent: str
-    jobs: int = 3
-    timeout: float = 1800.0
+    jobs: int = _default("jobs")
+    timeout: float = _default("timeout")
     """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
-    retries: int = 2
-    max_turns: int = 150
+    retries: int = _default("retries")
+    max_turns: int = _default("max_turns")
     model: str | None = None
-    max_budget_usd: float | None = None
-    verify_rounds: int = 2
+    max_budget_usd: float | None = _default("max_budget_usd")
+    verify_rounds: int = _default("verify_rounds")
     skills: tuple[str, ...] = ()
     keep: bool = False
     keep_db: bool = False
@@ -43,7 +53,7 @@ class RunSettings:
     isolation: IsolationMode = IsolationMode.NONE
     """The isolation every task of this invocation gets, as resolved once by the plan
     (:func:`spider2local.sandbox.isolation.choose_isolation`); never ``auto``."""
-    thinking_budget: int | None = None
+    thinking_budget: int | None = _default("thinking_budget")
     """Extended thinking tokens per reply; None: off. A task's own setting wins."""
     templates: bool = False
     """``--templates``: a starting SQL file for each declared model without one."""
@@ -51,9 +61,32 @@ class RunSettings:
     skills_dir: Path | None = None
     """``--prompts DIR`` / ``--skills DIR``: a kit to use instead of the bundled one (an A/B
     comparison of two kits on the same tasks); None: the bundled folders."""
+    capabilities: Capabilities | None = None
+    """What the agent can do, resolved once (:func:`resolve_capabilities`); ``None`` in a
+    RunSettings made by hand, which resolves it from the name on first use."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Values of table settings that have no field here (recorded in run.json)."""
+
+    def __post_init__(self) -> None:
+        if self.capabilities is None:
+            object.__setattr__(self, "capabilities", resolve_capabilities(self.agent))
+
+    @property
+    def caps(self) -> Capabilities:
+        assert self.capabilities is not None  # set by __post_init__
+        return self.capabilities
+
+    def value(self, name: str) -> Any:
+        """The value of table setting ``name``, field or not."""
+        if name in _FIELDS:
+            return getattr(self, name)
+        return self.extra.get(name, options.default(name))
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("capabilities", "extra")}
+        data.update(self.extra)
+        data["skills"] = list(self.skills)
         data["isolation"] = self.isolation.value
         for key in ("workspace_parent", "prompts_dir", "skills_dir"):
             data[key] = None if data[key] is None else str(data[key])
@@ -71,21 +104,28 @@ class RunSettings:
     @classmethod
     def from_defaults(cls, defaults: RunDefaults, skills: Sequence[str],
                       **overrides: Any) -> RunSettings:
-        """The suite's [run] defaults, with every non-None override (the command line) on top."""
-        base: dict[str, Any] = {
-            "agent": defaults.agent, "jobs": defaults.jobs, "timeout": defaults.timeout,
-            "retries": defaults.retries, "max_turns": defaults.max_turns,
-            "model": defaults.model, "max_budget_usd": defaults.max_budget_usd,
-            "verify_rounds": defaults.verify_rounds, "skills": tuple(skills),
-            "thinking_budget": defaults.thinking_budget}
+        """The suite's [run] defaults, with every non-None override (the command line) on
+        top; every setting of the table has a value (the table's default at worst)."""
+        base: dict[str, Any] = {}
+        for s in options.recorded():
+            base[s.name] = defaults.get(s.name) if s.suite else s.default
+        base.pop("isolation", None)  # the plan resolves the requested isolation to a mode
+        base["skills"] = tuple(skills)
         base.update({k: v for k, v in overrides.items() if v is not None})
-        if not _capabilities(base["agent"]).model:
+        caps = base.get("capabilities") or resolve_capabilities(base["agent"])
+        base["capabilities"] = caps
+        if not caps.model:
             base["model"] = None  # only an agent that calls a model records one, --model or not
-        return cls(**base)
+        extra = {k: base.pop(k) for k in list(base) if k not in _FIELDS and k != "capabilities"}
+        return cls(**base, extra=extra)
 
 
-def _capabilities(agent: str) -> Capabilities:
-    """The agent's declared capabilities. The plan has already refused unknown names; an agent
+_FIELDS = frozenset(f.name for f in fields(RunSettings)) - {"capabilities", "extra"}
+
+
+def resolve_capabilities(agent: str) -> Capabilities:
+    """The agent's declared capabilities, looked up once per invocation (the plan does it;
+    :class:`RunSettings` carries them). The plan has already refused unknown names; an agent
     given to the runner directly (tests, a library user's factory) declares nothing."""
     return capabilities(agent) if agent in agent_names() else Capabilities()
 
@@ -100,12 +140,12 @@ def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:
                        or settings.thinking_budget)
 
 
-def suite_skills(defaults: RunDefaults, agent: str,
+def suite_skills(defaults: RunDefaults, caps: Capabilities,
                  root: Path | None = None) -> tuple[str, ...]:
     """Skills to install: the suite's list, or every folder of ``root`` (default: the bundled
     skills/) holding a SKILL.md when it names none. Only agents that read skills get them; the
     others get a workspace without them."""
-    if not _capabilities(agent).skills:
+    if not caps.skills:
         return ()
     if defaults.skills is not None:
         return defaults.skills
@@ -118,7 +158,7 @@ def suite_skills(defaults: RunDefaults, agent: str,
 
 def task_skills(task: TaskSpec, settings: RunSettings) -> tuple[str, ...]:
     """The run's skills plus the task's own, minus its skip_skills (agents that read skills)."""
-    if not _capabilities(settings.agent).skills:
+    if not settings.caps.skills:
         return ()
     skip = set(task.settings.skip_skills)
     names = [*settings.skills, *task.settings.skills]
@@ -142,7 +182,7 @@ def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: P
     exit 0), and those results then block a resume: a typo must cost one line, not a run.
     ``skip_skills`` are checked too: a misspelt skip silently skips nothing.
     """
-    if not _capabilities(settings.agent).skills:
+    if not settings.caps.skills:
         return
     known = set(available_skills(settings.skills_dir))
     keys = [("run.skills", settings.skills)]

@@ -14,14 +14,18 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 from spider2local.dataset.task import TaskSpec
 from spider2local.proc.reap import reap
-from spider2local.run.settings import RunSettings, suite_skills, task_skills
+from spider2local.proc.tempdirs import make_owned_dir
+from spider2local.run.settings import (
+    RunSettings,
+    resolve_capabilities,
+    suite_skills,
+    task_skills,
+)
 from spider2local.suite.model import RunDefaults
 from spider2local.workspace import prepare as ws_mod
 
@@ -34,7 +38,9 @@ def shell_argv(command: str | None, env: dict[str, str]) -> list[str]:
 def shell_skills(task: TaskSpec, defaults: RunDefaults, agent: str) -> tuple[str, ...]:
     """Exactly the skills ``agent`` gets for ``task`` in a run: the suite's, plus the task's
     own, minus its skip_skills (the runner's own rule, so the two cannot drift apart)."""
-    settings = RunSettings.from_defaults(defaults, suite_skills(defaults, agent), agent=agent)
+    caps = resolve_capabilities(agent)
+    settings = RunSettings.from_defaults(defaults, suite_skills(defaults, caps), agent=agent,
+                                         capabilities=caps)
     return task_skills(task, settings)
 
 
@@ -44,7 +50,7 @@ def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), command: str | Non
     code (128 + N when killed by signal N). The workspace is removed afterwards unless
     ``keep``; processes left running inside it are killed either way."""
     out = out if out is not None else sys.stderr
-    scratch = Path(tempfile.mkdtemp(prefix="spider2local-shell-"))
+    scratch = make_owned_dir("shell")
     ws = ws_mod.prepare_workspace(task, artifacts=scratch / task.id, skills=skills)
     env = dict(ws.env)
     out.write(f"workspace: {ws.project_dir}\nfake date for dbt: {task.date} "

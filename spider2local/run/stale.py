@@ -9,16 +9,20 @@ so before that folder is cleared for a re-run, its workspaces are reaped and del
 And not only then: :func:`recover_run` does it for every unfinished task as soon as any command
 takes the run's lock (``run`` resuming it, ``score RUN_DIR``), so a dbt left running by a
 killed runner does not wait for a resume that may never come, nor for that task to be selected
-again; it also removes the /dev/shm files the killed processes left (:mod:`..proc.shm`).
+again; it also removes the /dev/shm files the killed processes left (:mod:`..proc.shm`), the
+temporary folders they owned (the sandbox's, snapshots, ``shell``'s, named by their owner:
+:mod:`..proc.tempdirs`) and the temporary files of atomic writes a kill cut short.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from spider2local.proc.reap import reap
 from spider2local.proc.shm import remove_leftovers
+from spider2local.proc.tempdirs import orphans, remove_orphans
 from spider2local.run.layout import RESULT, TRANSCRIPT, WORKSPACE_PREFIX, WORKSPACE_RECORD
 from spider2local.workspace.copy import remove_tree
 
@@ -77,5 +81,42 @@ def recover_run(run_root: Path) -> list[Path]:
     for task_dir in task_dirs:
         if not (task_dir / RESULT).exists():
             removed += remove_stale_workspaces(task_dir)
+    for folder in (run_root, *task_dirs):
+        removed += remove_partial_writes(folder)
+    for folder in orphans():  # `shell`'s scratch folder records its workspace as a run does
+        removed += [ws for sub in _subfolders(folder) for ws in remove_stale_workspaces(sub)]
+    removed += remove_orphans()
     remove_leftovers()
+    return removed
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+_PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
+"""What :func:`spider2local.run.results.write_text_atomic` names its temporary file
+(``.run.json.k3j2_x.tmp``): one left only by a kill in the middle of a write."""
+
+
+def remove_partial_writes(folder: Path) -> list[Path]:
+    """Delete the temporary files of atomic writes a killed invocation left in ``folder``
+    (run.json's, a result.json's, a merge's half-copied result). Only under the run's lock,
+    when no live writer can own them; plain files only."""
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        partial = _PARTIAL.match(entry.name) or entry.name == f".{RESULT}.merge"
+        if partial and entry.is_file() and not entry.is_symlink():
+            try:
+                entry.unlink()
+            except OSError:
+                continue
+            removed.append(entry)
     return removed

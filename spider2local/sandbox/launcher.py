@@ -32,13 +32,13 @@ import re
 import shlex
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from spider2local.exceptions import Spider2LocalError
+from spider2local.proc.tempdirs import make_owned_dir
 
 INSIDE_FLAG = "--spider2local-inside"
 """The launcher re-runs itself with this first argument once inside the namespaces."""
@@ -276,7 +276,7 @@ class Launcher:
         extra_ro = [Path(paths) for paths in tools().values()]
         self.spec = SandboxSpec(spec.program, (*spec.read_only, *extra_ro), spec.writable,
                                 spec.hidden, spec.unset_env, spec.extra_system)
-        self.folder = Path(tempfile.mkdtemp(prefix="spider2local-sandbox-", dir=parent))
+        self.folder = make_owned_dir("sandbox", parent)
         try:
             (self.folder / ROOT_NAME).mkdir()
             self.path = self.folder / LAUNCHER_NAME

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import math
+import os
+import stat
 import tomllib
 from enum import StrEnum
 from pathlib import Path
@@ -18,11 +19,9 @@ from typing import Any, TypeVar
 from spider2local.exceptions import SuiteError
 from spider2local.resources import resource_dir
 from spider2local.safepath import NAME_FIX, name_problem
-from spider2local.sandbox.isolation import Isolation
-from spider2local.suite import tomlerror
+from spider2local.suite import options, tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
-    MIN_THINKING_BUDGET,
     SAMPLE,
     Confidence,
     DateMethod,
@@ -39,16 +38,68 @@ def bundled_suite_path() -> Path:
     return resource_dir("tasks.toml")
 
 
+SUITE_FILE = "tasks.toml"
+
+
+def find_suite_file(cwd: Path | None = None) -> Path | None:
+    """The nearest ``tasks.toml`` in ``cwd`` or one of its parents, as pytest, dbt and git
+    search upward: run from ``models/`` of a project, the project's suite one level up is the
+    one meant, and falling back to the bundled sample suite there spent money on the wrong
+    suite. Anything of that name counts (a folder or a FIFO too: loading it then names it,
+    where skipping it ran another suite in silence)."""
+    start = (cwd or Path.cwd()).absolute()
+    for folder in (start, *start.parents):
+        candidate = folder / SUITE_FILE
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
 def default_suite_path(cwd: Path | None = None) -> Path:
-    """``./tasks.toml`` when present, else the embedded default suite."""
-    local = (cwd or Path.cwd()) / "tasks.toml"
-    return local if local.is_file() else bundled_suite_path()
+    """The nearest ``tasks.toml`` (:func:`find_suite_file`), else the embedded default
+    suite."""
+    return find_suite_file(cwd) or bundled_suite_path()
+
+
+MAX_SUITE_BYTES = 16 * 1024 * 1024
+"""A suite file is a few kilobytes (68 tasks with dates and notes: about 20 KB); anything past
+this is not one (``--suite /dev/zero`` read until memory ran out)."""
+
+
+def _read_suite_bytes(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most :data:`MAX_SUITE_BYTES`.
+
+    Opened non-blocking and checked with ``fstat`` on that same descriptor: ``open`` of a FIFO
+    blocks until a writer comes (forever, for ``--suite`` given one), and a check by path
+    before the open could be raced."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise SuiteError("is a folder, not a suite file", path=path,
+                         fix="pass --suite with a tasks.toml file") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SuiteError("is a folder, not a suite file", path=path,
+                             fix="pass --suite with a tasks.toml file")
+        if not stat.S_ISREG(info.st_mode):
+            raise SuiteError("is not a regular file (a FIFO, a device or a socket)", path=path,
+                             fix="pass --suite with a tasks.toml file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_SUITE_BYTES + 1)
+    if len(data) > MAX_SUITE_BYTES:
+        raise SuiteError(f"is larger than {MAX_SUITE_BYTES // (1024 * 1024)} MiB: not a suite "
+                         "file", path=path, fix="pass --suite with a tasks.toml file")
+    return data
 
 
 def load_suite(path: Path) -> Suite:
     """Read and validate a suite file; raise :class:`SuiteError` with a one-line message."""
     try:
-        raw_bytes = path.read_bytes()
+        raw_bytes = _read_suite_bytes(path)
     except FileNotFoundError:
         raise SuiteError("suite file not found", path=path,
                          fix="pass --suite with an existing tasks.toml") from None
@@ -88,26 +139,11 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
 
 
 def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
-    d = RunDefaults()
-    r.keys(tbl, "run.", {"jobs", "timeout", "max_turns", "model", "agent", "retries", "date",
-                         "max_budget_usd", "verify_rounds", "skills", "isolation",
-                         "thinking_budget"})
-    skills = r.get(tbl, "skills", list, None, key="run.skills")
-    return RunDefaults(
-        jobs=r.positive(tbl, "jobs", int, d.jobs, "run.jobs"),
-        timeout=float(r.positive(tbl, "timeout", (int, float), d.timeout, "run.timeout")),
-        max_turns=r.positive(tbl, "max_turns", int, d.max_turns, "run.max_turns"),
-        model=r.get(tbl, "model", str, d.model, key="run.model"),
-        agent=r.get(tbl, "agent", str, d.agent, key="run.agent"),
-        retries=r.non_negative(tbl, "retries", d.retries, "run.retries"),
-        date=r.date(tbl, "date", "run.date") or d.date,
-        max_budget_usd=r.positive(tbl, "max_budget_usd", (int, float), None,
-                                  "run.max_budget_usd"),
-        verify_rounds=r.non_negative(tbl, "verify_rounds", d.verify_rounds, "run.verify_rounds"),
-        skills=None if skills is None else r.strings(skills, "run.skills"),
-        isolation=r.choice(tbl, "isolation", Isolation, "run.") or d.isolation,
-        thinking_budget=r.thinking(tbl, "run.thinking_budget"),
-    )
+    """``[run]``: the keys of the settings table (:mod:`.options`), each through its parser."""
+    table = {s.name: s for s in options.suite_keys()}
+    r.keys(tbl, "run.", set(table))
+    return RunDefaults(**{name: r.parsed(table[name], tbl[name], f"run.{name}")
+                          for name in tbl})
 
 
 def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
@@ -117,7 +153,7 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
                     "thinking_budget"})
     method = r.choice(tbl, "date_method", DateMethod, k)
     solution = r.get(tbl, "solution", str, None, key=k + "solution")
-    timeout = r.positive(tbl, "timeout", (int, float), None, k + "timeout")
+    timeout = r.setting(tbl, "timeout", k)
     return TaskSettings(
         date=r.date(tbl, "date", k + "date"),
         date_method=method,
@@ -130,8 +166,8 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
                               k + "skip_skills"),
         solution=_resolve(r.path, solution) if solution else None,
         timeout=float(timeout) if timeout is not None else None,
-        max_turns=r.positive(tbl, "max_turns", int, None, k + "max_turns"),
-        thinking_budget=r.thinking(tbl, k + "thinking_budget"),
+        max_turns=r.setting(tbl, "max_turns", k),
+        thinking_budget=r.setting(tbl, "thinking_budget", k),
     )
 
 
@@ -188,28 +224,19 @@ class _Reader:
             raise self.error(key or name, f"must be {want}, not {_tname(value)}", None)
         return value
 
-    def positive(self, tbl: dict[str, Any], name: str, typ: Any, default: Any, key: str) -> Any:
-        value = self.get(tbl, name, typ, default, key=key)
-        if value is not None and (value <= 0 or not math.isfinite(value)):
-            # TOML spells nan and inf; neither is a limit, and NaN once reached run.json
-            raise self.error(key, f"must be positive and finite, not {value}", None)
-        return value
+    def parsed(self, setting: options.Setting, value: Any, key: str) -> Any:
+        """``value`` through the setting's parser: the same rule, and the same phrase, as its
+        command-line flag (``run.trials: must be positive, not 0``)."""
+        try:
+            return setting.parse(value, text=False)
+        except ValueError as exc:
+            raise self.error(key, str(exc), None) from None
 
-    def thinking(self, tbl: dict[str, Any], key: str) -> int | None:
-        """Extended thinking tokens: absent means off; the API refuses budgets under
-        :data:`MIN_THINKING_BUDGET`, so such a value fails here, not in every task."""
-        value: int | None = self.get(tbl, "thinking_budget", int, None, key=key)
-        if value is not None and value < MIN_THINKING_BUDGET:
-            raise self.error(key, f"must be at least {MIN_THINKING_BUDGET} tokens, not {value}",
-                             "remove the key to turn extended thinking off")
-        return value
-
-    def non_negative(self, tbl: dict[str, Any], name: str, default: int, key: str) -> int:
-        """An integer count where 0 means "none" (retries, verify rounds), never negative."""
-        value: int = self.get(tbl, name, int, default, key=key)
-        if value < 0:
-            raise self.error(key, f"must be 0 or more, not {value}", None)
-        return value
+    def setting(self, tbl: dict[str, Any], name: str, prefix: str) -> Any:
+        """A task's own value of run setting ``name`` (``None`` when absent)."""
+        if name not in tbl:
+            return None
+        return self.parsed(options.setting(name), tbl[name], prefix + name)
 
     def strings(self, values: list[Any], key: str) -> tuple[str, ...]:
         if not all(isinstance(v, str) for v in values):

@@ -10,17 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from spider2local.sandbox.isolation import Isolation
+from spider2local.suite import options
+from spider2local.suite.options import DEFAULT_DATE as DEFAULT_DATE
+from spider2local.suite.options import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
 
 SAMPLE = "sample"
 """The dataset root value that means "the bundled sample suite"."""
-
-DEFAULT_DATE = dt.date(2024, 9, 15)
-"""Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
-exists); any fixed date beats today's, which makes results drift with the calendar."""
-
-
 
 class DateMethod(StrEnum):
     """How a task's fake date was found (``spider2local.clock.dates`` explains each)."""
@@ -50,32 +48,69 @@ class Confidence(StrEnum):
     LOW = "low"
 
 
-MIN_THINKING_BUDGET = 1024
-"""The Messages API's smallest extended-thinking budget (tokens)."""
-
 BUILTIN_SUBSETS = ("all", "runnable", "has-gold")
 
 
-@dataclass(frozen=True)
 class RunDefaults:
-    """Run settings a suite can set; command-line options override them."""
+    """The suite's ``[run]`` values over the defaults of the settings table
+    (:mod:`.options`): every setting has a value here, whether the suite set it or not.
+    Command-line options override them (:meth:`spider2local.run.settings.RunSettings.
+    from_defaults`). Immutable; typed properties for the settings code reads by name."""
 
-    jobs: int = 3
-    timeout: float = 1800.0
-    max_turns: int = 150
-    """Large Spider2-DBT tasks (a dozen models, fix rounds) need well over 100 turns."""
-    model: str = "claude-sonnet-4-5"
-    agent: str = "claude"
-    retries: int = 2
-    date: dt.date = DEFAULT_DATE
-    max_budget_usd: float | None = None
-    verify_rounds: int = 2
-    skills: tuple[str, ...] | None = None
-    """Skills installed for every task; ``None`` means every skill in ``skills/``."""
-    isolation: Isolation = Isolation.AUTO
-    """The agent sandbox: auto, namespace or none (:mod:`spider2local.sandbox.isolation`)."""
-    thinking_budget: int | None = None
-    """Extended thinking tokens per model reply; ``None`` (the default) turns thinking off."""
+    __slots__ = ("_values",)
+    _values: dict[str, Any]
+
+    def __init__(self, **values: Any) -> None:
+        known = {s.name for s in options.suite_keys()}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise TypeError(f"not suite settings: {', '.join(unknown)}")
+        merged = {s.name: s.default for s in options.suite_keys()}
+        merged.update(values)
+        object.__setattr__(self, "_values", merged)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("RunDefaults is immutable")
+
+    def get(self, name: str) -> Any:
+        """The value of setting ``name`` (its table default when the suite left it out)."""
+        values: dict[str, Any] = self._values
+        return values[name] if name in values else options.default(name)
+
+    def values(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDefaults) and self.values() == other.values()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"RunDefaults({self._values!r})"
+
+    @property
+    def agent(self) -> str:
+        return str(self.get("agent"))
+
+    @property
+    def model(self) -> str:
+        return str(self.get("model"))
+
+    @property
+    def date(self) -> dt.date:
+        value: dt.date = self.get("date")
+        return value
+
+    @property
+    def isolation(self) -> Isolation:
+        return Isolation(self.get("isolation"))
+
+    @property
+    def skills(self) -> tuple[str, ...] | None:
+        """Skills installed for every task; ``None`` means every skill in ``skills/``."""
+        value: tuple[str, ...] | None = self.get("skills")
+        return value
 
 
 @dataclass(frozen=True)

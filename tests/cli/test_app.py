@@ -179,6 +179,37 @@ def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> 
         assert any(line.startswith(f"{mark}  credentials") for line in stdout.splitlines())
 
 
+def test_doctor_checks_what_the_chosen_agent_needs(tmp_path: Path) -> None:
+    """A user without an API key who only wants reference or noop runs got exit 1 from
+    doctor (the suite's agent is claude); ``--agent reference`` needs no key, and the
+    credential line says it is optional and for which agent."""
+    suite = tmp_path / "claude.toml"
+    suite.write_text('schema = 1\n[run]\nagent = "claude"\n')
+    base = ("--suite", str(suite), "doctor", "--no-clock-test")
+    code, stdout, _ = in_process(*base, env=NO_KEYS, cwd=tmp_path)
+    assert code == 1, stdout
+    code, stdout, _ = in_process(*base, "--agent", "reference", env=NO_KEYS, cwd=tmp_path)
+    assert code == 0, stdout
+    line = next(li for li in stdout.splitlines() if li.startswith("warn  credentials"))
+    assert "optional: needed only for --agent claude" in line
+    code, _, stderr = in_process(*base, "--agent", "nosuch", env=NO_KEYS, cwd=tmp_path)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "nosuch" in stderr
+
+
+def test_commands_find_the_suite_upward_from_a_subfolder(tmp_path: Path) -> None:
+    """From a subfolder, `list` used the bundled sample suite instead of the project's
+    tasks.toml one level up."""
+    suite = tmp_path / "tasks.toml"
+    suite.write_text('schema = 1\n[dataset]\nroot = "sample"\n'
+                     '[subsets]\nmine = ["nosuch001"]\n')
+    deep = tmp_path / "project" / "models"
+    deep.mkdir(parents=True)
+    code, _, stderr = in_process("run", "--subset", "mine", "--agent", "noop", env={},
+                                 cwd=deep)
+    # the bundled suite has no subset 'mine' ("unknown subset"): the one upward was read
+    assert code == 2 and "nosuch001" in stderr and "unknown subset" not in stderr, stderr
+
+
 def test_doctor_refuses_a_blank_key_as_run_does(tmp_path: Path) -> None:
     # One rule for "credentials are set": a key of spaces is refused by `run` (exit 2), so
     # doctor must not call it ok (it did: it only asked whether the variable was non-empty).

@@ -158,17 +158,16 @@ def test_noop_passes_both_real_tasks(shared_dataset: Path, tmp_path: Path) -> No
     assert {r["status"] for r in results(tmp_path / "runs" / "real").values()} == {"passed"}
 
 
-def test_reference_skips_tasks_without_a_solution(shared_dataset: Path, tmp_path: Path) -> None:
+def test_reference_without_any_solution_is_refused(shared_dataset: Path, tmp_path: Path) -> None:
     # The real tasks ship no reference solution: scoring their untouched databases would be
-    # reported as a reference "pass" that proves nothing.
+    # reported as a reference "pass" that proves nothing, and skipping every task made a run
+    # that tested nothing and exited 0 (issue 23). One line, exit 2, no run folder.
     proc = cli("run", "--dataset", str(shared_dataset), "--agent", "reference", "--runs-dir",
                "runs", "--run-id", "ref", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert results(tmp_path / "runs" / "ref") == {}
-    manifest = json.loads((tmp_path / "runs" / "ref" / "run.json").read_text())
-    why = "no reference solution (solutions/<id>/ or the suite's solution setting)"
-    assert {t["id"]: t.get("skipped") for t in manifest["tasks"]} == dict.fromkeys(
-        ("mrr001", "playbook001"), why)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "none of the 2 selected tasks has a reference solution" in lines[0]
+    assert not (tmp_path / "runs" / "ref" / "run.json").exists()
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -580,3 +579,57 @@ def test_run_id_alone_resumes_with_the_options_the_run_recorded(tmp_path: Path) 
                   cwd=tmp_path)
     assert changed.returncode == 2
     assert "timeout 78.0 (run made with 77.0)" in changed.stderr
+
+
+def venv_with_unexecutable_dbt(root: Path) -> Path:
+    """A venv of this interpreter and site-packages whose ``bin/dbt`` cannot be executed: its
+    interpreter is a file without execute permission (the shim's ``exec`` exits 126,
+    "Permission denied"), as when the venv's interpreter is unreadable for the user. Returns
+    its python, which the runner takes the real dbt beside."""
+    real = Path(sys.prefix)
+    (root / "bin").mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text((real / "pyvenv.cfg").read_text())
+    (root / "lib").symlink_to(real / "lib")
+    python = root / "bin" / "python"
+    python.symlink_to(Path(sys.executable).resolve())
+    locked = root / "bin" / "python-locked"
+    locked.write_bytes(b"")
+    locked.chmod(0o644)
+    dbt = root / "bin" / "dbt"
+    dbt.write_text(f"#!{locked}\n")
+    dbt.chmod(0o755)
+    return python
+
+
+def test_dbt_that_cannot_be_executed_is_infrastructure_not_a_verdict(tmp_path: Path) -> None:
+    python = venv_with_unexecutable_dbt(tmp_path / "venv")
+    proc = subprocess.run([str(python), "-m", "spider2local", "run", "bakery001", "--agent",
+                           "reference", "--runs-dir", "runs", "--run-id", "x", "--retries", "0"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    found = results(tmp_path / "runs" / "x")["bakery001"]
+    assert found["status"] == "error" and found["passed"] is None, found
+    error = found["error"]
+    assert isinstance(error, dict) and error["kind"] == "infrastructure", error
+    assert "exit 126" in error["message"] and "Permission denied" in error["message"]
+
+
+@pytest.mark.slow  # a reference run of one task, then three re-scores
+def test_score_run_dir_keeps_the_verdict_of_a_damaged_kept_database(tmp_path: Path) -> None:
+    proc = cli("run", "bakery001", "--agent", "reference", "--keep-db", "--runs-dir", "runs",
+               "--run-id", "k", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    kept = tmp_path / "runs" / "k" / "bakery001" / "result.duckdb"
+    before = (kept.parent / "result.json").read_text()
+    assert json.loads(before)["status"] == "passed"
+    good = kept.read_bytes()
+    for damage, named in ((b"not a database at all" * 1000, "is not a DuckDB file"),
+                          (good[:12288] + b"\0" * (len(good) - 12288), "kept database damaged"),
+                          (good[:len(good) // 2 + 1], "is truncated")):
+        kept.write_bytes(damage)
+        score = cli("score", "runs/k", cwd=tmp_path)
+        assert score.returncode == 1 and "Traceback" not in score.stderr, score.stderr
+        assert "bakery001: not re-scorable: kept database damaged: " in score.stderr
+        assert named in score.stderr and "the recorded verdict stays" in score.stderr
+        assert (kept.parent / "result.json").read_text() == before

@@ -182,9 +182,12 @@ def test_real_tasks(shared_dataset: Path) -> None:
     mrr, playbook = data.get("mrr001"), data.get("playbook001")
     assert mrr is not None and playbook is not None
     assert _derive(playbook).method == "clock-independent"
-    d = _derive(mrr)  # the rebuild at the window's first day reproduces the gold
-    assert (d.date, d.method, d.confidence) == (dt.date(2024, 8, 1), "month-spine", "high")
+    d = _derive(mrr)  # the rebuild at the window's first day reproduces the spine's gold
+    assert (d.date, d.method) == (dt.date(2024, 8, 1), "month-spine")
     assert "any date in 2024-08-01..2024-08-31 explains the spine; chose the first" in d.evidence
+    # ... but what is graded (mrr) is the agent's to write: nothing graded was rebuilt
+    assert d.confidence == "medium"
+    assert "graded mrr not shipped (the agent writes it), so not rebuilt" in d.evidence
     quick = _derive(mrr, verify=False)
     assert (quick.date, quick.method) == (dt.date(2024, 8, 1), "month-spine")
     assert "any date in 2024-08-01..2024-08-31 explains it, chose the first" in quick.evidence
@@ -289,3 +292,39 @@ def test_rebuild_measures_the_offset_and_verifies(tmp_path: Path) -> None:
     assert (d.date, d.method, d.confidence) == (dt.date(2024, 3, 10), "verified", "high")
     assert 'gold dim_days.the "day" is a daily spine' in d.evidence
     assert "rebuilding dim_days at 2024-03-10 reproduces its gold table" in d.evidence
+
+
+MONTHS = ("select cast(range as date) as date_month from range(date '2024-01-01', {end}, "
+          "interval 1 month)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("graded_sql", "confidence", "said"), [
+    ("select date_trunc('month', current_date)::date as m", "high",
+     "rebuilding the graded monthly: every date in 2024-09-01..2024-09-30 reproduces gold "
+     "(checked 2024-09-01, 2024-09-30)"),
+    ("select current_date as m", "high",
+     "rebuilding the graded monthly: 2024-09-01 reproduces gold (checked 2024-09-01, "
+     "2024-09-30)"),
+    ("select current_date + 3 as m", "medium",
+     "but rebuilding the graded monthly at 2024-09-01, 2024-09-30 does not reproduce gold"),
+])
+def test_a_verified_spine_is_high_only_when_the_graded_tables_reproduce(
+        tiny_dataset: Callable[..., Path], graded_sql: str, confidence: str, said: str) -> None:
+    """xero001's case: the calendar spine rebuilt at the month's first day matched and the
+    date was labelled "high" though nothing graded was checked. The graded table is rebuilt
+    at both ends of the window, and the window that reproduces gold is named."""
+    root = tiny_dataset("x001", gold_tables={
+        "util_months": MONTHS.format(end="date '2024-09-02'"),
+        "monthly": "select date '2024-09-01' as m"}, evaluation={
+        "func": "duckdb_match", "parameters": {
+            "gold": "shop.duckdb", "condition_tabs": ["monthly"], "condition_cols": [[]],
+            "ignore_orders": [True]}})
+    models = root / "examples" / "x001" / "models"
+    (models / "util_months.sql").write_text(MONTHS.format(end="current_date + 1"))
+    (models / "monthly.sql").write_text(graded_sql)
+    task = load_dataset(Suite(root / "tasks.toml", root)).get("x001")
+    assert task is not None
+    d = _derive(task)
+    assert (d.date, d.method) == (dt.date(2024, 9, 1), "month-spine"), d.evidence
+    assert d.confidence == confidence and said in d.evidence, d.evidence

@@ -16,6 +16,7 @@ from spider2local.dataset.load import load_dataset
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
 from spider2local.suite.model import Suite
+from tests.cli.test_app import run_cli
 from tests.helpers import make_duckdb
 
 TASKS = ("shop001", "bank001", "misnamed001", "nogold001")
@@ -219,3 +220,46 @@ def test_forced_gold_as_start_names_each_replacement_and_warns(tmp_path: Path) -
                                "byte-identical") for line in lines)
     again = setup_dataset(root, gold, None, force=True)  # already identical before: no warning
     assert again.now_identical == () and not any("WARNING" in x for x in again.lines())
+
+
+def _corrupt_crc(archive: Path, member: str) -> None:
+    """Flip one byte of a stored member's data: its CRC no longer matches."""
+    with zipfile.ZipFile(archive) as zf:
+        info = zf.getinfo(member)
+    data = bytearray(archive.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start + info.file_size // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["not duckdb", "bad crc", "cut short"])
+def test_setup_never_replaces_a_good_database_with_a_bad_member(tmp_path: Path,
+                                                                damage: str) -> None:
+    """Through the CLI: the good start database in place stays byte for byte, the member is
+    named with the reason (exit 1, no traceback), and no temporary file is left beside it."""
+    root = _checkout(tmp_path)
+    start, gold = _zips(tmp_path)
+    setup_dataset(root, start, gold)
+    target = root / "examples" / "shop001" / "shop.duckdb"
+    good = target.read_bytes()
+    bad = tmp_path / "bad" / "DBT_start_db.zip"
+    bad.parent.mkdir()
+    member = "shop001/shop.duckdb"
+    with zipfile.ZipFile(bad, "w", compression=zipfile.ZIP_STORED) as zf:
+        if damage == "not duckdb":
+            zf.writestr(member, b"<html>Google Drive: quota exceeded</html>" * 100)
+        elif damage == "cut short":
+            zf.writestr(member, good[:len(good) // 2 + 100])
+        else:
+            zf.writestr(member, good[:-1] + b"\x01")  # differs, so it would be written
+    if damage == "bad crc":
+        _corrupt_crc(bad, member)
+    proc = run_cli("setup", "--spider2", str(root), "--start-zip", str(bad), cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert target.read_bytes() == good
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("BAD "))
+    assert str(target) in line and "the file already there was kept" in line
+    reason = {"not duckdb": "not a DuckDB file", "bad crc": "Bad CRC-32",
+              "cut short": "truncated"}[damage]
+    assert reason in line, line
+    assert sorted(p.name for p in target.parent.iterdir() if "shop" in p.name) == ["shop.duckdb"]

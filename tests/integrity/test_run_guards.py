@@ -28,6 +28,7 @@ from spider2local.run.results import ErrorKind, Status
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
+from tests.helpers import manifest_json
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_fingerprints_are_in_run_json_and_clean_tasks_say_clean(
         data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
     run(data, folder)
-    manifest = folder.read_manifest()
+    manifest = manifest_json(folder)
     assert manifest is not None and manifest["manifest_version"] == 2
     recorded = guard.Fingerprints.from_json(manifest["integrity"])
     assert recorded is not None and set(recorded.tasks) == {"t1", "t2"}
@@ -124,6 +125,6 @@ def test_rescore_refuses_changed_gold_unless_accepted(data: Dataset, tmp_path: P
         rescore_run(folder, data)
     done = rescore_run(folder, data, accept_changes=True)
     assert {d.task_id for d in done if d.result is not None} == {"t1", "t2"}
-    manifest = folder.read_manifest()
+    manifest = manifest_json(folder)
     assert manifest is not None and "accepted_changes_at" in manifest["integrity"]
     assert rescore_run(folder, data)  # today's files are now the reference

@@ -15,7 +15,8 @@ from spider2local.dataset.load import load_dataset
 from spider2local.report.jsonout import report_json
 from spider2local.report.summary import NotAttempted, load_report
 from spider2local.report.terminal import render_terminal as render_report
-from spider2local.run.folder import RunFolder, SelectedTask, build_manifest
+from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
@@ -37,7 +38,7 @@ def write_run(root: Path) -> RunFolder:
     tasks = [SelectedTask("a", "2024-09-15", 2), SelectedTask("b", "2024-09-15", 3),
              SelectedTask("c", "2024-09-15", 1), SelectedTask("d", "2024-09-15", 2),
              SelectedTask("e", "", 4, "excluded: broken gold")]
-    folder.write_manifest(build_manifest(
+    folder.write_manifest(RunManifest.begin(
         run_id="r1", agent="claude", settings={}, suite_path=root / "tasks.toml",
         suite_sha256="x", dataset_root=root, tasks=tasks, previous=None))
 

@@ -11,16 +11,9 @@ from pathlib import Path
 import pytest
 
 from spider2local.exceptions import UserError
-from spider2local.run.folder import (
-    RunFolder,
-    SelectedTask,
-    build_manifest,
-    finish_manifest,
-    new_run_id,
-    open_run_dir,
-    tree_sha256,
-)
+from spider2local.run.folder import RunFolder, new_run_id, open_run_dir
 from spider2local.run.layout import WORKSPACE_PREFIX as PREFIX
+from spider2local.run.manifest import RunManifest, SelectedTask, tree_sha256
 from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.stale import recorded_workspaces
 from spider2local.safepath import UnsafePath
@@ -32,8 +25,8 @@ def result(task_id: str, status: Status = Status.PASSED) -> TaskResult:
                       finished_at="2024-01-01T00:00:01+00:00", passed=status is Status.PASSED)
 
 
-def manifest(folder: RunFolder, previous: dict[str, object] | None = None) -> dict[str, object]:
-    return build_manifest(run_id=folder.run_id, agent="noop", settings={"jobs": 2},
+def manifest(folder: RunFolder, previous: RunManifest | None = None) -> RunManifest:
+    return RunManifest.begin(run_id=folder.run_id, agent="noop", settings={"jobs": 2},
                           suite_path=Path("/x/tasks.toml"), suite_sha256="abc",
                           dataset_root=Path("/data"),
                           tasks=[SelectedTask("a", "2024-09-15", 2),
@@ -55,17 +48,19 @@ def test_manifest_records_versions_hashes_selection_and_sessions(tmp_path: Path)
     folder.write_manifest(first)
     data = folder.read_manifest()
     assert data is not None
-    assert data["versions"]["duckdb"] and data["versions"]["dbt-core"]
-    assert data["suite"] == {"path": "/x/tasks.toml", "sha256": "abc"}
-    assert [t["id"] for t in data["tasks"]] == ["a", "b"]
-    assert data["tasks"][1]["skipped"] == "excluded: broken"
-    done = finish_manifest(data, interrupted=True)
-    assert done["interrupted"] is True and done["finished_at"]
-    assert done["sessions"][-1]["interrupted"] is True
+    assert data == first  # what is written reads back as it was
+    raw = data.to_json()
+    assert raw["versions"]["duckdb"] and raw["versions"]["dbt-core"]
+    assert raw["suite"] == {"path": "/x/tasks.toml", "sha256": "abc"}
+    assert [t["id"] for t in raw["tasks"]] == ["a", "b"]
+    assert raw["tasks"][1]["skipped"] == "excluded: broken"
+    done = data.finish(interrupted=True)
+    assert done.interrupted is True and done.finished_at
+    assert done.sessions[-1].interrupted is True
     # A resume keeps the first start time and adds a session.
     second = manifest(folder, previous=done)
-    assert second["started_at"] == first["started_at"]
-    assert len(second["sessions"]) == 2 and second["sessions"][1]["finished_at"] is None
+    assert second.started_at == first.started_at
+    assert len(second.sessions) == 2 and second.sessions[1].finished_at is None
 
 
 def test_results_skip_half_written_and_foreign_files(tmp_path: Path) -> None:
@@ -176,7 +171,10 @@ def test_task_dir_stays_inside_the_run_folder(tmp_path: Path) -> None:
     folder.root.mkdir()
     assert folder.task_dir("a001") == folder.root / "a001"
     (folder.root / "out").symlink_to(tmp_path)
-    for bad in ("../x", "..", "a/b", "out"):
+    for bad in ("../x", "..", "a/b"):
         with pytest.raises(UnsafePath):
             folder.reset_task(bad)
+    # A task folder that is a link: the link goes (never what it points to), a real one comes.
+    made = folder.reset_task("out")
+    assert made == folder.root / "out" and made.is_dir() and not made.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -13,11 +13,12 @@ import pytest
 
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
-from spider2local.run.folder import RunFolder, manifest_problem
+from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import manifest_problem
 from spider2local.run.merge import merge_runs
 from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.resume import remembered
-from tests.helpers import ReferenceRun
+from tests.helpers import ReferenceRun, manifest_json
 
 MANIFEST: dict[str, Any] = {
     "run_id": "r", "agent": "noop", "model": None, "suite": {"path": "/s", "sha256": "s"},
@@ -52,7 +53,7 @@ def test_shards_join_into_a_run_that_reports_and_resumes(tmp_path: Path) -> None
                  finished_at="2026-01-01T02:00:00+00:00")
     merged = merge_runs([a, b], RunFolder(tmp_path / "m" / "r"))
     assert merged.notes == ()
-    manifest = merged.into.read_manifest()
+    manifest = manifest_json(merged.into)
     assert manifest is not None and manifest_problem(manifest) is None
     assert [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
     assert manifest["finished_at"] == "2026-01-01T02:00:00+00:00"
@@ -60,7 +61,8 @@ def test_shards_join_into_a_run_that_reports_and_resumes(tmp_path: Path) -> None
     assert [m["kept"] for m in manifest["merged_from"]] == [["t1"], ["t2"]]
     report = load_report(merged.into)
     assert (report.rates.tasks_passed, report.rates.tasks_total) == (1, 2)
-    assert remembered(manifest)["ids"] == ["t1", "t2"]  # run --run-id resumes the whole run
+    # run --run-id resumes the whole run
+    assert remembered(merged.into.read_manifest())["ids"] == ["t1", "t2"]
     assert not (merged.into.root / ".lock").exists()
 
 
@@ -92,7 +94,7 @@ def test_different_experiments_are_refused_unless_forced(tmp_path: Path,
     assert not (tmp_path / "m").exists()
     merged = merge_runs([a, b], RunFolder(tmp_path / "m" / "r"), force=True)
     assert merged.notes[0].startswith("forced: ")
-    manifest = merged.into.read_manifest()
+    manifest = manifest_json(merged.into)
     assert manifest is not None and manifest["merge_differences"]
 
 

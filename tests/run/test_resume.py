@@ -17,12 +17,16 @@ from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.resume import MUST_MATCH, check_resumable, differences, merged_tasks
+from spider2local.run.resume import check_resumable, differences, merged_tasks, must_match
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
+from tests.helpers import manifest_json
+
+M = RunManifest.from_json
 
 BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s"},
                         "prompts_sha256": "p", "skills_sha256": "k",
@@ -46,16 +50,16 @@ BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s
 def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
                                                   name: str) -> None:
     current = {**BASE, **change}
-    assert [d.split(" (")[0].rsplit(" ", 1)[0] for d in differences(BASE, current)] == [name]
+    assert [d.split(" (")[0].rsplit(" ", 1)[0] for d in differences(M(BASE), M(current))] == [name]
     with pytest.raises(UserError, match=f"cannot be resumed with different settings: {name}"):
-        check_resumable(BASE, current, RunFolder.at(tmp_path, "r"))
-    assert name in [n for n, _ in MUST_MATCH]
+        check_resumable(M(BASE), M(current), RunFolder.at(tmp_path, "r"))
+    assert name in [n for n, _ in must_match()]
 
 
 def test_same_settings_or_a_new_run_are_fine(tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path, "r")
-    check_resumable(None, BASE, folder)
-    check_resumable(BASE, {**BASE, "settings": {**BASE["settings"], "jobs": 4}}, folder)
+    check_resumable(None, M(BASE), folder)
+    check_resumable(M(BASE), M({**BASE, "settings": {**BASE["settings"], "jobs": 4}}), folder)
 
 
 def test_isolation_compared_is_the_mode_used_and_old_runs_had_none(tmp_path: Path) -> None:
@@ -64,10 +68,10 @@ def test_isolation_compared_is_the_mode_used_and_old_runs_had_none(tmp_path: Pat
     folder = RunFolder.at(tmp_path, "r")
     sandboxed = {**BASE, "settings": {**BASE["settings"], "isolation": "namespace"}}
     unisolated = {**BASE, "settings": {**BASE["settings"], "isolation": "none"}}
-    check_resumable(BASE, unisolated, folder)
-    check_resumable(sandboxed, sandboxed, folder)
+    check_resumable(M(BASE), M(unisolated), folder)
+    check_resumable(M(sandboxed), M(sandboxed), folder)
     with pytest.raises(UserError, match="isolation none \\(run made with namespace\\)"):
-        check_resumable(sandboxed, unisolated, folder)
+        check_resumable(M(sandboxed), M(unisolated), folder)
 
 
 def test_a_reference_run_made_before_isolation_was_recorded_still_resumes(
@@ -76,16 +80,16 @@ def test_a_reference_run_made_before_isolation_was_recorded_still_resumes(
     ran without a sandbox too, so the two are the same experiment."""
     folder = RunFolder.at(tmp_path, "r")
     not_needed = {**BASE, "settings": {**BASE["settings"], "isolation": "not-needed"}}
-    check_resumable(BASE, not_needed, folder)
-    check_resumable(not_needed, BASE, folder)
+    check_resumable(M(BASE), M(not_needed), folder)
+    check_resumable(M(not_needed), M(BASE), folder)
 
 
 def test_merged_tasks_keep_earlier_selections() -> None:
-    previous = {"tasks": [{"id": "b", "tables": 1}, {"id": "a", "tables": 2}]}
-    merged = merged_tasks(previous, [{"id": "c", "tables": 3}, {"id": "a", "tables": 5}])
-    assert merged == [{"id": "a", "tables": 5}, {"id": "b", "tables": 1},
-                      {"id": "c", "tables": 3}]
-    assert merged_tasks(None, [{"id": "x"}]) == [{"id": "x"}]
+    previous = M({"tasks": [{"id": "b", "tables": 1}, {"id": "a", "tables": 2}]})
+    merged = merged_tasks(previous, [SelectedTask("c", tables=3), SelectedTask("a", tables=5)])
+    assert merged == (SelectedTask("a", tables=5), SelectedTask("b", tables=1),
+                      SelectedTask("c", tables=3))
+    assert merged_tasks(None, [SelectedTask("x")]) == (SelectedTask("x"),)
 
 
 @pytest.fixture
@@ -121,7 +125,7 @@ def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
     execute(data, folder, ["t1"])
     second = execute(data, folder, ["t2"])
     assert list(second.ran) == ["t2"]
-    manifest = folder.read_manifest()
+    manifest = manifest_json(folder)
     assert manifest is not None and [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
     assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]
 
@@ -131,7 +135,7 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
     """``--prompts DIR`` / ``--skills DIR``: their hashes go into run.json in place of the
     bundled folders', so an A/B of two kits cannot be mixed in one run folder."""
     from spider2local.resources import prompts_dir, skills_dir
-    from spider2local.run.folder import tree_sha256
+    from spider2local.run.manifest import tree_sha256
 
     kit = tmp_path / "kit"
     shutil.copytree(prompts_dir(), kit / "prompts")
@@ -139,7 +143,7 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
     (kit / "prompts" / "agent.md").write_text("Another kit.\n")
     folder = RunFolder.at(tmp_path / "runs", "r")
     execute(data, folder, ["t1"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
-    manifest = folder.read_manifest()
+    manifest = manifest_json(folder)
     assert manifest is not None
     assert manifest["prompts_sha256"] == tree_sha256(kit / "prompts") != tree_sha256(prompts_dir())
     assert manifest["skills_sha256"] == tree_sha256(skills_dir())  # same content, same hash
@@ -179,15 +183,15 @@ def test_remembered_options_come_from_the_manifest() -> None:
                 "tasks": [{"id": "b"}, {"id": "a"}],
                 "selection": {"ids": None, "subset": "smoke", "shard": "1/2", "limit": None},
                 "settings": {**BASE["settings"], "isolation": "not-needed", "keep_db": True}}
-    got = remembered(manifest)
+    got = remembered(M(manifest))
     # the union of what the run selected, whatever request chose it first
     assert (got["ids"], got["subset"], got["shard"]) == (["a", "b"], None, None)
     assert got["replay_dir"] == "/r" and got["agent"] == "replay" and got["keep_db"] is True
     assert got["isolation"] is None and got["timeout"] == 60.0 and got["jobs"] == 1
-    empty = remembered({**manifest, "tasks": []})  # an empty shard stays empty
+    empty = remembered(M({**manifest, "tasks": []}))  # an empty shard stays empty
     assert (empty["ids"], empty["subset"], empty["shard"]) == (None, "smoke", "1/2")
     sandboxed = {**manifest, "settings": {**BASE["settings"], "isolation": "namespace"}}
-    assert remembered(sandboxed)["isolation"] == "namespace"
+    assert remembered(M(sandboxed))["isolation"] == "namespace"
     assert remembered(None) == {}
 
 

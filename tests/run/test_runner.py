@@ -35,7 +35,7 @@ from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from tests.helpers import hold_lock, tiny_disk_prefix
+from tests.helpers import hold_lock, manifest_json, tiny_disk_prefix
 
 
 def quiet() -> Progress:
@@ -329,7 +329,7 @@ def test_execute_run_resumes_without_redoing_finished_tasks(
     assert folder.load_result("t1") == first.ran["t1"]
     assert "stale" not in (folder.task_dir("t2") / "transcript.jsonl").read_text()
     assert not (folder.task_dir("t2") / "dbt").exists()
-    manifest = folder.read_manifest()
+    manifest = manifest_json(folder)
     assert manifest is not None and len(manifest["sessions"]) == 2
     assert manifest["interrupted"] is False and manifest["finished_at"]
 

@@ -120,3 +120,15 @@ def test_twenty_thousand_ids_keep_order_duplicates_and_shards(tmp_path_factory:
     assert sorted(tid for shard in shards for tid in shard) == ids
     assert shards[2][:2] == (ids[2], ids[9])
     assert select_tasks(big, shard=Shard(3, 7), limit=3).ids == (ids[2], ids[9], ids[16])
+
+
+def test_shell_style_globs_select_task_ids(data: Dataset) -> None:
+    """``'t0*'`` and ``'t0[12]'`` select by pattern (main refused them as unknown ids); a
+    pattern matching nothing is one line naming it; a plain id is still exact."""
+    assert [t.id for t in select_tasks(data, ["t0[12]"]).tasks] == ["t01", "t02"]
+    assert select_tasks(data, ["t0*"]).ids == tuple(sorted(IDS))
+    assert [t.id for t in select_tasks(data, ["t0?", "t01"], limit=2).tasks] == ["t01", "t02"]
+    with pytest.raises(UserError, match="no task id matches 'gym\\*'"):
+        select_tasks(data, ["gym*"])
+    with pytest.raises(UserError, match="unknown task id"):
+        select_tasks(data, ["t0"])

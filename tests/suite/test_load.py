@@ -43,7 +43,7 @@ smoke = ["a001"]
 """)
     suite = load_suite(path)
     assert suite.dataset == (tmp_path / "data" / "spider2-dbt").resolve()
-    assert suite.defaults.jobs == 2 and suite.defaults.timeout == 600.0
+    assert suite.defaults.get("jobs") == 2 and suite.defaults.get("timeout") == 600.0
     assert suite.defaults.date == dt.date(2024, 9, 1)
     assert suite.defaults.skills == ("dbt-workflow",)
     assert suite.settings("a001").date == dt.date(2024, 8, 27)
@@ -58,7 +58,7 @@ smoke = ["a001"]
 def test_defaults_and_dataset_override(tmp_path: Path) -> None:
     suite = load_suite(write(tmp_path, "schema = 1\n"))
     assert suite.dataset == SAMPLE
-    assert suite.defaults.jobs == 3
+    assert suite.defaults.get("jobs") == 3
     assert suite.with_dataset(str(tmp_path)).dataset == tmp_path
     assert suite.with_dataset("sample").dataset == SAMPLE
 
@@ -123,7 +123,7 @@ def test_isolation_defaults_to_auto_and_is_read(tmp_path: Path) -> None:
 
 def test_zero_retries_and_verify_rounds_are_allowed(tmp_path: Path) -> None:
     suite = load_suite(write(tmp_path, "[run]\nretries = 0\nverify_rounds = 0\n"))
-    assert (suite.defaults.retries, suite.defaults.verify_rounds) == (0, 0)
+    assert (suite.defaults.get("retries"), suite.defaults.get("verify_rounds")) == (0, 0)
 
 
 def test_missing_suite_file(tmp_path: Path) -> None:
@@ -137,14 +137,29 @@ def test_default_suite_prefers_local_tasks_toml(tmp_path: Path) -> None:
     assert default_suite_path(tmp_path) == local
 
 
+def test_the_nearest_tasks_toml_upward_is_the_suite(tmp_path: Path) -> None:
+    """From a subfolder the project's suite one or more levels up is used, as pytest, dbt and
+    git search upward (main fell back to the bundled sample suite and ran the wrong tasks);
+    the nearest one wins."""
+    deep = tmp_path / "project" / "models" / "staging"
+    deep.mkdir(parents=True)
+    assert default_suite_path(deep) == bundled_suite_path()
+    top = write(tmp_path, "schema = 1\n")
+    assert default_suite_path(deep) == top
+    nearer = tmp_path / "project" / "tasks.toml"
+    nearer.write_text("schema = 1\n")
+    assert default_suite_path(deep) == nearer
+
+
 def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> None:
     """Extended thinking is off unless asked for; large tasks get 150 turns by default; a
     task's own setting wins over the run's (what the runner hands the agent)."""
     from spider2local.run.settings import RunSettings, limits_for
 
     default = load_suite(write(tmp_path, "schema = 1\n"))
-    assert default.defaults.thinking_budget is None and default.defaults.max_turns == 150
-    assert load_suite(bundled_suite_path()).defaults.max_turns == 150
+    assert default.defaults.get("thinking_budget") is None
+    assert default.defaults.get("max_turns") == 150
+    assert load_suite(bundled_suite_path()).defaults.get("max_turns") == 150
     suite = load_suite(write(tmp_path, "[run]\nthinking_budget = 2048\n"
                                        "[tasks.big]\nthinking_budget = 8000\nmax_turns = 300\n"))
     settings = RunSettings.from_defaults(suite.defaults, (), agent="noop")

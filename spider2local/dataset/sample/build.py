@@ -79,7 +79,13 @@ def ensure_built(cache_dir: Path | None = None) -> Path:
         raise DatasetError(f"cannot create the sample cache: {exc.strerror}", path=parent,
                            fix="set SPIDER2LOCAL_CACHE to a writable folder") from None
     try:
-        _build_into(tmp)
+        try:
+            _build_into(tmp)
+        except (OSError, duckdb.Error) as exc:  # a full or read-only cache disk: one line
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise DatasetError(f"cannot build the sample suite: {why}", path=parent,
+                               fix="free space there, or set SPIDER2LOCAL_CACHE to a "
+                                   "writable folder with room") from None
         _publish(tmp, root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
