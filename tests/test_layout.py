@@ -75,8 +75,9 @@ def test_agents_is_a_leaf_reached_only_through_its_registry() -> None:
     assert offenders == []
 
 
-def test_click_only_in_cli_and_the_sdk_only_in_agents_claude() -> None:
-    owners = {"click": "spider2local.cli", "claude_agent_sdk": "spider2local.agents.claude"}
+def test_click_only_in_cli_the_sdk_only_in_agents_claude_mcp_only_in_the_tool_server() -> None:
+    owners = {"click": "spider2local.cli", "claude_agent_sdk": "spider2local.agents.claude",
+              "mcp": "spider2local.dbtools.server", "mcp_types": "spider2local.dbtools.server"}
     offenders = [f"{name} imports {target}"
                  for name, path in modules().items()
                  for target in imports(name, path, top_level_only=False)
@@ -127,7 +128,8 @@ def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -
     # Every CLI call and every query child pays its imports: the loader must not drag in the
     # scorer's pandas (0.3 s) nor the Claude SDK. `evaluation` loads its public names lazily.
     assert heavy_imports(["spider2local.cli.app", "spider2local.dataset.load",
-                          "spider2local.cli.listing", "spider2local.agents.claude.dbtools"],
+                          "spider2local.cli.listing", "spider2local.dbtools.query",
+                          "spider2local.dbtools.config"],
                          ["pandas", "claude_agent_sdk", "dbt"]) == []
     from spider2local import evaluation
 

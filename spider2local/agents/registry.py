@@ -6,11 +6,19 @@ solution or credentials) is asked of the agent's class through :func:`capabiliti
 decided by comparing names. Each agent module is imported only when its name is asked for, so
 ``make_agent("noop")`` never imports claude_agent_sdk and ``spider2local --help`` imports no
 agent at all.
+
+Three ways to name an agent: a built-in name (:data:`_BUILT_IN`), the name of an entry point in
+the :data:`ENTRY_POINT_GROUP` group of an installed package (a plugin), or ``package.module:Class``
+(any importable class). Plugins are held to the same contract (:mod:`spider2local.run.contract`:
+a ``name`` and an ``async def run(self, ctx)``) and declare their :class:`Capabilities` on the
+class as the built-in agents do; one that fails to import or lacks the contract is one line
+naming it (exit 2), never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,8 +36,10 @@ _BUILT_IN: dict[str, str] = {
     "reference": "spider2local.agents.reference:ReferenceAgent",
     "replay": "spider2local.agents.replay:ReplayAgent",
     "claude": "spider2local.agents.claude.session:ClaudeAgent",
+    "command": "spider2local.agents.command:CommandAgent",
 }
 """``module:class`` of every built-in agent, imported on first use."""
+BUILT_IN_AGENTS = tuple(sorted(_BUILT_IN))
 
 
 @dataclass(frozen=True)
@@ -72,17 +82,89 @@ class ApiStatus:
     detail: str
 
 
+ENTRY_POINT_GROUP = "spider2local.agents"
+"""The entry-point group third-party agent packages register their classes in."""
+
+
+def _plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """The installed plugins by name (a built-in name always wins: a plugin cannot hide one)."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if ep.name not in _BUILT_IN}
+
+
 def agent_names() -> tuple[str, ...]:
-    return tuple(sorted(_BUILT_IN))
+    """Built-in agents and installed plugins (``module:Class`` names are not listed)."""
+    return tuple(sorted({*_BUILT_IN, *_plugins()}))
+
+
+def is_agent_name(name: str) -> bool:
+    """Whether ``name`` names an agent at all (without importing it)."""
+    return name in _BUILT_IN or ":" in name or name in _plugins()
 
 
 def agent_class(name: str) -> AgentFactory:
-    """The class (or factory) behind ``name``, importing its module on first use."""
-    if name not in _BUILT_IN:
-        raise UserError(f"unknown agent {name!r}", fix=f"choose from: {', '.join(agent_names())}")
-    module, _, attr = _BUILT_IN[name].partition(":")
-    factory: AgentFactory = getattr(importlib.import_module(module), attr)
+    """The class (or factory) behind ``name``, importing its module on first use; checked
+    against the contract (raises a one-line :class:`UserError` naming the agent)."""
+    if name in _BUILT_IN:
+        return _load(name, _BUILT_IN[name])
+    plugin = _plugins().get(name)
+    if plugin is not None:
+        return _load(name, plugin.value, entry_point=True)
+    if ":" in name:
+        return _load(name, name)
+    raise UserError(f"unknown agent {name!r}",
+                    fix=f"choose from: {', '.join(agent_names())}; or name a class as "
+                        "package.module:Class, or install a package with a "
+                        f"{ENTRY_POINT_GROUP!r} entry point")
+
+
+def _load(name: str, target: str, *, entry_point: bool = False) -> AgentFactory:
+    module, _, attr = target.partition(":")
+    where = f"agent {name!r}" + (f" (entry point {ENTRY_POINT_GROUP}: {target})"
+                                 if entry_point else "")
+    if not module or not attr:
+        raise UserError(f"{where}: {target!r} is not package.module:Class",
+                        fix="name the class as package.module:Class")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except ImportError as exc:
+        raise UserError(f"{where} could not be imported: {type(exc).__name__}: {exc}",
+                        fix="install the package that provides it, or fix its module path"
+                        ) from None
+    except AttributeError:
+        raise UserError(f"{where}: module {module!r} has no {attr!r}",
+                        fix="check the class name after the ':'") from None
+    except Exception as exc:  # a plugin's own import-time bug: its fault, one line
+        raise UserError(f"{where} failed while importing: {type(exc).__name__}: {exc}",
+                        fix="fix the plugin (run python -c 'import "
+                            f"{module}' to see the traceback)") from None
+    problem = contract_problem(found)
+    if problem is not None:
+        raise UserError(f"{where} does not implement the agent contract: {problem}",
+                        fix="see README, 'Agents as plugins': a class with a name and "
+                            "async def run(self, ctx) -> AgentOutcome")
+    factory: AgentFactory = found
     return factory
+
+
+def contract_problem(factory: Any) -> str | None:
+    """What keeps ``factory`` from being an agent class (None: nothing). Checked on the class,
+    before any instance exists, so a broken plugin fails before the run starts."""
+    if not callable(factory):
+        return f"{factory!r} is not a class"
+    run = getattr(factory, "run", None)
+    if run is None:
+        return "it has no run method"
+    if not inspect.iscoroutinefunction(run):
+        return "its run method is not async (async def run(self, ctx))"
+    if inspect.isclass(factory) and not isinstance(getattr(factory, "name", None), str):
+        return "it has no name (a class attribute: name = '...')"
+    found = getattr(factory, "capabilities", None)
+    if found is not None and not isinstance(found, Capabilities):
+        return "its capabilities attribute is not a spider2local Capabilities"
+    return None
 
 
 def capabilities(name: str) -> Capabilities:

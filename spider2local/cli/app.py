@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
-from spider2local.agents.registry import agent_names
 from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
@@ -143,6 +142,33 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
+class SettingType(click.ParamType):  # type: ignore[type-arg]
+    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
+    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
+    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
+
+    def __init__(self, setting: options.Setting) -> None:
+        self.setting = setting
+        self.name = setting.parser.metavar.lower() or "value"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        parser = self.setting.parser
+        if isinstance(parser, options.Choice):
+            return "[" + "|".join(parser.choices()) + "]"
+        return parser.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.setting.parse(value, text=True)
+        except ValueError as exc:
+            raise UserError(f"{self.setting.option}: {exc}",
+                            fix=f"see `spider2local run --help` for {self.setting.option}"
+                            ) from None
+
+
 @cli.command("list")
 @global_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -150,7 +176,11 @@ def _echo_json(data: Any) -> None:
               help="Instead of the tasks: the N shards `run --shard K/N` would run (with "
                    "--json: a GitHub Actions matrix).")
 @click.option("--subset", help="With --shards: shard this subset (as `run --subset`).")
-def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
+@click.option("--trials", type=SettingType(options.setting("trials")), default=None,
+              help="With --shards: the trials each shard's job runs (`run --trials K`), in "
+                   "every row of the matrix.")
+def list_cmd(as_json: bool, shards: int | None, subset: str | None,
+             trials: int | None) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
     from spider2local.cli.listing import listing_json, listing_text, shard_matrix, shard_text
     from spider2local.clock.dates import undated_warning
@@ -160,8 +190,10 @@ def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
     data = load_dataset(suite)
     if subset is not None and shards is None:
         raise UserError("--subset applies to --shards", fix="add --shards N, or drop --subset")
+    if trials is not None and shards is None:
+        raise UserError("--trials applies to --shards", fix="add --shards N, or drop --trials")
     if shards is not None:
-        matrix = shard_matrix(data, shards, subset)
+        matrix = shard_matrix(data, shards, subset, trials or 1)
         if not matrix["include"]:
             raise UserError(f"no task to shard in subset {subset or 'all'!r}",
                             path=suite.path, fix="pick a subset that holds tasks")
@@ -215,34 +247,6 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None,
     sys.exit(exit_code(checks))
 
 
-AGENT_CHOICES = agent_names()
-
-
-class SettingType(click.ParamType):  # type: ignore[type-arg]
-    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
-    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
-    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
-
-    def __init__(self, setting: options.Setting) -> None:
-        self.setting = setting
-        self.name = setting.parser.metavar.lower() or "value"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        parser = self.setting.parser
-        if isinstance(parser, options.Choice):
-            return "[" + "|".join(parser.choices()) + "]"
-        return parser.metavar
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return self.setting.parse(value, text=True)
-        except ValueError as exc:
-            raise UserError(f"{self.setting.option}: {exc}",
-                            fix=f"see `spider2local run --help` for {self.setting.option}"
-                            ) from None
 
 
 def setting_options(fn: F) -> F:
@@ -273,10 +277,15 @@ def setting_options(fn: F) -> F:
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--rerun", "rerun", multiple=True, metavar="failed|ID[,ID...]",
+              help="With --run-id: discard these tasks' trials (into the run's _history/, "
+                   "never deleted) and run them again; 'failed' means every task with a "
+                   "trial that did not pass. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
-        limit: int | None, as_json: bool, isolation: str | None, **overrides: Any) -> None:
+        limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
+        **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
@@ -297,7 +306,9 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
-                    run_id=run_id, argv=sys.argv[1:], isolation=isolation, **overrides)
+                    run_id=run_id, argv=sys.argv[1:], isolation=isolation,
+                    rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
+                    **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)
@@ -359,7 +370,8 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 @runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True)
-@click.option("--force", is_flag=True, help="Compare runs of different datasets anyway.")
+@click.option("--force", is_flag=True,
+              help="Compare runs of different datasets or agents (commands) anyway.")
 def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool) -> None:
     """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
     changes, cost and time deltas. Refuses runs of different datasets."""
@@ -440,7 +452,7 @@ def runs(runs_dir: Path, as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
                                            "with its code.")
-@click.option("--agent", type=click.Choice(AGENT_CHOICES),
+@click.option("--agent", metavar="AGENT",
               help="Prepare the workspace as this agent gets it (default: the suite's).")
 @click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
 def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
@@ -455,6 +467,10 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
     task = selection.tasks[0]
+    if agent is not None:
+        from spider2local.agents.registry import capabilities
+
+        capabilities(agent)  # an unknown or broken agent: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
     sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
 
@@ -539,6 +555,43 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
         target, old = write_target(suite, Path.cwd())
         write_suite(target, set_subsets(old, suggested_subsets(audits), target))
         click.echo(f"wrote subsets into {target}", err=as_json)
+
+
+@cli.command("mcp-server")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+              envvar="SPIDER2_MCP_CONFIG",
+              help="The tool config a run wrote for its task (default: $SPIDER2_MCP_CONFIG).")
+@click.option("--database", type=click.Path(path_type=Path, dir_okay=False),
+              help="Instead of --config: serve this database (read-only).")
+@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --database: the query log (default: queries.jsonl beside it).")
+@click.option("--date", "fake_date", help="With --database: the fake date (YYYY-MM-DD).")
+def mcp_server(config_path: Path | None, database: Path | None, log_path: Path | None,
+               fake_date: str | None) -> None:
+    """Serve the governed read-only database tools (query, list_tables, describe_table,
+    project_scan) as an MCP server on stdin/stdout, for an agent's own MCP client."""
+    import datetime as dt
+
+    from spider2local.dbtools.config import ToolConfig
+
+    if (config_path is None) == (database is None):
+        raise UserError("mcp-server needs --config FILE or --database FILE (one of them)",
+                        fix="pass the tool config a run wrote, or a database to serve")
+    if config_path is not None:
+        config = ToolConfig.read(config_path)
+    else:
+        assert database is not None
+        try:
+            date = dt.date.fromisoformat(fake_date) if fake_date else None
+        except ValueError:
+            raise UserError(f"--date {fake_date!r} is not a date",
+                            fix="write it as YYYY-MM-DD") from None
+        config = ToolConfig(database=database.absolute(),
+                            audit=(log_path or database.parent / "queries.jsonl").absolute(),
+                            date=date)
+    from spider2local.dbtools.server import main as serve  # mcp is heavy: after the checks
+
+    serve(config)
 
 
 OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EPIPE, errno.EIO, errno.EFBIG,

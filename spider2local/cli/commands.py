@@ -93,7 +93,8 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool,
     rescored = rescore_run(folder, data, accept_changes=accept_changes)
     for item in rescored:
         if item.result is None:
-            _err(f"{item.task_id}: not re-scorable: {item.reason}")
+            name = item.task_id if item.trial == 1 else f"{item.task_id}#{item.trial}"
+            _err(f"{name}: not re-scorable: {item.reason}")
     print_report(folder, as_json)
     done = sum(item.result is not None for item in rescored)
     if not done:

@@ -11,12 +11,20 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from spider2local.agents.registry import agent_names, api_status, capabilities, tool_version
+from spider2local.agents.registry import (
+    agent_names,
+    api_status,
+    capabilities,
+    is_agent_name,
+    tool_version,
+)
 from spider2local.exceptions import Spider2LocalError
 from spider2local.suite.model import Suite
 
@@ -49,7 +57,8 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
     if clock_selftest and checks[-1].ok:
         checks += _clock_selftest()
     checks.append(_pdeathsig())
-    checks += [*_agent_checks(agent), _isolation(suite, agent), _dataset(suite)]
+    checks += [*_agent_checks(agent), *_command_agents(suite, agent), _isolation(suite, agent),
+               _dataset(suite)]
     if check_api:
         checks.append(api_check(suite, os.environ, api_timeout, agent))
     return checks
@@ -121,7 +130,9 @@ def _pdeathsig() -> Check:
         return Check("children die with the runner", True, " ".join(wrapper), required=False)
     return Check("children die with the runner", False,
                  "no `setpriv --pdeathsig` (util-linux >= 2.33, Linux): after a kill -9, dbt "
-                 "lives on until the next command on the run", required=False)
+                 "and an unsandboxed Claude CLI live on until the next command on the run "
+                 "(their API calls stop: the model gateway died with the runner)",
+                 required=False)
 
 
 def _clock_selftest() -> list[Check]:
@@ -134,21 +145,62 @@ def _agent_checks(chosen: str) -> list[Check]:
     """Each agent's external tool and credentials, as its class declares them: required for the
     chosen agent, a warning marked optional for the others (they may never be used here)."""
     checks = []
-    for name in agent_names():
+    names = [*agent_names(), *([chosen] if chosen not in agent_names() else [])]
+    for name in names:
         required = name == chosen
         optional = "" if required else f" (optional: needed only for --agent {name})"
+        try:
+            caps = capabilities(name)  # a plugin that does not load is a line, not a crash
+        except Spider2LocalError as exc:
+            checks.append(Check(f"agent {name}", False, str(exc), required=required))
+            continue
         try:
             version = tool_version(name)
             if version is not None:
                 checks.append(Check(f"{name} cli", True, version, required=required))
         except Spider2LocalError as exc:
             checks.append(Check(f"{name} cli", False, f"{exc}{optional}", required=required))
-        caps = capabilities(name)
         if caps.credentials:
             found = caps.credential_in(os.environ)
             detail = f"{found} is set" if found else \
                 f"none (set {' or '.join(caps.credentials)} for --agent {name}){optional}"
             checks.append(Check("credentials", found is not None, detail, required=required))
+    return checks
+
+
+def _command_agents(suite: Suite, chosen: str) -> list[Check]:
+    """Each command agent the suite defines: its executable is found on the PATH the agent
+    gets, in a folder the sandbox shows (the system, the Python environment or its own
+    ``read_only``). Required for the suite's agent, a warning for the others."""
+    import shutil
+
+    from spider2local.agents.registry import make_agent
+    from spider2local.sandbox.launcher import SYSTEM_DIRS
+    from spider2local.sandbox.spec import runtime_paths
+
+    checks = []
+    for name, spec in suite.agents.items():
+        required = name == chosen
+        try:
+            agent: Any = make_agent("command", **spec.options())
+        except Spider2LocalError as exc:
+            checks.append(Check(f"agent {name}", False, str(exc), required=required))
+            continue
+        program = agent.executable()
+        found = shutil.which(program) if program else None
+        if found is None:
+            checks.append(Check(f"agent {name}", False,
+                                f"{program or spec.command!r} not found on PATH (install it, "
+                                "or fix [agents." + name + "] command)", required=required))
+            continue
+        real = Path(os.path.realpath(found))
+        shown = [Path(d) for d in SYSTEM_DIRS] + runtime_paths() + list(agent.read_only)
+        visible = any(real == Path(os.path.realpath(d)) or Path(os.path.realpath(d))
+                      in real.parents for d in shown)
+        detail = str(found) + ("" if visible else
+                               f" (not visible in the sandbox: add {real.parent} to "
+                               f"[agents.{name}] read_only)")
+        checks.append(Check(f"agent {name}", visible, detail, required=required))
     return checks
 
 
@@ -167,12 +219,19 @@ def _isolation(suite: Suite, agent: str) -> Check:
         return Check("isolation", False, f"namespace requested but unavailable: "
                                          f"{found.reason} (fix: {found.fix})")  # run refuses
     detail = f"{choice.mode.value}: {choice.reason} (requested {requested.value})"
-    if agent in agent_names() and not capabilities(agent).sandboxed:
+    if is_agent_name(agent) and not _sandboxed(agent):
         detail += f"; --agent {agent} runs no untrusted code and needs none"
     if not found.ok and requested is not Isolation.NONE:
         detail += f"; to isolate: {found.fix}"
     return Check("isolation", found.ok or requested is Isolation.NONE, detail,
                  required=requested is Isolation.NAMESPACE)
+
+
+def _sandboxed(agent: str) -> bool:
+    try:
+        return capabilities(agent).sandboxed
+    except Spider2LocalError:
+        return True  # reported by its own check line
 
 
 def _dataset(suite: Suite) -> Check:

@@ -8,7 +8,7 @@ this one test and this one retry loop, so a corrupt file ("Corrupt database file
 ...": "block" holds "lock") is never mistaken for a lock and waited on, and the three never drift
 apart on what a lock looks like.
 
-The query child (``python -m spider2local.agents.claude.dbtools``) imports this module on every
+The query child (``python -m spider2local.dbtools.query``) imports this module on every
 agent query, so it imports only the standard library: duckdb is never needed to recognise the
 message, and the caller already holds the exception.
 """

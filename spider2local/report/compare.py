@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.report.printable import printable
-from spider2local.report.summary import Row, RunReport, Verdict, load_report
+from spider2local.report.summary import Row, RunReport, Verdict, agent_command_of, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
@@ -81,13 +82,22 @@ def _total(values: Sequence[float | None]) -> float | None:
 
 
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
-    """Both runs' reports side by side; refuses two datasets unless ``force``."""
+    """Both runs' reports side by side; refuses two datasets, or two agents (or two commands
+    of the command agent), unless ``force``."""
     first = a.read_manifest() or RunManifest(run_id=a.run_id)
     second = b.read_manifest() or RunManifest(run_id=b.run_id)
     if dataset_identity(first) != dataset_identity(second) and not force:
         raise UserError(f"runs {a.run_id} and {b.run_id} were made on different datasets "
                         f"({first.dataset} and {second.dataset})",
                         path=b.root, fix="compare runs of one dataset (or pass --force)")
+    agents = [(m.agent, agent_command_of(m)) for m in (first, second)]
+    if agents[0] != agents[1] and not force:
+        def who(agent: tuple[Any, str | None]) -> str:
+            return f"{agent[0]}" + (f" ({agent[1]!r})" if agent[1] else "")
+
+        raise UserError(f"runs {a.run_id} and {b.run_id} were made by different agents "
+                        f"({who(agents[0])} and {who(agents[1])})", path=b.root,
+                        fix="compare runs of one agent, or pass --force to compare agents")
     report_a, report_b = load_report(a), load_report(b)
     rows_a = {r.task_id: r for r in report_a.rows}
     rows_b = {r.task_id: r for r in report_b.rows}

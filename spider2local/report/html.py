@@ -275,7 +275,7 @@ def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
     lines = headline_lines(report)
     tasks = []
     for row in report.rows:
-        details = load_details(folder.task_dir(row.task_id), report.dataset) \
+        details = load_details(folder.trial_dir(row.task_id, row.trial), report.dataset) \
             if folder is not None and isinstance(row.status, Status) \
             else TaskDetails(row.task_id)
         tasks.append(_task(row, details))

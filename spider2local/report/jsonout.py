@@ -20,7 +20,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
     headline["tokens"]["total"] = h.tokens.total
     return {
         "schema_version": REPORT_SCHEMA,
-        "run_id": report.run_id, "agent": report.agent, "model": report.model,
+        "run_id": report.run_id, "agent": report.agent,
+        "agent_command": report.agent_command, "model": report.model,
         "isolation": report.isolation, "dataset": report.dataset,
         "started_at": report.started_at, "finished_at": report.finished_at,
         "interrupted": report.interrupted,

@@ -44,7 +44,7 @@ def render_junit(report: RunReport) -> str:
     counts = {"failure": 0, "error": 0, "skipped": 0}
     suite = ET.Element("testsuite", name=f"spider2local {report.run_id}")
     for row in report.rows:
-        case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=row.task_id,
+        case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=row.label,
                              time=f"{row.seconds or 0.0:.3f}")
         if row.integrity == SUSPECT:
             props = ET.SubElement(case, "properties")

@@ -22,7 +22,7 @@ its graded tables (from the manifest) as failed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -103,6 +103,13 @@ class Row:
     error_message: str | None = None
     diagnostics: str = ""
     """The per-table verdicts and diagnostics as ``score`` prints them (empty: not scored)."""
+    trial: int = 1
+    """Which trial of the task this row is (one row per task and trial)."""
+
+    @property
+    def label(self) -> str:
+        """``task`` for trial 1, ``task#k`` for trial k (how every format names a row)."""
+        return self.task_id if self.trial == 1 else f"{self.task_id}#{self.trial}"
 
 
 @dataclass(frozen=True)
@@ -165,11 +172,17 @@ class RunReport:
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
     agent: str | None = None
+    agent_command: str | None = None
+    """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
     model: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
     interrupted: bool = False
     dataset: str | None = None
+    trials: int = 1
+    """Trials per task the run asked for (1 for a run made before trials existed)."""
+    not_run_for_budget: int = 0
+    """Trials left unstarted because the run's budget (``--max-cost-usd``) was reached."""
 
     @property
     def cost_usd(self) -> float | None:
@@ -314,27 +327,46 @@ def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
                        ).isolation_mode
 
 
-def _started(folder: RunFolder, task_id: str) -> bool:
-    """Whether the task's folder exists (a run began it); a link in its place is not ours."""
-    path = folder.root / task_id
+def agent_command_of(manifest: RunManifest | None) -> str | None:
+    """The command a command agent ran, as run.json's settings recorded it."""
+    value = manifest.setting("agent_command") if manifest is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
+    """Whether the trial's folder exists (a run began it); a link in its place is not ours."""
+    try:
+        path = folder.trial_dir(task_id, trial)
+    except Exception:  # a link or a bad id: not a folder of this run
+        return False
     return path.is_dir() and not path.is_symlink()
 
 
 def load_report(folder: RunFolder) -> RunReport:
-    """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
-    results = folder.results()
+    """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials):
+    one row per selected task and trial (a run made before trials existed has one each)."""
+    results = folder.trial_results()
     manifest = folder.read_manifest()
     interrupted = was_interrupted(manifest)
-    selection = _selection(manifest, results)
-    started = frozenset(str(t["id"]) for t in selection
-                        if str(t["id"]) not in results and _started(folder, str(t["id"])))
-    rows = tuple(build_rows(selection, results, interrupted=interrupted, started=started))
+    trials = max([manifest.trials if manifest else 1, *(k for _, k in results)])
+    firsts = {tid: r for (tid, k), r in results.items() if k == 1}
+    selection = _selection(manifest, firsts or {tid: r for (tid, _), r in results.items()})
+    rows: list[Row] = []
+    for trial in range(1, trials + 1):
+        found = {tid: r for (tid, k), r in results.items() if k == trial}
+        started = frozenset(str(t["id"]) for t in selection if str(t["id"]) not in found
+                            and _started(folder, str(t["id"]), trial))
+        rows += [replace(row, trial=trial) for row in
+                 build_rows(selection, found, interrupted=interrupted, started=started)]
+    rows.sort(key=lambda r: (r.task_id, r.trial))
     rates = compute_rates(rows)
     return RunReport(
-        folder.run_id, rows, rates,
+        folder.run_id, tuple(rows), rates,
         compute_headline(rows, rates, manifest.denominators if manifest else None),
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
+        agent_command=agent_command_of(manifest),
         model=manifest.model if manifest else None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
-        dataset=manifest.dataset if manifest else None)
+        dataset=manifest.dataset if manifest else None, trials=trials,
+        not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0)

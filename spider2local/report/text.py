@@ -23,8 +23,12 @@ def seconds(value: float | None) -> str:
 
 
 def run_line(report: RunReport) -> str:
-    who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("model", report.model))
-                    if v)
+    command = report.agent_command
+    if command is not None:
+        flat = " ".join(command.split())
+        command = repr(flat if len(flat) <= 80 else flat[:79] + "…")
+    who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("command", command),
+                                            ("model", report.model)) if v)
     state = "; interrupted" if report.interrupted else ""
     return f"run {report.run_id} ({who + ', ' if who else ''}isolation: {report.isolation}" \
            f"{state})"
@@ -82,6 +86,10 @@ def headline_lines(report: RunReport) -> list[str]:
     if h.interrupted:
         lines.append(f"{h.interrupted} task(s) interrupted: resume with --run-id "
                      f"{report.run_id}")
+    if report.not_run_for_budget:
+        lines.append(f"{report.not_run_for_budget} trial(s) not run: the run's budget "
+                     f"(--max-cost-usd) was reached; resume with --run-id {report.run_id} "
+                     "and a higher --max-cost-usd")
     return lines
 
 
@@ -91,7 +99,7 @@ TABLE_HEADERS = ("task", "status", "verdict", "tables", "time", "cost", "tokens"
 
 def table_cells(report: RunReport) -> list[tuple[str, ...]]:
     """The final table's cells, as text (the terminal and markdown tables)."""
-    return [(r.task_id, str(r.status), str(r.verdict),
+    return [(r.label, str(r.status), str(r.verdict),
              f"{r.tables_passed}/{r.tables_total}" if r.tables_total else "-",
              seconds(r.seconds), money(r.cost_usd),
              f"{r.tokens.total:,}" if r.tokens.total else "-",

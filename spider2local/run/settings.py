@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from spider2local.agents.registry import Capabilities, agent_names, capabilities
+from spider2local.agents.registry import Capabilities, capabilities, is_agent_name
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.resources import prompts_dir, skills_dir
@@ -36,12 +36,16 @@ class RunSettings:
 
     agent: str
     jobs: int = _default("jobs")
+    trials: int = _default("trials")
+    """Independent trials of each task (each a fresh workspace and agent session)."""
     timeout: float = _default("timeout")
     """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
     retries: int = _default("retries")
     max_turns: int = _default("max_turns")
     model: str | None = None
     max_budget_usd: float | None = _default("max_budget_usd")
+    max_cost_usd: float | None = _default("max_cost_usd")
+    """The whole run's budget: no trial starts once the cost spent reaches it."""
     verify_rounds: int = _default("verify_rounds")
     skills: tuple[str, ...] = ()
     keep: bool = False
@@ -127,7 +131,7 @@ def resolve_capabilities(agent: str) -> Capabilities:
     """The agent's declared capabilities, looked up once per invocation (the plan does it;
     :class:`RunSettings` carries them). The plan has already refused unknown names; an agent
     given to the runner directly (tests, a library user's factory) declares nothing."""
-    return capabilities(agent) if agent in agent_names() else Capabilities()
+    return capabilities(agent) if is_agent_name(agent) else Capabilities()
 
 
 def limits_for(task: TaskSpec, settings: RunSettings) -> AgentLimits:

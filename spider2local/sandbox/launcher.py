@@ -26,19 +26,23 @@ workspace (mode 0700; absent inside the sandbox), then removed.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
 import shlex
 import shutil
 import stat
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from spider2local.exceptions import Spider2LocalError
+from spider2local.proc.run import pdeathsig_wrapper
 from spider2local.proc.tempdirs import make_owned_dir
+from spider2local.sandbox.network import NetworkSeal, start_relay, unshare_flags
 
 INSIDE_FLAG = "--spider2local-inside"
 """The launcher re-runs itself with this first argument once inside the namespaces."""
@@ -104,6 +108,8 @@ class SandboxSpec:
     """Variables to remove before exec (the SDK can only blank inherited ones)."""
     extra_system: tuple[Path, ...] = field(default=())
     """Additional read-only folders of the system (found at build time, e.g. DNS config)."""
+    network: NetworkSeal | None = None
+    """Cut the network to a relay to the model gateway (:mod:`.network`); None: the host's."""
 
 
 def _tool(name: str) -> str:
@@ -116,8 +122,13 @@ def _tool(name: str) -> str:
 
 
 def tools() -> dict[str, str]:
-    """Absolute paths of the util-linux tools the launcher runs (raises SandboxError)."""
-    return {name: _tool(name) for name in TOOLS}
+    """Absolute paths of the util-linux tools the launcher runs (raises SandboxError), and
+    ``setpriv`` where it works (the death signal; see :func:`death_signal`)."""
+    found = {name: _tool(name) for name in TOOLS}
+    wrapper = pdeathsig_wrapper()
+    if wrapper:
+        found["setpriv"] = wrapper[0]
+    return found
 
 
 def _under(path: Path, parent: Path) -> bool:
@@ -198,8 +209,8 @@ _PRELUDE = r"""#!/bin/sh
 # spider2local sandbox launcher, generated for one agent session (see spider2local/sandbox).
 set -eu
 if [ "${1-}" != "%(flag)s" ]; then
-    exec %(unshare)s --user --map-root-user --mount --pid --fork --kill-child=SIGKILL \
-        --propagation private -- /bin/sh "$0" %(flag)s "$@"
+    exec %(deathsig)s%(unshare)s --user --map-root-user --mount --pid --fork --kill-child=SIGKILL \
+        --propagation private%(net)s -- /bin/sh "$0" %(flag)s "$@"
 fi
 shift
 R=%(root)s
@@ -236,9 +247,30 @@ cd "$R"
 cd /
 %(umount)s -l /.old
 cd "$here"
+%(relay)s
 %(unset)s
 exec %(unshare)s --user --map-root-user --mount -- %(program)s "$@"
 """
+
+
+def death_signal(paths: dict[str, str]) -> str:
+    """``setpriv --pdeathsig KILL`` before the outer ``unshare`` (the process the SDK starts):
+    the SDK starts its CLI without the death signal the runner gives its other children, and
+    a CLI that outlived a killed runner went on calling the API (8 requests in 8.5 s,
+    measured). With it, the runner's death kills ``unshare``, whose ``--kill-child`` kills the
+    program (PID 1 of the sandbox), whose death ends every process inside."""
+    wrapper = paths.get("setpriv")
+    return f"{shlex.quote(wrapper)} --pdeathsig KILL " if wrapper else ""
+
+
+def network_binds(seal: NetworkSeal | None) -> list[Path]:
+    """What a network seal binds read-only: the gateway's socket and the relay's interpreter
+    (the runtime's; an agent's sandbox binds it anyway, a probe's would not)."""
+    if seal is None:
+        return []
+    prefixes = dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix,
+                              sys.base_exec_prefix])
+    return [seal.socket, seal.python, *(Path(p) for p in prefixes)]
 
 
 def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
@@ -249,7 +281,8 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
     mounts = plan_mounts(spec, system)
     q = shlex.quote
     lines = [_PRELUDE % {"flag": INSIDE_FLAG, "unshare": q(paths["unshare"]), "root": q(str(root)),
-                         "mount": q(paths["mount"])}]
+                         "mount": q(paths["mount"]), "deathsig": death_signal(paths),
+                         "net": unshare_flags(spec.network)}]
     lines += [f"link {q(str(link))} {q(target)}" for link, target in links]
     etc = etc_paths()
     if etc:
@@ -261,6 +294,7 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
         "devices": " ".join(DEVICES),
         "hidden_ro": "\n".join(f'$MOUNT -o remount,ro "$R"{q(str(m.path))}' for m in hidden),
         "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
+        "relay": start_relay(spec.network),
         "unset": f"unset {' '.join(names)}" if names else ":",
         "unshare": q(paths["unshare"]), "program": q(str(spec.program))})
     return "\n".join(lines)
@@ -273,9 +307,8 @@ class Launcher:
     """
 
     def __init__(self, spec: SandboxSpec, parent: Path | None = None) -> None:
-        extra_ro = [Path(paths) for paths in tools().values()]
-        self.spec = SandboxSpec(spec.program, (*spec.read_only, *extra_ro), spec.writable,
-                                spec.hidden, spec.unset_env, spec.extra_system)
+        extra_ro = [Path(paths) for paths in tools().values()] + network_binds(spec.network)
+        self.spec = dataclasses.replace(spec, read_only=(*spec.read_only, *extra_ro))
         self.folder = make_owned_dir("sandbox", parent)
         try:
             (self.folder / ROOT_NAME).mkdir()
@@ -290,4 +323,27 @@ class Launcher:
     def remove(self) -> None:
         """Delete the folder (the new root was only ever mounted inside the namespace, so
         what is left on the host is an empty folder and the script)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class DeathWrapper:
+    """Without a sandbox, the program still dies with the runner: a script (usable as the
+    SDK's ``cli_path``) that execs it under ``setpriv --pdeathsig KILL``. None of this is a
+    boundary (the program's children do not inherit the signal; the sweep and the gateway's
+    closing stop them), only the death signal the SDK does not give."""
+
+    def __init__(self, program: Path, wrapper: str) -> None:
+        self.folder = make_owned_dir("cli")
+        self.path = self.folder / LAUNCHER_NAME
+        self.path.write_text(f"#!/bin/sh\nexec {shlex.quote(wrapper)} --pdeathsig KILL "
+                             f"{shlex.quote(str(program))} \"$@\"\n", encoding="utf-8")
+        self.path.chmod(stat.S_IRWXU)
+
+    @classmethod
+    def around(cls, program: Path) -> DeathWrapper | None:
+        """The wrapper, or None where ``setpriv --pdeathsig`` does not work (doctor says so)."""
+        wrapper = pdeathsig_wrapper()
+        return cls(program, wrapper[0]) if wrapper else None
+
+    def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import re
 import stat
 import tomllib
 from enum import StrEnum
@@ -23,6 +24,7 @@ from spider2local.suite import options, tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
     SAMPLE,
+    CommandAgentSpec,
     Confidence,
     DateMethod,
     RunDefaults,
@@ -119,7 +121,7 @@ def load_suite(path: Path) -> Suite:
 
 def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
     r = _Reader(path)
-    r.keys(data, "", {"schema", "dataset", "run", "tasks", "subsets"})
+    r.keys(data, "", {"schema", "dataset", "run", "tasks", "subsets", "agents"})
     schema = r.get(data, "schema", int, 1)
     if schema != 1:
         raise r.error("schema", f"unsupported schema {schema}", "this spider2local reads schema 1")
@@ -135,7 +137,10 @@ def _parse(path: Path, data: dict[str, Any], digest: str) -> Suite:
     tasks = {tid: _parse_task(r, tid, r.table(tasks_tbl, tid, key=f"tasks.{tid}"))
              for tid in tasks_tbl}
     subsets = _parse_subsets(r, r.table(data, "subsets"))
-    return Suite(path.resolve(), dataset, defaults, tasks, subsets, digest)
+    agents_tbl = r.table(data, "agents")
+    agents = {name: _parse_agent(r, name, r.table(agents_tbl, name, key=f"agents.{name}"))
+              for name in agents_tbl}
+    return Suite(path.resolve(), dataset, defaults, tasks, subsets, digest, agents)
 
 
 def _parse_defaults(r: _Reader, tbl: dict[str, Any]) -> RunDefaults:
@@ -169,6 +174,41 @@ def _parse_task(r: _Reader, tid: str, tbl: dict[str, Any]) -> TaskSettings:
         max_turns=r.setting(tbl, "max_turns", k),
         thinking_budget=r.setting(tbl, "thinking_budget", k),
     )
+
+
+USAGE_READERS = ("file", "claude-json", "mini-swe-agent")
+"""How a command agent's usage is read (:mod:`spider2local.agents.usage`)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _parse_agent(r: _Reader, name: str, tbl: dict[str, Any]) -> CommandAgentSpec:
+    """``[agents.NAME]``: a command-line agent (see :class:`CommandAgentSpec`)."""
+    from spider2local.agents.registry import BUILT_IN_AGENTS
+
+    k = f"agents.{name}."
+    if name in BUILT_IN_AGENTS or not _ENV_NAME.fullmatch(name.replace("-", "_")):
+        raise r.error(f"agents.{name}", "is a built-in agent's name or not a plain name",
+                      "name it with letters, digits, '-' and '_', not "
+                      + ", ".join(BUILT_IN_AGENTS))
+    r.keys(tbl, k, {"command", "pass_env", "read_only", "usage"})
+    command = r.get(tbl, "command", str, None, key=k + "command")
+    if command is None or not command.strip():
+        raise r.error(k + "command", "is missing or empty",
+                      "give the shell command that runs the agent")
+    pass_env = r.strings(r.get(tbl, "pass_env", list, [], key=k + "pass_env"), k + "pass_env")
+    bad = [v for v in pass_env if not _ENV_NAME.fullmatch(v)]
+    if bad:
+        raise r.error(k + "pass_env", f"{bad[0]!r} is not a variable name",
+                      "list environment variable names, e.g. [\"OPENAI_API_KEY\"]")
+    read_only = r.strings(r.get(tbl, "read_only", list, [], key=k + "read_only"),
+                          k + "read_only")
+    usage = r.get(tbl, "usage", str, None, key=k + "usage")
+    if usage is not None and usage not in USAGE_READERS:
+        raise r.error(k + "usage", f"unknown usage reader {usage!r}",
+                      "one of " + ", ".join(USAGE_READERS))
+    return CommandAgentSpec(command=command, pass_env=pass_env,
+                            read_only=tuple(_resolve(r.path, p) for p in read_only),
+                            usage=usage)
 
 
 def _parse_subsets(r: _Reader, tbl: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -133,6 +133,26 @@ class TaskSettings:
 
 
 @dataclass(frozen=True)
+class CommandAgentSpec:
+    """A command-line agent the suite defines once (``[agents.NAME]``), run by
+    ``--agent NAME`` as the ``command`` agent (:mod:`spider2local.agents.command`)."""
+
+    command: str
+    """The shell command, run with ``sh -c`` in the task's project folder."""
+    pass_env: tuple[str, ...] = ()
+    """Variables of the runner's environment handed to it by name (its API key...)."""
+    read_only: tuple[Path, ...] = ()
+    """Extra folders it needs read-only inside the sandbox (its own install)."""
+    usage: str | None = None
+    """How its usage is read: ``file`` (the usage file), ``claude-json`` (``claude -p
+    --output-format json`` on stdout) or ``mini-swe-agent`` (its trajectory); None: ``file``."""
+
+    def options(self) -> dict[str, Any]:
+        return {"command": self.command, "pass_env": self.pass_env,
+                "read_only": self.read_only, "usage": self.usage}
+
+
+@dataclass(frozen=True)
 class Suite:
     """A parsed suite file."""
 
@@ -143,6 +163,8 @@ class Suite:
     tasks: Mapping[str, TaskSettings] = field(default_factory=dict)
     subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     sha256: str = ""
+    agents: Mapping[str, CommandAgentSpec] = field(default_factory=dict)
+    """Command-line agents defined by name (``[agents.NAME]``)."""
 
     def settings(self, task_id: str) -> TaskSettings:
         return self.tasks.get(task_id, TaskSettings())
@@ -160,4 +182,5 @@ class Suite:
         if dataset is None:
             return self
         root: str | Path = SAMPLE if str(dataset) == SAMPLE else Path(dataset).expanduser()
-        return Suite(self.path, root, self.defaults, self.tasks, self.subsets, self.sha256)
+        return Suite(self.path, root, self.defaults, self.tasks, self.subsets, self.sha256,
+                     self.agents)

@@ -229,10 +229,20 @@ class Date:
         raise ValueError(f"bad date {_shown(value)} (write it as YYYY-MM-DD, e.g. 2024-09-15)")
 
 
-def _agent_names() -> tuple[str, ...]:
-    from spider2local.agents.registry import agent_names
+@dataclass(frozen=True)
+class AgentName:
+    """An agent's name: a built-in, an installed plugin, ``package.module:Class`` or an agent
+    the suite defines (``[agents.NAME]``). Only its form is checked here; whether it loads is
+    the registry's to say (:func:`spider2local.run.plan.plan_run`, one line naming it)."""
 
-    return agent_names()
+    metavar: str = "AGENT"
+
+    def __call__(self, value: object, *, text: bool) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, not {_kind(value)}")
+        if not value.strip() or value != value.strip():
+            raise ValueError(f"must be an agent name, not {_shown(value)}")
+        return value
 
 
 def _sandboxed(mode: Any) -> Any:
@@ -297,9 +307,20 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("agent", Choice(_agent_names, metavar="AGENT"), "claude",
-            "The agent (default: the suite's).", Resume.MUST_MATCH),
-    Setting("jobs", Integer(), 3, "Tasks at a time."),
+    Setting("agent", AgentName(), "claude",
+            "The agent: claude, noop, reference, replay, command (with --agent-command), an "
+            "installed plugin (entry point group spider2local.agents), package.module:Class, "
+            "or an agent of the suite's [agents] table. Default: the suite's.",
+            Resume.MUST_MATCH),
+    Setting("agent_command", Text(metavar="COMMAND"), None,
+            "For --agent command: the shell command that runs the agent (sh -c, in the task's "
+            "project folder, in the sandbox). Suite agents ([agents.NAME]) record theirs.",
+            Resume.MUST_MATCH, suite=False),
+    Setting("jobs", Integer(), 3,
+            "Trials at a time (of every task: one limit for the whole run)."),
+    Setting("trials", Integer(), 1,
+            "Independent trials of each task, each in a fresh workspace and agent session; "
+            "a resume with a higher number runs only the new trials."),
     Setting("timeout", Duration(), 1800.0,
             "Time per task for the agent stage, in seconds or as 90s, 10m, 1h30m (the dbt runs "
             "it starts included; scoring comes on top); its processes are killed at the "
@@ -315,6 +336,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_budget_usd", Positive(metavar="USD"), None,
             "The agent's own spending cap per task (its session stops there).",
             Resume.MUST_MATCH),
+    Setting("max_cost_usd", Positive(metavar="USD"), None,
+            "A budget for the whole run: once the spent cost reaches it no new trial starts "
+            "(running ones finish); a resume with a higher cap continues."),
     Setting("verify_rounds", Integer(minimum=0), 2,
             "Verifier rounds after the agent's work.", Resume.MUST_MATCH),
     Setting("templates", Flag(), False,

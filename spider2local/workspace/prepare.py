@@ -221,7 +221,7 @@ def copy_start_database(database: Path, folder: Path) -> Path:
     root: it goes with the workspace (every cleanup path already covers the root), and the
     sandbox hides ``folder`` behind a locked tmpfs, so the agent can neither read the path
     directly nor put another file in its place; the query service also checks it is the file
-    it was (:class:`spider2local.agents.claude.dbtools.QueryService`).
+    it was (:class:`spider2local.dbtools.query.QueryService`).
     """
     folder.mkdir()
     copy = folder / database.name

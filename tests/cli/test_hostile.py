@@ -215,7 +215,8 @@ def test_a_local_tasks_toml_that_is_not_a_file_is_named_not_ignored(tmp_path: Pa
     (["run", "--nosuch"], "No such option '--nosuch'. (see `spider2local run --help`)"),
     (["score"], "Missing argument 'TARGET'. (see `spider2local score --help`)"),
     (["frobnicate"], "No such command 'frobnicate'. (see `spider2local --help`)"),
-    (["run", "--jobs", "x"], "Invalid value for '--jobs': 'x' is not a valid integer"),
+    (["run", "--jobs", "x"], "--jobs: must be an integer, not 'x' (see `spider2local run "
+                             "--help` for --jobs)"),
 ])
 def test_usage_errors_are_one_line_naming_the_fix(tmp_path: Path, args: list[str],
                                                   fragment: str) -> None:

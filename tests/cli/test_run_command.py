@@ -224,13 +224,28 @@ def test_unknown_skill_in_the_suite_fails_before_anything(tmp_path: Path) -> Non
 
 
 def test_ctrl_c_before_the_run_starts_is_exit_130_without_traceback(tmp_path: Path) -> None:
-    # The suite file is a FIFO nobody writes: the CLI blocks reading it, before any run starts
-    # (as it can while a sample suite is built on first use), and gets Ctrl-C there.
-    os.mkfifo(tmp_path / "tasks.toml")
-    proc = subprocess.Popen([sys.executable, "-m", "spider2local", "run", "--agent", "noop",
-                             "--suite", "tasks.toml"],
+    # The CLI is held before any run starts (as it can be while a sample suite is built on
+    # first use) and gets Ctrl-C there. A FIFO as the suite used to hold it; the suite is now
+    # opened non-blocking and refused, so a sitecustomize makes loading the suite wait on a
+    # FIFO nobody writes.
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import os\n"
+        "import spider2local.suite.load as load\n"
+        "real = load.load_suite\n"
+        "def held(path):\n"
+        "    with open(os.environ['HOLD_FIFO']) as fh:\n"
+        "        fh.read()\n"
+        "    return real(path)\n"
+        "load.load_suite = held\n")
+    env = {**os.environ, "HOLD_FIFO": str(hold),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"),
+                                                       os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "spider2local", "run", "--agent", "noop"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=env)
     try:
         wait_for(lambda: "partner" in Path(f"/proc/{proc.pid}/wchan").read_text()
                  or "fifo" in Path(f"/proc/{proc.pid}/wchan").read_text(), 60,

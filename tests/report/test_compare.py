@@ -82,3 +82,33 @@ def test_compare_reports_the_flips_of_an_edited_copy(tmp_path: Path,
     c = compare_runs(RunFolder(a), RunFolder(b))
     fleet = next(d for d in c.tasks if d.task_id == "fleet001")
     assert fleet.change is Change.SAME and fleet.cost_usd is None  # A has no cost for it
+
+
+def test_runs_of_two_agents_or_two_commands_are_refused_unless_forced(tmp_path: Path) -> None:
+    from tests.run.test_merge import MANIFEST
+
+    t = "2026-01-01T00:10:00+00:00"
+
+    def command_run(name: str, agent: str, command: str | None) -> RunFolder:
+        return make_run(tmp_path / name / "r", {"x": (True, t)}, agent=agent,
+                        settings={**MANIFEST["settings"], "agent": agent,
+                                  "agent_command": command})
+
+    a = command_run("a", "command", "codex exec")
+    b = command_run("b", "command", "gemini -p")
+    c = command_run("c", "claude", None)
+    same = command_run("d", "command", "codex exec")
+    for other in (b, c):
+        with pytest.raises(UserError, match="different agents") as caught:
+            compare_runs(a, other)
+        assert "codex exec" in str(caught.value)
+        assert compare_runs(a, other, force=True).changed(Change.SAME)
+    assert compare_runs(a, same).changed(Change.SAME)
+    from spider2local.report.jsonout import report_json
+    from spider2local.report.summary import load_report
+    from spider2local.report.text import run_line
+
+    report = load_report(a)
+    assert report.agent_command == "codex exec"
+    assert "agent command, command 'codex exec'" in run_line(report)
+    assert report_json(report)["agent_command"] == "codex exec"

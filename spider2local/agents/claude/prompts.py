@@ -190,6 +190,29 @@ def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> st
         scan=scan, database=_database_text(ws), setup_problems=setup)
 
 
+COMMAND_TEMPLATE = "command.md"
+"""The instruction file of command agents: the task facts of ``agent.md`` without the Claude
+session's tool names (no Agent tool, no ``mcp__spider2__...``)."""
+
+
+def command_instruction(task: TaskSpec, ws: Workspace, deadline: str,
+                        root: Path | None = None) -> str:
+    """The instruction a command agent gets in ``$SPIDER2_INSTRUCTION`` and its file. A
+    ``--prompts`` folder without ``command.md`` falls back to the bundled one."""
+    scan_text = _read(ws.scan_path)
+    parsed = ProjectScan.from_json(scan_text) if scan_text else None
+    snapshot_text = _read(ws.snapshot_path)
+    snapshot = DbSnapshot.from_json(snapshot_text) if snapshot_text else None
+    scan = render_scan(parsed, snapshot) if parsed is not None \
+        else "(no project scan available: read the YML files under models/)"
+    setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
+    use = root if root is not None and (root / COMMAND_TEMPLATE).is_file() else None
+    return template(COMMAND_TEMPLATE, use).substitute(
+        instruction=task.instruction.strip(), date=task.date.isoformat(),
+        project_dir=str(ws.project_dir), database_file=ws.database.name,
+        scan=scan, database=_database_text(ws), setup_problems=setup, deadline=deadline)
+
+
 def verifier_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
     """The verifier's prompt: the same task, date and start-database facts the agent was given,
     so it can compare row counts with what the sources held before the work began."""

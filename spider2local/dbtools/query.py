@@ -1,15 +1,16 @@
 """Governed read-only access to the task database for the agent: policy, execution, audit.
 
 Why not just let the agent run ``duckdb`` through Bash: a tool can be *governed*. Only one
-reading statement passes (:mod:`.sqlpolicy`); the database is opened ``read_only`` with external
+reading statement passes (:mod:`.policy`); the database is opened ``read_only`` with external
 access off, so even a statement the policy missed cannot write or touch other files; results are
 cut at a row limit with a note saying so; every call is audited to ``queries.jsonl``.
 
-Queries run in a child process (``python -m spider2local.agents.claude.dbtools``) under the
+Queries run in a child process (``python -m spider2local.dbtools.query``) under the
 task's fake clock, so ``current_date`` in the agent's queries agrees with what dbt computes. A
 file held by a running ``dbt run`` is locked even for readers (DuckDB takes an exclusive lock
 for a writer): the child retries with backoff and then says so. No SDK import here:
-:mod:`.session` wraps these functions as MCP tools.
+:mod:`.tools` names these functions as tools, which the Claude session serves in-process and
+:mod:`.server` serves over MCP stdio.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from spider2local.agents.claude.sqlpolicy import refusal, statements
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import literal
-from spider2local.run.layout import QUERIES
+from spider2local.dbtools.policy import refusal, statements
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.sandbox.readers import ReaderFiles
@@ -100,7 +100,7 @@ def child_command() -> list[str]:
     """``-I`` (isolated mode): the child runs in the agent's project folder, and plain
     ``python -m`` puts that folder first on ``sys.path``; a ``spider2local/`` (or ``json.py``)
     the agent left there would then run as the runner, outside the sandbox (measured)."""
-    return [sys.executable, "-I", "-m", "spider2local.agents.claude.dbtools"]
+    return [sys.executable, "-I", "-m", "spider2local.dbtools.query"]
 
 
 def child_request(database: Path, sql: str, max_rows: int, lock_wait: float,
@@ -186,12 +186,11 @@ class QueryService:
     @classmethod
     def for_workspace(cls, ws: Workspace, date: dt.date,
                       limits: QueryLimits | None = None) -> QueryService:
-        from spider2local.clock.faketime import LIBRARY_ENV, Clock, find_library
+        """The service of a workspace: what :class:`~.config.ToolConfig` describes for it
+        (the one place that says which files the tools read and log to)."""
+        from spider2local.dbtools.config import ToolConfig
 
-        library = ws.env.get(LIBRARY_ENV)
-        clock = Clock(date, Path(library) if library else find_library())
-        return cls(ws.database, clock.faked_env(ws.env), ws.artifacts / QUERIES,
-                   ws.scan_path, limits, root=ws.root, start=ws.start_copy)
+        return ToolConfig.for_workspace(ws, date, limits).service(ws.env)
 
     def start_copy(self) -> Path | None:
         """The copy to attach, when it is still the file made before the agent ran."""

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spider2local.agents.claude.sqlpolicy import explained, refusal, statement_types, statements
+from spider2local.dbtools.policy import explained, refusal, statement_types, statements
 
 
 @pytest.mark.parametrize("sql", [

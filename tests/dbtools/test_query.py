@@ -15,7 +15,7 @@ import anyio
 import duckdb
 import pytest
 
-from spider2local.agents.claude.dbtools import QueryLimits, QueryResult, QueryService, audit
+from spider2local.dbtools.query import QueryLimits, QueryResult, QueryService, audit
 from spider2local.workspace.prepare import Workspace
 
 FAKE_DATE = dt.date(2024, 3, 17)
@@ -196,8 +196,8 @@ def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
     """On the real task: ``start.<table>`` answers with the database as shipped even after the
     agent's build replaced the table; no other file can be attached, the copy cannot be
     written, and the DuckDB layer refuses the same even when the policy is bypassed."""
-    from spider2local.agents.claude.dbtools import _execute, child_request, parse_child_output
     from spider2local.dataset.load import load_dataset
+    from spider2local.dbtools.query import _execute, child_request, parse_child_output
     from spider2local.suite.model import Suite
     from spider2local.workspace.prepare import START_DIR, cleanup_workspace, prepare_workspace
 

@@ -1,0 +1,286 @@
+"""The command agent: any command-line agent (Claude Code, Codex, Gemini CLI, mini-swe-agent,
+a script of yours) run on a task under the same seal as the Claude session.
+
+``run --agent command --agent-command '<shell command>'``, or once in the suite as
+``[agents.NAME] command = "..."`` and then ``--agent NAME``. The command runs with ``sh -c`` in
+the task's project folder; under ``--isolation namespace`` inside the same sandbox as the Claude
+CLI (:mod:`spider2local.sandbox`: the workspace writable, the runtime read-only, the dataset,
+gold, runs folder and spider2local itself absent), plus the read-only folders the agent declares
+(its own install), each checked against what must stay hidden.
+
+The contract (README, "Command agents"): the environment is the workspace's allow-list (the
+dbt shim first on PATH, so ``dbt`` runs under the task's fake date), the variables the agent
+names (``pass_env``, never the whole environment), and
+
+- ``SPIDER2_INSTRUCTION`` (the text) and ``SPIDER2_INSTRUCTION_FILE``: the task, its date, the
+  project scan and the start database, without Claude-only tool names (``prompts/command.md``);
+- ``SPIDER2_SCAN_FILE``, ``SPIDER2_START_DB_FILE``: the project scan and start-database
+  snapshot as JSON; ``SPIDER2_PROJECT_DIR``, ``SPIDER2_DATABASE``, ``SPIDER2_DATE``,
+  ``SPIDER2_DEADLINE`` (Unix seconds) and ``SPIDER2_TIMEOUT`` (seconds);
+- ``SPIDER2_USAGE_FILE``: where it may write what it spent (:mod:`.usage`);
+- ``SPIDER2_MCP_CONFIG``: an MCP client config serving the governed database tools
+  (``spider2local mcp-server``), when the tools can run where the agent runs.
+
+Its exit status, stdout and stderr (the last :data:`OUTPUT_LIMIT` bytes of each) are kept in the
+task folder, and the output goes into the transcript too, so the integrity scan reads it like a
+Claude transcript. The runner's deadline cancels :meth:`CommandAgent.run`: the process group is
+killed (the sandbox's PID namespace takes every process with it), then every process carrying
+the session's marker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from spider2local.agents.claude.prompts import command_instruction
+from spider2local.agents.claude.support import MARKER_ENV, sweep
+from spider2local.agents.registry import Capabilities
+from spider2local.agents.usage import READERS, read_usage
+from spider2local.exceptions import UserError
+from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.sandbox.isolation import IsolationMode
+
+OUTPUT_LIMIT = 1 << 20
+"""Bytes kept of the command's stdout and of its stderr (the tail), in files and transcript."""
+TRANSCRIPT_LIMIT = 64 * 1024
+"""Bytes of each stream put into the transcript (the scan reads the files' tails too)."""
+CONTRACT_DIR = "agent-input"
+"""Folder in the workspace root (beside the project, not in it) holding the contract's files."""
+STDOUT_FILE = "agent.stdout"
+STDERR_FILE = "agent.stderr"
+EXIT_FILE = "agent.json"
+SHELL = "/bin/sh"
+MAX_ENV_TEXT = 96 * 1024
+"""Characters of the instruction in ``SPIDER2_INSTRUCTION``: Linux refuses to start a program
+with one environment string over 128 KiB (E2BIG); the file always holds all of it."""
+
+
+def _now_utc(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def upstream_env(ctx: AgentContext) -> dict[str, str]:
+    """The base URLs the agent's API clients must use, as the sandbox's gateway gives them.
+
+    TODO(gateway): the network namespace and model gateway (h-gateway) are not on main yet.
+    Once they land, ask the gateway for this task's upstreams and return its variables
+    (``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ...) pointing at it; until then the agent's
+    own variables (``pass_env``) decide, and the network is not cut (README, "Isolation")."""
+    return {}
+
+
+class CommandAgent:
+    """``make_agent("command", command="...", pass_env=[...], read_only=[...])``."""
+
+    name = "command"
+    capabilities = Capabilities(sandboxed=True)
+
+    def __init__(self, command: str | None = None, *, pass_env: Sequence[str] = (),
+                 read_only: Sequence[Path | str] = (), usage: str | None = None,
+                 trajectory: str | None = None) -> None:
+        if command is None or not command.strip():
+            raise UserError("the command agent needs a command",
+                            fix="pass --agent-command '<shell command>', or define it in the "
+                                "suite as [agents.NAME] command = \"...\"")
+        if usage is not None and usage not in READERS:
+            raise UserError(f"unknown usage reader {usage!r}", fix="one of " + ", ".join(READERS))
+        self.command = command
+        self.pass_env = tuple(pass_env)
+        self.read_only = tuple(Path(p).expanduser().absolute() for p in read_only)
+        missing = [p for p in self.read_only if not p.exists()]
+        if missing:
+            raise UserError("a read-only folder of the command agent does not exist",
+                            path=missing[0], fix="fix read_only in the suite's [agents] table")
+        self.usage = usage
+        self.trajectory = trajectory
+        """For ``usage = "mini-swe-agent"``: the trajectory file, relative to the project
+        (default ``$SPIDER2_USAGE_FILE``'s folder ``trajectory.json``)."""
+
+    @staticmethod
+    def tool_version() -> str | None:
+        return None
+
+    def executable(self) -> str | None:
+        """The program the command starts (its first word), for ``doctor``."""
+        try:
+            words = shlex.split(self.command)
+        except ValueError:
+            return None
+        return words[0] if words else None
+
+    def check_read_only(self, off_limits: Sequence[Path]) -> str | None:
+        """Why a declared read-only folder cannot be shown (None: all can). A folder that IS
+        or lies INSIDE something off limits would expose it (a bind over the hiding tmpfs); one
+        that only contains an off-limits path is fine: the sandbox covers that path."""
+        for folder in self.read_only:
+            real = Path(os.path.realpath(folder))
+            for hidden in off_limits:
+                h = Path(os.path.realpath(hidden))
+                if real == h or h in real.parents:
+                    return f"read-only folder {folder} lies in {hidden}, which must stay hidden"
+            if real == Path("/"):
+                return "read-only folder / would show everything"
+        return None
+
+    def contract_env(self, ctx: AgentContext, files: Mapping[str, Path], instruction: str,
+                     deadline: float, marker: str) -> dict[str, str]:
+        ws = ctx.workspace
+        env = dict(ws.env)
+        env.update({k: os.environ[k] for k in self.pass_env if k in os.environ})
+        env.update(upstream_env(ctx))
+        env.update({
+            "SPIDER2_INSTRUCTION": instruction if len(instruction) <= MAX_ENV_TEXT else
+            instruction[:MAX_ENV_TEXT] + "\n[cut: read $SPIDER2_INSTRUCTION_FILE]",
+            "SPIDER2_INSTRUCTION_FILE": str(files["instruction"]),
+            "SPIDER2_SCAN_FILE": str(files["scan"]),
+            "SPIDER2_START_DB_FILE": str(files["start_db"]),
+            "SPIDER2_USAGE_FILE": str(files["usage"]),
+            "SPIDER2_PROJECT_DIR": str(ws.project_dir),
+            "SPIDER2_DATABASE": str(ws.database),
+            "SPIDER2_DATE": ctx.task.date.isoformat(),
+            "SPIDER2_DEADLINE": str(int(deadline)),
+            "SPIDER2_TIMEOUT": str(int(ctx.limits.timeout)),
+            "SPIDER2_TASK_ID": ctx.task.id,
+            MARKER_ENV: marker,
+        })
+        if "mcp" in files:
+            env["SPIDER2_MCP_CONFIG"] = str(files["mcp"])
+        if ctx.limits.model:
+            env["SPIDER2_MODEL"] = ctx.limits.model
+        return env
+
+    def write_contract(self, ctx: AgentContext, deadline: float) -> tuple[dict[str, Path], str]:
+        """The contract's files in ``<workspace>/agent-input/``; returns them and the
+        instruction text."""
+        ws = ctx.workspace
+        folder = ws.root / CONTRACT_DIR
+        folder.mkdir(exist_ok=True)
+        instruction = command_instruction(ctx.task, ws, _now_utc(deadline), ctx.prompts)
+        files = {"instruction": folder / "instruction.md", "scan": folder / "scan.json",
+                 "start_db": folder / "start_db.json", "usage": folder / "usage.json"}
+        files["instruction"].write_text(instruction, encoding="utf-8")
+        for key, source in (("scan", ws.scan_path), ("start_db", ws.snapshot_path)):
+            if source is not None and source.is_file():
+                shutil.copyfile(source, files[key])
+            else:
+                files[key].write_text("null\n", encoding="utf-8")
+        if ctx.isolation != IsolationMode.NAMESPACE:
+            # TODO(sandbox): inside the sandbox the spider2local package is hidden (it holds
+            # the scorer), so `spider2local mcp-server` cannot start there; the seam is a
+            # runner-side server the sandbox reaches through a socket in the workspace.
+            files["mcp"] = self._mcp_config(ctx, folder)
+        return files, instruction
+
+    @staticmethod
+    def _mcp_config(ctx: AgentContext, folder: Path) -> Path:
+        from spider2local.dbtools.config import ToolConfig
+
+        tools = ToolConfig.for_workspace(ctx.workspace, ctx.task.date).write(folder / "tools.json")
+        config = folder / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {"spider2": {
+            "command": sys.executable,
+            "args": ["-I", "-m", "spider2local", "mcp-server", "--config", str(tools)]}}},
+            indent=2) + "\n", encoding="utf-8")
+        return config
+
+    def _argv(self, ctx: AgentContext, env: dict[str, str]) -> tuple[list[str], Any]:
+        if ctx.isolation != IsolationMode.NAMESPACE:
+            return [SHELL, "-c", self.command], None
+        from spider2local.sandbox.launcher import Launcher
+        from spider2local.sandbox.spec import agent_spec
+
+        hidden = list(ctx.off_limits)
+        if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
+            hidden.append(ctx.workspace.start_copy.parent)
+        # the shell by its real path: /bin is a symlink on merged-usr systems, recreated as one
+        # inside, and binding the link's folder over it fails (measured)
+        launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
+                                       hidden=hidden,
+                                       read_only=self.read_only))
+        return [str(launcher.path), "-c", self.command], launcher
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        from spider2local.proc.run import run_process
+
+        problem = self.check_read_only(ctx.off_limits)
+        if problem is not None:
+            ctx.transcript.append("error", {"read_only": problem})
+            return AgentOutcome(error=f"not started: {problem}")
+        started = time.time()
+        deadline = started + ctx.limits.timeout
+        marker = uuid.uuid4().hex
+        files, instruction = self.write_contract(ctx, deadline)
+        env = self.contract_env(ctx, files, instruction, deadline, marker)
+        argv, launcher = self._argv(ctx, env)
+        ctx.transcript.append("command", {"command": self.command, "cwd": str(
+            ctx.workspace.project_dir), "isolation": ctx.isolation.value,
+            "pass_env": [k for k in self.pass_env if k in os.environ]})
+        result = None
+        try:
+            result = await run_process(argv, cwd=ctx.workspace.project_dir, env=env,
+                                       timeout=ctx.limits.timeout, output_limit=OUTPUT_LIMIT)
+        except OSError as exc:
+            ctx.transcript.append("error", {"start": str(exc)})
+            return AgentOutcome(error=f"the agent command could not start: {exc}",
+                                infrastructure=True)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sweep(marker)
+                if launcher is not None:
+                    launcher.remove()
+                self._keep(ctx, result, time.time() - started)
+                usage, source = self._usage(ctx, files, result.stdout if result else "")
+                if usage is not None:
+                    ctx.meter.set(usage)
+                ctx.transcript.append("usage", {"source": source})
+        if result.timed_out:
+            return AgentOutcome(usage=usage or ctx.meter.usage, acted=True,
+                                error=f"the agent command ran past {ctx.limits.timeout:.0f} s")
+        error = None if result.returncode == 0 else \
+            f"the agent command exited with status {result.returncode}" + (
+                f": {_last_line(result.stderr)}" if result.stderr.strip() else "")
+        return AgentOutcome(usage=usage or ctx.meter.usage, error=error, acted=True)
+
+    def _usage(self, ctx: AgentContext, files: Mapping[str, Path], stdout: str) -> Any:
+        trajectory = None
+        if self.usage == "mini-swe-agent":
+            trajectory = ctx.workspace.project_dir / (self.trajectory or "trajectory.json")
+            if not trajectory.is_file():
+                trajectory = files["usage"].parent / "trajectory.json"
+        return read_usage(self.usage, usage_file=files["usage"], stdout=stdout,
+                          trajectory=trajectory)
+
+    def _keep(self, ctx: AgentContext, result: Any, duration: float) -> None:
+        """Exit status, stdout and stderr into the task folder and the transcript."""
+        artifacts = ctx.workspace.artifacts
+        artifacts.mkdir(parents=True, exist_ok=True)
+        stdout = result.stdout if result is not None else ""
+        stderr = result.stderr if result is not None else ""
+        (artifacts / STDOUT_FILE).write_text(stdout, encoding="utf-8", errors="replace")
+        (artifacts / STDERR_FILE).write_text(stderr, encoding="utf-8", errors="replace")
+        record = {"command": self.command, "returncode": None if result is None
+                  else result.returncode, "timed_out": bool(result and result.timed_out),
+                  "cancelled": result is None, "duration": round(duration, 3),
+                  "stdout_truncated": bool(result and result.stdout_truncated),
+                  "stderr_truncated": bool(result and result.stderr_truncated)}
+        (artifacts / EXIT_FILE).write_text(json.dumps(record, indent=2) + "\n",
+                                           encoding="utf-8")
+        ctx.transcript.append("command_exit", record)
+        ctx.transcript.append("stdout", stdout[-TRANSCRIPT_LIMIT:])
+        ctx.transcript.append("stderr", stderr[-TRANSCRIPT_LIMIT:])
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1][:300]

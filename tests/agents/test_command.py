@@ -1,0 +1,328 @@
+"""The command agent: its contract (environment, files), what it keeps, its deadline, its
+usage readers, the suite form, and the sandbox around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from spider2local.agents.command import CommandAgent
+from spider2local.agents.usage import (
+    from_claude_json,
+    from_mini_trajectory,
+    from_usage_file,
+    read_usage,
+)
+from spider2local.exceptions import UserError
+from spider2local.sandbox.probe import probe
+from spider2local.suite.load import load_suite
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spider2local", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+
+def task_folder(tmp_path: Path, run_id: str, task: str = "t1") -> Path:
+    return tmp_path / "runs" / run_id / task
+
+
+# --- usage: unknown stays unknown -------------------------------------------------------------
+
+def test_the_usage_file_is_read_and_garbage_is_ignored() -> None:
+    got = from_usage_file({"turns": 4, "cost_usd": 0.25, "models": {
+        "gpt-x": {"input_tokens": 10, "output_tokens": 5, "cache_read_tokens": -3}}})
+    assert got is not None
+    assert (got.turns, got.input_tokens, got.output_tokens, got.cache_read_tokens) == (4, 10, 5, 0)
+    assert got.cost_usd_reported == 0.25 and got.cost_usd_computed is None  # no price: unknown
+    assert got.cost_usd == 0.25
+    known = from_usage_file({"models": {"claude-sonnet-4-5": {"input_tokens": 1_000_000}}})
+    assert known is not None and known.cost_usd_computed == pytest.approx(3.0)
+    nothing = from_usage_file({})
+    assert nothing is not None and nothing.cost_usd is None and nothing.input_tokens == 0
+    for bad in (None, [], "x", {"models": []}):
+        assert from_usage_file(bad) is None
+    assert from_usage_file({"cost_usd": float("nan")}).cost_usd is None  # type: ignore[union-attr]
+    assert from_usage_file({"cost_usd": -1}).cost_usd is None  # type: ignore[union-attr]
+    assert from_usage_file({"turns": True}).turns == 0  # type: ignore[union-attr]
+
+
+def test_claude_print_json_and_mini_swe_agent_trajectories_are_read() -> None:
+    out = "noise\n" + json.dumps({"type": "result", "num_turns": 3, "total_cost_usd": 0.01,
+                                  "modelUsage": {"claude-sonnet-4-5": {
+                                      "inputTokens": 120, "outputTokens": 30,
+                                      "cacheReadInputTokens": 7}}})
+    got = from_claude_json(out)
+    assert got is not None and (got.turns, got.input_tokens, got.output_tokens,
+                                got.cache_read_tokens) == (3, 120, 30, 7)
+    assert got.cost_usd_reported == 0.01 and got.cost_usd_computed is not None
+    assert from_claude_json("not json\n{}") is None
+    trajectory = {"info": {"model_stats": {"instance_cost": 0.0, "api_calls": 5},
+                           "config": {"model": {"model_name": "openai/gpt-fake"}}},
+                  "messages": [{"role": "assistant", "extra": {"response": {
+                      "usage": {"prompt_tokens": 50, "completion_tokens": 9}}}},
+                      {"role": "user", "content": "x"}]}
+    mini = from_mini_trajectory(trajectory)
+    assert mini is not None and (mini.turns, mini.input_tokens, mini.output_tokens) == (5, 50, 9)
+    assert mini.by_model == {"openai/gpt-fake": {"input_tokens": 50, "output_tokens": 9,
+                                                 "cache_read_tokens": 0,
+                                                 "cache_creation_tokens": 0}}
+    assert mini.cost_usd is None  # 0.0 reported by a model it cannot price: unknown
+    assert from_mini_trajectory([]) is None
+
+
+def test_the_agents_own_usage_file_wins_over_a_reader(tmp_path: Path) -> None:
+    usage_file = tmp_path / "usage.json"
+    assert read_usage("claude-json", usage_file=usage_file, stdout="") == (None, None)
+    usage_file.write_text(json.dumps({"turns": 9}))
+    got, source = read_usage("claude-json", usage_file=usage_file, stdout="")
+    assert source == "usage-file" and got is not None and got.turns == 9
+    usage_file.write_text("{" * 10)
+    assert read_usage(None, usage_file=usage_file, stdout="") == (None, None)
+
+
+# --- construction, read-only folders, the suite form ----------------------------------------
+
+def test_a_command_agent_needs_a_command_and_existing_read_only_folders(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--agent-command"):
+        CommandAgent()
+    with pytest.raises(UserError, match="does not exist"):
+        CommandAgent("true", read_only=[tmp_path / "absent"])
+    with pytest.raises(UserError, match="unknown usage reader"):
+        CommandAgent("true", usage="guess")
+    assert CommandAgent("codex exec --full-auto 'x'").executable() == "codex"
+
+
+def test_read_only_folders_inside_what_must_stay_hidden_are_refused(tmp_path: Path) -> None:
+    dataset, tools = tmp_path / "dataset", tmp_path / "tools"
+    (dataset / "gold").mkdir(parents=True)
+    tools.mkdir()
+    (tmp_path / "link").symlink_to(dataset / "gold")
+    off = (dataset,)
+    assert CommandAgent("true", read_only=[tools]).check_read_only(off) is None
+    assert CommandAgent("true", read_only=[tmp_path]).check_read_only(off) is None  # covered
+    for inside in (dataset, dataset / "gold", tmp_path / "link"):
+        problem = CommandAgent("true", read_only=[inside]).check_read_only(off)
+        assert problem is not None and "must stay hidden" in problem
+    assert CommandAgent("true", read_only=[Path("/")]).check_read_only(()) is not None
+
+
+@pytest.mark.parametrize("table, message", [
+    ('[agents.claude]\ncommand = "x"', "built-in agent's name"),
+    ("[agents.codex]\npass_env = []", "agents.codex.command: is missing"),
+    ('[agents.codex]\ncommand = "x"\npass_env = ["A B"]', "is not a variable name"),
+    ('[agents.codex]\ncommand = "x"\nusage = "guess"', "unknown usage reader"),
+    ('[agents.codex]\ncommand = "x"\nsecret = 1', "secret"),
+])
+def test_a_bad_agents_table_is_one_line_naming_the_key(tmp_path: Path, table: str,
+                                                       message: str) -> None:
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(table + "\n")
+    with pytest.raises(UserError) as caught:
+        load_suite(suite)
+    assert message in str(caught.value) and str(suite) in str(caught.value)
+
+
+def test_the_agents_table_is_parsed(tmp_path: Path) -> None:
+    (tmp_path / "node_modules").mkdir()
+    suite = tmp_path / "tasks.toml"
+    suite.write_text('[agents.codex]\ncommand = "codex exec"\npass_env = ["OPENAI_API_KEY"]\n'
+                     'read_only = ["node_modules"]\nusage = "file"\n')
+    spec = load_suite(suite).agents["codex"]
+    assert spec.command == "codex exec" and spec.pass_env == ("OPENAI_API_KEY",)
+    assert spec.read_only == ((tmp_path / "node_modules").resolve(),)
+
+
+# --- end to end through the CLI ---------------------------------------------------------------
+
+CONTRACT = textwrap.dedent("""\
+    set -e
+    env | sort > seen_env.md
+    test -f "$SPIDER2_INSTRUCTION_FILE" && cp "$SPIDER2_INSTRUCTION_FILE" seen_instruction.md
+    python3 -c 'import json,os; json.load(open(os.environ["SPIDER2_SCAN_FILE"]))'
+    printf '{"turns": 2, "models": {"m": {"input_tokens": 11, "output_tokens": 4}}}' \
+        > "$SPIDER2_USAGE_FILE"
+    echo hello-out; echo hello-err >&2
+    exit 3
+    """)
+
+
+def test_the_contract_the_output_and_the_exit_status(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("t1")
+    script = tmp_path / "agent.sh"
+    script.write_text(CONTRACT)
+    done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
+               f"sh {script}", "--isolation", "none", "--runs-dir", "runs", "--run-id", "r",
+               "--keep", "--json", cwd=tmp_path,
+               env={"RUNNER_SECRET": "s3cret-runner", "PASSED_KEY": "k-123"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "r")
+    exit_record = json.loads((folder / "agent.json").read_text())
+    assert exit_record["returncode"] == 3 and not exit_record["timed_out"]
+    assert (folder / "agent.stdout").read_text() == "hello-out\n"
+    assert (folder / "agent.stderr").read_text() == "hello-err\n"
+    result = json.loads((folder / "result.json").read_text())
+    assert "exited with status 3: hello-err" in result["error"]["message"]
+    report = json.loads(done.stdout)["tasks"][0]
+    assert report["tokens"]["input"] == 11 and report["turns"] == 2 and report["cost_usd"] is None
+    project = folder / "project"
+    env = dict(line.split("=", 1) for line in
+               (project / "seen_env.md").read_text().splitlines() if "=" in line)
+    assert "RUNNER_SECRET" not in env and "PASSED_KEY" not in env  # never the whole env
+    assert env["SPIDER2_DATE"] == "2024-09-15" and env["SPIDER2_TASK_ID"] == "t1"
+    assert env["SPIDER2_DATABASE"].endswith("shop.duckdb")
+    assert int(env["SPIDER2_DEADLINE"]) > 0 and env["SPIDER2_TIMEOUT"] == "1800"
+    assert env["PATH"].split(":")[0].endswith("faketime")  # the dbt shim first
+    assert "mcpServers" in Path(env["SPIDER2_MCP_CONFIG"]).read_text() \
+        if Path(env["SPIDER2_MCP_CONFIG"]).exists() else True
+    instruction = (project / "seen_instruction.md").read_text()
+    assert "Build the orders model." in instruction and "2024-09-15" in instruction
+    assert "mcp__spider2__" not in instruction and "verifier" not in instruction
+    kinds = [json.loads(line)["kind"] for line in (folder / "transcript.jsonl").read_text()
+             .splitlines()]
+    assert {"command", "command_exit", "stdout", "stderr", "usage"} <= set(kinds)
+
+
+def test_pass_env_names_what_gets_through_and_the_suite_form_records_its_command(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("t1")
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n\n[agents.mine]\n'
+                     'command = "echo $PASSED_KEY > key.md; echo ${RUNNER_SECRET-none} '
+                     '> secret.md"\npass_env = ["PASSED_KEY"]\n')
+    done = cli("--suite", str(suite), "run", "--agent", "mine", "--isolation", "none",
+               "--runs-dir", "runs", "--run-id", "s", cwd=tmp_path,
+               env={"RUNNER_SECRET": "s3cret-runner", "PASSED_KEY": "k-123"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    project = task_folder(tmp_path, "s") / "project"
+    assert (project / "key.md").read_text() == "k-123\n"
+    assert (project / "secret.md").read_text() == "none\n"
+    manifest = json.loads((tmp_path / "runs" / "s" / "run.json").read_text())
+    assert manifest["agent"] == "mine"
+    assert manifest["settings"]["agent_command"].startswith("echo $PASSED_KEY")
+    refused = cli("--suite", str(suite), "run", "--agent", "noop", "--agent-command", "x",
+                  "--runs-dir", "runs", cwd=tmp_path)
+    assert refused.returncode == 2 and "--agent-command does not apply" in refused.stderr
+
+
+def test_the_deadline_kills_the_whole_tree(tmp_path: Path,
+                                           tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("t1")
+    tag = uuid.uuid4().hex[:12]
+    # one child in the group, one escaped into a session of its own (setsid)
+    command = (f"sh -c 'sleep 300; : {tag}' & setsid sh -c 'sleep 300; : {tag}' & "
+               f"sleep 301; : {tag}")
+    done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command", command,
+               "--isolation", "none", "--timeout", "3", "--runs-dir", "runs", "--run-id",
+               "d", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((task_folder(tmp_path, "d") / "result.json").read_text())
+    assert result["error"]["kind"] == "timeout"
+    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == "", "a process of the agent outlived its deadline"
+
+
+def test_huge_output_is_capped(tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("t1")
+    done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
+               "head -c 3000000 /dev/zero | tr '\\0' x", "--isolation", "none",
+               "--runs-dir", "runs", "--run-id", "h", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "h")
+    assert (folder / "agent.stdout").stat().st_size == 1 << 20
+    assert json.loads((folder / "agent.json").read_text())["stdout_truncated"] is True
+    assert (folder / "transcript.jsonl").stat().st_size < 200_000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason="namespaces unavailable here")
+def test_in_the_sandbox_gold_is_absent_dbt_sees_the_fake_date_and_the_scan_flags_attempts(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    root = tiny_dataset("t1", gold_tables={"orders": "SELECT 1 AS id"})
+    tiny_dataset("t2")
+    gold = root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    tools = tmp_path / "agent-install"
+    tools.mkdir()
+    (tools / "agent.sh").write_text(textwrap.dedent(f"""\
+        cat {gold} > /dev/null 2>&1 && echo GOLD-READ || echo "gold-absent: {gold}"
+        ls {root}/examples/t2 > /dev/null 2>&1 && echo SIBLING-SEEN || echo sibling-absent
+        echo "select 1 as id, current_date as built" > models/orders.sql
+        dbt run --select orders > dbt.out 2>&1 && echo dbt-ok
+        """))
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n\n[agents.scripted]\n'
+                     f'command = "sh {tools}/agent.sh"\nread_only = ["{tools}"]\n')
+    done = cli("--suite", str(suite), "run", "t1", "--agent", "scripted", "--isolation",
+               "namespace", "--runs-dir", "runs", "--run-id", "n", "--keep-db", "--json",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "n")
+    out = (folder / "agent.stdout").read_text()
+    assert "gold-absent" in out and "sibling-absent" in out and "dbt-ok" in out, out
+    import duckdb
+
+    con = duckdb.connect(str(folder / "result.duckdb"), read_only=True)
+    assert str(con.execute("SELECT built FROM orders").fetchone()[0]) == "2024-09-15"  # type: ignore[index]
+    con.close()
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == "passed"
+    assert result["integrity"] == "suspect"  # the gold path it tried is in its output
+    assert any(e["source"] == "transcript.jsonl" for e in result["integrity_evidence"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason="namespaces unavailable here")
+def test_the_claude_code_cli_in_print_mode_as_a_command_agent(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """The real bundled Claude Code CLI, started by the command agent in the sandbox and driven
+    by the fake Messages API: it writes the model and runs `dbt run` through its Bash tool; the
+    task is scored and its tokens (read from `--output-format json`) are in the report."""
+    from spider2local.agents.claude.session import bundled_cli
+    from spider2local.testing import FakeAnthropic, reply, tool
+
+    root = tiny_dataset("t1", gold_tables={"orders": "SELECT 1 AS id"})
+    script = [reply(tool("Bash", "toolu_build", command=(
+                  "echo 'select 1 as id, current_date as built' > models/orders.sql && "
+                  "dbt run --select orders")), input_tokens=300, output_tokens=40),
+              reply("Built orders.", input_tokens=500, output_tokens=25)]
+    suite = tmp_path / "tasks.toml"
+    cli_path = bundled_cli()
+    suite.write_text(
+        f'[dataset]\nroot = "{root}"\n\n[agents.claude-code]\n'
+        f'command = "{cli_path} -p \\"$SPIDER2_INSTRUCTION\\" --output-format json '
+        '--permission-mode bypassPermissions --allowedTools Bash"\n'
+        'pass_env = ["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "IS_SANDBOX", '
+        '"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]\n'
+        'usage = "claude-json"\n')
+    with FakeAnthropic(script) as fake:
+        done = cli("--suite", str(suite), "run", "--agent", "claude-code", "--isolation",
+                   "namespace", "--runs-dir", "runs", "--run-id", "cc", "--keep-db",
+                   "--json", cwd=tmp_path, timeout=500,
+                   env={**fake.env(), "IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"})
+        requests = fake.requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "cc")
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == "passed", (result, (folder / "agent.stderr").read_text()[-2000:])
+    assert any("toolu_build" in json.dumps(r.body) for r in requests)
+    import duckdb
+
+    con = duckdb.connect(str(folder / "result.duckdb"), read_only=True)
+    assert str(con.execute("SELECT built FROM orders").fetchone()[0]) == "2024-09-15"  # type: ignore[index]
+    con.close()
+    row = json.loads(done.stdout)["tasks"][0]
+    assert row["tokens"]["input"] >= 800 and row["tokens"]["output"] >= 65, row["tokens"]
+    assert row["turns"] >= 1
+    assert json.loads(done.stdout)["agent"] == "claude-code"
+    assert "-p" in json.loads(done.stdout)["agent_command"]
