@@ -197,7 +197,7 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
 async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> Verdict:
     """Checkpoint and score the workspace database. What it is scored against is checked
     first and its gold file once more after (see module doc)."""
-    from spider2local.evaluation import score_database
+    from spider2local.evaluation.sandboxed import score_sandboxed
 
     task, ws = state.task, state.ws
     assert ws is not None
@@ -220,7 +220,8 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> Ver
             check = await in_thread(guard.changes, watch.fingerprints, task)
             if check.changed:
                 return _integrity_error(check.changed)
-            score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
+            score = await score_sandboxed(ws.database, task.gold.db, task.gold.params,
+                                          hidden=state.off_limits)
             moved = await in_thread(guard.gold_moved, check, task)
             if moved is not None:
                 return _integrity_error((moved,))
