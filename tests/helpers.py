@@ -290,3 +290,8 @@ def manifest_json(folder: Any) -> dict[str, Any] | None:
     """run.json of ``folder`` (a RunFolder) as the JSON written, ``None`` when it has none."""
     manifest = folder.read_manifest()
     return None if manifest is None else dict(manifest.to_json())
+
+
+def by_task(results: Any) -> dict[str, Any]:
+    """Trial 1 of each task of ``{(task id, trial): result}``, by task id (1-trial runs)."""
+    return {tid: r for (tid, trial), r in sorted(results.items()) if trial == 1}

@@ -93,7 +93,8 @@ def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
     values = {"inputs.shards": "2", "inputs.subset": "all", "inputs.agent": "reference",
-              "inputs.model": "unused", "github.run_id": "42", "github.run_attempt": "1",
+              "inputs.model": "unused", "inputs.trials": "1", "github.run_id": "42",
+              "github.run_attempt": "1",
               "secrets.ANTHROPIC_API_KEY": ""}
 
     # plan: the matrix and the run id, through $GITHUB_OUTPUT
@@ -105,6 +106,7 @@ def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
     outputs = _outputs(out)
     matrix = json.loads(outputs["matrix"])
     assert [row["shard"] for row in matrix["include"]] == ["1/2", "2/2"]
+    assert {row["trials"] for row in matrix["include"]} == {1}
     values["needs.plan.outputs.run-id"] = run_id = outputs["run-id"]
     assert run_id == "42-1"
 
@@ -117,7 +119,8 @@ def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
     for index, row in enumerate(matrix["include"]):
         job = tmp_path / f"shard-{index}"
         job.mkdir()
-        values.update({"matrix.shard": row["shard"], "strategy.job-index": str(index)})
+        values.update({"matrix.shard": row["shard"], "matrix.trials": str(row["trials"]),
+                       "strategy.job-index": str(index)})
         for step in _steps(workflow, "shard"):
             _run_step(step, job, values, env)
         run_dir = job / upload["with"]["path"] / run_id

@@ -23,13 +23,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spider2local.agents.claude.pricing import TOKEN_KEYS, tokens_from_model_usage, total_cost
+from spider2local.agents.claude.pricing import TOKEN_KEYS, total_cost
 from spider2local.run.results import Usage
 
 MAX_USAGE_BYTES = 4 * 1024 * 1024
 """A usage file or trajectory larger than this is not read (an agent must not stall the runner
 with a huge file)."""
 READERS = ("file", "claude-json", "mini-swe-agent")
+
+def tokens_from_model_usage(entry: Mapping[str, Any]) -> dict[str, int]:
+    """The Claude CLI's camelCase ``modelUsage`` entry (``claude -p --output-format json``) in
+    our snake_case keys."""
+    return {"input_tokens": int(entry.get("inputTokens", 0) or 0),
+            "output_tokens": int(entry.get("outputTokens", 0) or 0),
+            "cache_read_tokens": int(entry.get("cacheReadInputTokens", 0) or 0),
+            "cache_creation_tokens": int(entry.get("cacheCreationInputTokens", 0) or 0),
+            "cache_creation_1h_tokens":
+                int(entry.get("cacheCreationEphemeral1hInputTokens", 0) or 0)}
 
 
 def _count(value: Any) -> int:

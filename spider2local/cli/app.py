@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
-from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
+from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
 from spider2local.suite import options
@@ -142,6 +142,33 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str, allow_nan=False))
 
 
+class SettingType(click.ParamType):  # type: ignore[type-arg]
+    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
+    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
+    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
+
+    def __init__(self, setting: options.Setting) -> None:
+        self.setting = setting
+        self.name = setting.parser.metavar.lower() or "value"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        parser = self.setting.parser
+        if isinstance(parser, options.Choice):
+            return "[" + "|".join(parser.choices()) + "]"
+        return parser.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.setting.parse(value, text=True)
+        except ValueError as exc:
+            raise UserError(f"{self.setting.option}: {exc}",
+                            fix=f"see `spider2local run --help` for {self.setting.option}"
+                            ) from None
+
+
 @cli.command("list")
 @global_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -149,7 +176,11 @@ def _echo_json(data: Any) -> None:
               help="Instead of the tasks: the N shards `run --shard K/N` would run (with "
                    "--json: a GitHub Actions matrix).")
 @click.option("--subset", help="With --shards: shard this subset (as `run --subset`).")
-def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
+@click.option("--trials", type=SettingType(options.setting("trials")), default=None,
+              help="With --shards: the trials each shard's job runs (`run --trials K`), in "
+                   "every row of the matrix.")
+def list_cmd(as_json: bool, shards: int | None, subset: str | None,
+             trials: int | None) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
     from spider2local.cli.listing import listing_json, listing_text, shard_matrix, shard_text
     from spider2local.clock.dates import undated_warning
@@ -159,8 +190,10 @@ def list_cmd(as_json: bool, shards: int | None, subset: str | None) -> None:
     data = load_dataset(suite)
     if subset is not None and shards is None:
         raise UserError("--subset applies to --shards", fix="add --shards N, or drop --subset")
+    if trials is not None and shards is None:
+        raise UserError("--trials applies to --shards", fix="add --shards N, or drop --trials")
     if shards is not None:
-        matrix = shard_matrix(data, shards, subset)
+        matrix = shard_matrix(data, shards, subset, trials or 1)
         if not matrix["include"]:
             raise UserError(f"no task to shard in subset {subset or 'all'!r}",
                             path=suite.path, fix="pick a subset that holds tasks")
@@ -214,31 +247,6 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None,
     sys.exit(exit_code(checks))
 
 
-class SettingType(click.ParamType):  # type: ignore[type-arg]
-    """A flag's value through its setting's parser (:mod:`spider2local.suite.options`): the
-    same rule and phrase as the suite key, as one line and exit 2 (``--trials: must be
-    positive, not 0``). ``click.FloatRange(min=0, min_open=True)`` let ``nan`` through."""
-
-    def __init__(self, setting: options.Setting) -> None:
-        self.setting = setting
-        self.name = setting.parser.metavar.lower() or "value"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        parser = self.setting.parser
-        if isinstance(parser, options.Choice):
-            return "[" + "|".join(parser.choices()) + "]"
-        return parser.metavar
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return self.setting.parse(value, text=True)
-        except ValueError as exc:
-            raise UserError(f"{self.setting.option}: {exc}",
-                            fix=f"see `spider2local run --help` for {self.setting.option}"
-                            ) from None
 
 
 def setting_options(fn: F) -> F:
@@ -269,10 +277,15 @@ def setting_options(fn: F) -> F:
 @click.option("--subset", help="all, runnable, has-gold, or a subset of the suite file.")
 @click.option("--shard", metavar="K/N", help="Run only shard K of N (round-robin, by id).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most N tasks.")
+@click.option("--rerun", "rerun", multiple=True, metavar="failed|ID[,ID...]",
+              help="With --run-id: discard these tasks' trials (into the run's _history/, "
+                   "never deleted) and run them again; 'failed' means every task with a "
+                   "trial that did not pass. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
-        limit: int | None, as_json: bool, isolation: str | None, **overrides: Any) -> None:
+        limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
+        **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
     from spider2local.cli.commands import run_command
@@ -293,7 +306,9 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
-                    run_id=run_id, argv=sys.argv[1:], isolation=isolation, **overrides)
+                    run_id=run_id, argv=sys.argv[1:], isolation=isolation,
+                    rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
+                    **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)
@@ -353,19 +368,33 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 @click.argument("run_a")
 @click.argument("run_b")
 @runs_dir_option
-@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
 @click.option("--force", is_flag=True,
               help="Compare runs of different datasets or agents (commands) anyway.")
-def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool) -> None:
-    """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
-    changes, cost and time deltas. Refuses runs of different datasets."""
-    from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when B is significantly worse than A (p < 0.05; a CI gate).")
+def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
+            fail_on_regression: bool) -> None:
+    """Paired comparison of RUN_A and RUN_B on the tasks both attempted: the difference in
+    pass@1 with its 95% interval, an exact p-value, the smallest difference the runs could
+    detect, the flips and status changes, cost and time deltas. Tasks only one run attempted
+    are listed apart. Refuses runs of different datasets or agents unless --force."""
+    from spider2local.report.compare import (
+        compare_json,
+        compare_runs,
+        render_compare,
+        render_compare_markdown,
+    )
 
     comparison = compare_runs(_open_run(run_a, runs_dir), _open_run(run_b, runs_dir),
                               force=force)
-    click.echo(render_compare_markdown(comparison) if fmt == "markdown"
-               else render_compare(comparison))
+    if fmt == "json":
+        click.echo(json.dumps(compare_json(comparison), indent=2, allow_nan=False))
+    else:
+        click.echo(render_compare_markdown(comparison) if fmt == "markdown"
+                   else render_compare(comparison))
+    sys.exit(FAILED if fail_on_regression and comparison.paired.regression else OK)
 
 
 @cli.command()

@@ -130,7 +130,9 @@ def _pdeathsig() -> Check:
         return Check("children die with the runner", True, " ".join(wrapper), required=False)
     return Check("children die with the runner", False,
                  "no `setpriv --pdeathsig` (util-linux >= 2.33, Linux): after a kill -9, dbt "
-                 "lives on until the next command on the run", required=False)
+                 "and an unsandboxed Claude CLI live on until the next command on the run "
+                 "(their API calls stop: the model gateway died with the runner)",
+                 required=False)
 
 
 def _clock_selftest() -> list[Check]:

@@ -57,21 +57,31 @@ def listing_json(data: Dataset) -> dict[str, Any]:
     }
 
 
-def shard_matrix(data: Dataset, count: int, subset: str | None = None) -> dict[str, Any]:
-    """The shards of ``run --subset SUBSET --shard K/N``, as a GitHub Actions matrix
-    (``{"include": [{"shard": "K/N", "tasks": n, "ids": [...]}, ...]}``, given to
+def shard_matrix(data: Dataset, count: int, subset: str | None = None,
+                 trials: int = 1) -> dict[str, Any]:
+    """The shards of ``run --subset SUBSET --shard K/N --trials T``, as a GitHub Actions matrix
+    (``{"include": [{"shard": "K/N", "tasks": n, "trials": T, "ids": [...]}, ...]}``, given to
     ``strategy.matrix`` through ``fromJSON``). Computed by the selection ``run`` uses, so each
     matrix job runs exactly its row. Empty shards (more shards than tasks) are left out: a job
     that selects nothing would still pay for a runner. The object holds only ``include``,
-    as any other key would become a matrix dimension."""
+    as any other key would become a matrix dimension.
+
+    Trials run inside each shard's job (every row carries ``trials``), not as a matrix
+    dimension of their own: the job's ``--jobs`` limiter then interleaves the trials of its
+    tasks (trial 1 of each first, so a job cut by its time limit or the budget is still an
+    even sample), a task's trials share one dataset download and setup, every (task, trial)
+    lives in exactly one job so ``merge`` joins disjoint pieces, and the matrix stays within
+    GitHub's 256 jobs; more shards give the same parallelism."""
     rows = []
     for index in range(1, count + 1):
         ids = select_tasks(data, subset=subset, shard=Shard(index, count)).ids
         if ids:
-            rows.append({"shard": f"{index}/{count}", "tasks": len(ids), "ids": list(ids)})
+            rows.append({"shard": f"{index}/{count}", "tasks": len(ids), "trials": trials,
+                         "ids": list(ids)})
     return {"include": rows}
 
 
 def shard_text(matrix: dict[str, Any]) -> str:
-    rows = [(r["shard"], r["tasks"], " ".join(r["ids"])) for r in matrix["include"]]
-    return render_table(("shard", "tasks", "ids"), rows, max_width=90)
+    rows = [(r["shard"], r["tasks"], r.get("trials", 1), " ".join(r["ids"]))
+            for r in matrix["include"]]
+    return render_table(("shard", "tasks", "trials", "ids"), rows, max_width=90)

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -100,19 +100,22 @@ class Protected:
     def for_task(cls, *, workspace: Path, cwd: Path, dataset_root: Path | None,
                  gold: Path | None, start_db: Path | None, runs_dir: Path | None = None,
                  suite_file: Path | None = None, cache_dir: Path | None = None,
-                 artifacts: Path | None = None) -> Protected:
+                 artifacts: Path | None = None, off_limits: Iterable[Path] = ()) -> Protected:
         ws = Path(os.path.realpath(workspace))
         own = [str(ws)] + ([] if artifacts is None else
                            list(dict.fromkeys((str(artifacts.absolute()),
                                                os.path.realpath(artifacts)))))
         paths: list[tuple[str, str]] = []
-        for rule, path in (("dataset root", dataset_root), ("runs folder", runs_dir),
-                           ("suite file", suite_file), ("spider2local cache", cache_dir)):
+        named = [("dataset root", dataset_root), ("runs folder", runs_dir),
+                 ("suite file", suite_file), ("spider2local cache", cache_dir)]
+        named += [("off limits", p) for p in off_limits]  # the sandbox's hidden list
+        for rule, path in named:
             if path is None:
                 continue
             for form in dict.fromkeys((str(Path(path).absolute()), os.path.realpath(path))):
                 # A folder that holds the workspace would match every honest path.
-                if form != "/" and not _inside(ws, Path(form)):
+                if form != "/" and not _inside(ws, Path(form)) \
+                        and form not in {f for _, f in paths}:
                     paths.append((rule, form))
         names = [("gold folder", GOLD_FOLDER), ("evaluation file", EVAL_FILE_NAME)]
         if gold is not None and (start_db is None or gold.name.lower() != start_db.name.lower()):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from spider2local.dataset.task import TaskSpec
+from spider2local.gateway.budget import Budget
 from spider2local.run.results import Usage
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
@@ -79,6 +80,9 @@ class AgentContext:
     """What the run keeps from the agent (the dataset, the gold folder, the runs folder, the
     suite file, the cache; decided by :meth:`spider2local.integrity.guard.Watch.off_limits`):
     a sandbox hides each, also where it lies under a folder the sandbox binds."""
+    budget: Budget | None = None
+    """The run's spending cap (``--max-cost-usd``), one object shared by every session of the
+    run: the model gateway charges it and refuses requests once it is spent."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,18 @@
-"""The run folder: ``<runs-dir>/<run-id>/run.json`` plus one folder per task.
+"""The run folder: ``<runs-dir>/<run-id>/run.json`` plus one folder per trial of each task.
 
-Layout::
+Layout (every name is in :mod:`.layout`)::
 
     <run-id>/run.json               the manifest (versions, hashes, settings, selection, times)
-    <run-id>/<task>/result.json     written atomically, last: its presence means "finished"
+    <run-id>/<task>/result.json     trial 1: written atomically, last: its presence means
+                                    "finished"
     <run-id>/<task>/transcript.jsonl, queries.jsonl, dbt/, project/, result.duckdb (--keep-db)
+    <run-id>/_trials/<k>/<task>/    trial k >= 2 of the task: the same files
+    <run-id>/_history/<n>/          what ``run --rerun`` discarded (the same layout; never read
+                                    as results)
+
+Results are addressed by ``(task, trial)``. Trial 1 is the task's own folder, so a run made
+before trials existed is a 1-trial run as it lies on disk, read by every command and resumed
+with nothing migrated. :meth:`RunFolder.trial_results` is the one reader of results.
 
 Everything a report, a resume or a re-score needs is read back from here, never kept in memory,
 so a run killed with SIGKILL loses at most the tasks that were running.
@@ -20,12 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.exceptions import UserError
-from spider2local.run.layout import MANIFEST, QUERIES, RESULT, RESULT_DB, TRANSCRIPT
+from spider2local.run.layout import (
+    HISTORY,
+    MANIFEST,
+    QUERIES,
+    RESULT,
+    RESULT_DB,
+    TRANSCRIPT,
+    TRIALS,
+)
 from spider2local.run.manifest import RunManifest
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
 from spider2local.run.transcript import forget_cut
-from spider2local.safepath import NAME_FIX, child, name_problem
+from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
 from spider2local.workspace.copy import remove_tree
 
 
@@ -60,47 +76,81 @@ class RunFolder:
         return self.root / MANIFEST
 
     def task_dir(self, task_id: str) -> Path:
-        """The task's folder, checked to stay inside the run folder: :meth:`reset_task` deletes
-        it, and an id such as ``../x`` once deleted a folder next to the run."""
+        """The task's folder (its trial 1), checked to stay inside the run folder:
+        :meth:`reset_trial` deletes it, and an id such as ``../x`` once deleted a folder next
+        to the run."""
         return child(self.root, task_id)
 
-    def result_path(self, task_id: str) -> Path:
-        return self.task_dir(task_id) / RESULT
+    def trial_dir(self, task_id: str, trial: int = 1) -> Path:
+        """Where trial ``trial`` of the task keeps its files (see the module docstring)."""
+        if trial < 1:
+            raise ValueError(f"trial {trial}: trials count from 1")
+        if trial == 1:
+            return self.task_dir(task_id)
+        base = self.root / TRIALS
+        if base.is_symlink() or (base / str(trial)).is_symlink():
+            raise UnsafePath(f"{base} is a link: not this run's", path=self.root,
+                             fix="remove the link; nothing of ours lives outside its folder")
+        return child(base / str(trial), task_id)
 
-    def result_db(self, task_id: str) -> Path:
-        return self.task_dir(task_id) / RESULT_DB
+    def result_path(self, task_id: str, trial: int = 1) -> Path:
+        return self.trial_dir(task_id, trial) / RESULT
 
-    def load_result(self, task_id: str) -> TaskResult | None:
-        return load_result(self.result_path(task_id))
+    def result_db(self, task_id: str, trial: int = 1) -> Path:
+        return self.trial_dir(task_id, trial) / RESULT_DB
 
-    def results(self) -> dict[str, TaskResult]:
-        """Every finished task's result, by id (unreadable or half-written ones are absent)."""
-        found: dict[str, TaskResult] = {}
+    def load_result(self, task_id: str, trial: int = 1) -> TaskResult | None:
+        return load_result(self.result_path(task_id, trial))
+
+    def trial_folders(self) -> list[tuple[str, int, Path]]:
+        """Every trial folder of the run as ``(task id, trial, path)``, links left out (a
+        folder elsewhere is not this run's), history never included."""
+        found: list[tuple[str, int, Path]] = []
         if not self.root.is_dir():
             return found
-        for path in sorted(self.root.glob(f"*/{RESULT}")):
-            if path.parent.is_symlink():  # a folder elsewhere: not this run's (task_dir refuses it)
-                continue
-            result = load_result(path)
-            if result is not None and result.task_id == path.parent.name:
-                found[result.task_id] = result  # another task's id: corrupt, so unfinished
+        for path in sorted(self.root.iterdir()):
+            if name_problem(path.name) is None and path.is_dir() and not path.is_symlink():
+                found.append((path.name, 1, path))
+        trials = self.root / TRIALS
+        if trials.is_dir() and not trials.is_symlink():
+            for number in sorted(trials.iterdir(), key=lambda p: p.name):
+                if not (number.name.isdigit() and int(number.name) >= 2) \
+                        or not number.is_dir() or number.is_symlink():
+                    continue
+                for path in sorted(number.iterdir()):
+                    if name_problem(path.name) is None and path.is_dir() \
+                            and not path.is_symlink():
+                        found.append((path.name, int(number.name), path))
         return found
 
-    def reset_task(self, task_id: str) -> Path:
-        """Empty a task's folder before (re-)running it: an interrupted attempt leaves a partial
-        transcript and dbt logs that would otherwise mix with the new attempt's.
+    def trial_results(self) -> dict[tuple[str, int], TaskResult]:
+        """Every finished trial's result, by ``(task id, trial)``, sorted: the one reader of
+        results every command uses (report, resume, rescore, merge). Unreadable or
+        half-written files are absent, and so is a result whose task id or trial disagrees
+        with the folder holding it (a copied or edited file: unfinished, so re-run)."""
+        found: dict[tuple[str, int], TaskResult] = {}
+        for task_id, trial, path in self.trial_folders():
+            result = load_result(path / RESULT)
+            if result is not None and result.task_id == task_id and result.trial == trial:
+                found[(task_id, trial)] = result
+        return dict(sorted(found.items()))
+
+    def reset_trial(self, task_id: str, trial: int = 1) -> Path:
+        """Empty a trial's folder before (re-)running it: an interrupted attempt leaves a
+        partial transcript and dbt logs that would otherwise mix with the new attempt's.
 
         A SIGKILLed run also left its workspace and the processes working in it (a dbt still
         holding the database, a CLI): only this folder records where that workspace is, so
         those are killed and removed first (see :mod:`.stale`).
 
-        A task folder that is a symlink (put there by hand or by an agent's run before) was
-        never this run's: :meth:`results` ignores it, so the link itself (never what it points
-        to) is removed and a real folder made. It used to stop the whole run with a traceback."""
-        link = self.root / task_id
+        A trial folder that is a symlink (put there by hand or by an agent's run before) was
+        never this run's: :meth:`trial_results` ignores it, so the link itself (never what it
+        points to) is removed and a real folder made. It used to stop the whole run with a
+        traceback."""
+        link = self.root / task_id if trial == 1 else self.root / TRIALS / str(trial) / task_id
         if name_problem(task_id) is None and link.is_symlink():
             link.unlink()
-        folder = self.task_dir(task_id)
+        folder = self.trial_dir(task_id, trial)
         if folder.exists():
             remove_stale_workspaces(folder)
             remove_tree(folder)  # iterative: whatever depth an earlier attempt left
@@ -108,6 +158,28 @@ class RunFolder:
             forget_cut(folder / log)
         folder.mkdir(parents=True)
         return folder
+
+    def discard(self, keys: list[tuple[str, int]]) -> Path | None:
+        """Move the folders of these trials into a new ``_history/<n>/`` (the same layout),
+        so ``run --rerun`` runs them again without deleting anything; returns that folder
+        (``None`` when none of them had a folder)."""
+        moves = [(key, self.trial_dir(*key)) for key in keys]
+        moves = [(key, path) for key, path in moves if path.exists()]
+        if not moves:
+            return None
+        history = self.root / HISTORY
+        if history.is_symlink():
+            raise UnsafePath(f"{history} is a link: not this run's", path=self.root,
+                             fix="remove the link; nothing of ours lives outside its folder")
+        history.mkdir(exist_ok=True)
+        taken = [int(p.name) for p in history.iterdir() if p.name.isdigit()]
+        entry = history / str(max(taken, default=0) + 1)
+        entry.mkdir()
+        for _key, path in moves:
+            target = entry / path.relative_to(self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.rename(target)
+        return entry
 
     def read_manifest(self) -> RunManifest | None:
         """The manifest; ``None`` when the folder has none. A run.json that exists but is not

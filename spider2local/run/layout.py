@@ -7,6 +7,7 @@ Layout::
     <runs-dir>/<run-id>/<task>/result.json        RESULT: written atomically, last ("finished")
     <runs-dir>/<run-id>/<task>/error.txt          ERROR_TRACEBACK: an unexpected exception, whole
     <runs-dir>/<run-id>/<task>/transcript.jsonl   TRANSCRIPT: every agent message as it arrived
+    <runs-dir>/<run-id>/<task>/api.jsonl          API_RECORD: every model API exchange (capped)
     <runs-dir>/<run-id>/<task>/queries.jsonl      QUERIES: every query of the agent's DB tools
     <runs-dir>/<run-id>/<task>/workspace.json     WORKSPACE_RECORD: where the workspace was
     <runs-dir>/<run-id>/<task>/scan.json          SCAN: the project scan the agent was given
@@ -16,6 +17,15 @@ Layout::
     <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
     <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
+    <runs-dir>/<run-id>/_trials/<k>/<task>/...    TRIALS: trial k >= 2 of the task, the same files
+    <runs-dir>/<run-id>/_history/<n>/...          HISTORY: trials discarded by `run --rerun`,
+                                                  each set in the layout above (never results)
+
+A task's trial 1 is ``<task>/`` itself, so a run folder made before trials existed (one
+``<task>/result.json`` per task) is a valid 1-trial run as it is: nothing is migrated. Trials
+from 2 on live under ``_trials/<k>/``: a task id never starts with ``_``
+(:data:`spider2local.safepath.PLAIN_NAME`), so neither reserved folder can be a task's, and
+resetting trial 1 (deleting ``<task>/``) cannot touch another trial.
 
 In the workspace, the dbt shim keeps each dbt call's run_results in the project's
 ``.spider2local/DBT_RUNS/NNN-<command>.json``; they are collected into ``<task>/dbt/``.
@@ -31,6 +41,7 @@ LOCK = ".lock"
 RESULT = "result.json"
 ERROR_TRACEBACK = "error.txt"
 TRANSCRIPT = "transcript.jsonl"
+API_RECORD = "api.jsonl"
 QUERIES = "queries.jsonl"
 WORKSPACE_RECORD = "workspace.json"
 SCAN = "scan.json"
@@ -41,4 +52,6 @@ RUN_RESULTS_SUFFIX = ".run_results.json"
 PROJECT_FILES = "project"
 START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"
+TRIALS = "_trials"
+HISTORY = "_history"
 WORKSPACE_PREFIX = "spider2local-"

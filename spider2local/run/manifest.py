@@ -25,9 +25,12 @@ from typing import Any
 from spider2local import __version__, resources
 from spider2local.safepath import name_problem
 
-MANIFEST_VERSION = 2
-"""2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
-READABLE_VERSIONS = (None, 1, MANIFEST_VERSION)
+MANIFEST_VERSION = 3
+"""3: trials (``settings.trials``; results addressed by task and trial), the run's budget
+(``settings.max_cost_usd``, ``spent_usd``, ``not_run_for_budget``) and ``reruns``; a file of
+version 2 or older is a 1-trial run without a budget.
+2: ``integrity`` holds the fingerprints taken before any agent started (absent in 1)."""
+READABLE_VERSIONS = (None, 1, 2, MANIFEST_VERSION)
 """``None``: a file without the key (hand-written, or from the first releases)."""
 DEPENDENCIES = ("anyio", "claude-agent-sdk", "duckdb", "dbt-core", "dbt-duckdb", "pandas",
                 "numpy", "click", "libfaketime")
@@ -120,6 +123,10 @@ class Session:
                    _str(data.get("run")))
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -163,6 +170,12 @@ class RunManifest:
     merged_at: str | None = None
     merged_from: tuple[Mapping[str, Any], ...] = ()
     merge_differences: tuple[str, ...] = ()
+    not_run_for_budget: int | None = None
+    """Trials the last invocation left unstarted because the budget was reached."""
+    spent_usd: float | None = None
+    """What the run's finished trials cost, as the last invocation counted it."""
+    reruns: tuple[Mapping[str, Any], ...] = ()
+    """Each ``run --rerun``: when, which tasks, and the ``_history/<n>`` their trials went to."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer writer's), kept as they were."""
     manifest_version: int = MANIFEST_VERSION
@@ -174,6 +187,13 @@ class RunManifest:
         if name in self.settings:
             return self.settings[name]
         return getattr(self, name, None) if name in _FIELD_NAMES else None
+
+    @property
+    def trials(self) -> int:
+        """Trials per task the run asked for (1 for a run made before trials existed)."""
+        value = self.settings.get("trials")
+        return value if isinstance(value, int) and not isinstance(value, bool) \
+            and value >= 1 else 1
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -247,7 +267,10 @@ class RunManifest:
                     "dataset_sha256": self.dataset_sha256,
                     "selection": _plain(self.selection),
                     "agent_options": dict(self.agent_options) if self.agent_options else None,
-                    "integrity": _plain(self.integrity), "merged_at": self.merged_at}
+                    "integrity": _plain(self.integrity), "merged_at": self.merged_at,
+                    "not_run_for_budget": self.not_run_for_budget,
+                    "spent_usd": self.spent_usd,
+                    "reruns": [dict(r) for r in self.reruns] if self.reruns else None}
         data.update({k: v for k, v in optional.items() if v is not None})
         if self.merged_at is not None:
             data["merged_from"] = [dict(m) for m in self.merged_from]
@@ -267,7 +290,8 @@ class RunManifest:
                  "suite", "dataset", "prompts_sha256", "skills_sha256", "tasks",
                  "denominators", "started_at", "finished_at", "sessions", "interrupted",
                  "isolation", "dataset_sha256", "selection", "agent_options", "integrity",
-                 "merged_at", "merged_from", "merge_differences"}
+                 "merged_at", "merged_from", "merge_differences", "not_run_for_budget",
+                 "spent_usd", "reruns"}
         counts = data.get("denominators")
         return cls(
             run_id=str(data.get("run_id") or ""), agent=data.get("agent"),
@@ -292,6 +316,10 @@ class RunManifest:
             merged_at=_str(data.get("merged_at")),
             merged_from=tuple(m for m in data.get("merged_from") or () if isinstance(m, dict)),
             merge_differences=tuple(str(d) for d in data.get("merge_differences") or ()),
+            not_run_for_budget=_count(data.get("not_run_for_budget")),
+            spent_usd=float(data["spent_usd"]) if isinstance(data.get("spent_usd"), (int, float))
+            and not isinstance(data.get("spent_usd"), bool) else None,
+            reruns=tuple(r for r in data.get("reruns") or () if isinstance(r, dict)),
             extra={k: v for k, v in data.items() if k not in known},
             manifest_version=MANIFEST_VERSION)
 

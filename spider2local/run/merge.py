@@ -35,8 +35,8 @@ from spider2local.run.resume import same_experiment
 @dataclass(frozen=True)
 class Merged:
     into: RunFolder
-    kept: Mapping[str, str]
-    """Task id -> the source folder whose result was kept."""
+    kept: Mapping[tuple[str, int], str]
+    """(task id, trial) -> the source folder whose result was kept."""
     notes: tuple[str, ...]
     """What a person must know: tasks found twice (which one was kept), forced differences."""
 
@@ -66,7 +66,7 @@ def _unsealed(manifest: RunManifest) -> bool:
 
 
 def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
-               kept: Mapping[str, str]) -> dict[str, Any] | None:
+               kept: Mapping[str, set[str]]) -> dict[str, Any] | None:
     """The guard's fingerprints of every task (``score RUN_DIR`` checks each task's gold
     against them), each from the source whose result was kept; ``None`` when a source has
     none (a run made before fingerprints existed)."""
@@ -77,7 +77,7 @@ def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
     for folder, prints in zip(sources, recorded, strict=True):
         assert prints is not None
         for tid, fingerprint in prints.tasks.items():
-            if tid not in tasks or kept.get(tid) == str(folder.root):
+            if tid not in tasks or str(folder.root) in kept.get(tid, set()):
                 tasks[tid] = fingerprint
     first = recorded[0]
     assert first is not None
@@ -134,13 +134,18 @@ def _not_copied(folder: str, names: list[str]) -> set[str]:
     return skipped
 
 
-def _copy_task(source: RunFolder, into: RunFolder, task_id: str) -> None:
-    """The task's folder, result.json last (its presence means "finished", also here)."""
-    target = into.task_dir(task_id)
-    shutil.copytree(source.task_dir(task_id), target, ignore=_not_copied)
+def _copy_trial(source: RunFolder, into: RunFolder, key: tuple[str, int]) -> None:
+    """The trial's folder, result.json last (its presence means "finished", also here)."""
+    target = into.trial_dir(*key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source.trial_dir(*key), target, ignore=_not_copied)
     partial = target / f".{RESULT}.merge"
-    shutil.copyfile(source.result_path(task_id), partial)
+    shutil.copyfile(source.result_path(*key), partial)
     partial.replace(target / RESULT)
+
+
+def _name(key: tuple[str, int]) -> str:
+    return key[0] if key[1] == 1 else f"{key[0]}#{key[1]}"
 
 
 def _common(values: Sequence[Any]) -> Any:
@@ -148,15 +153,19 @@ def _common(values: Sequence[Any]) -> Any:
 
 
 def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
-                    into: RunFolder, kept: Mapping[str, str],
+                    into: RunFolder, kept: Mapping[tuple[str, int], str],
                     forced: Sequence[str]) -> RunManifest:
     """The first source's manifest (versions, settings, hashes, anything recorded), with the
-    union of the selected tasks (each entry from the source whose result was kept), the
-    earliest start, the last end and every session; ``merged_from`` names the sources."""
+    union of the selected tasks (each entry from a source whose result was kept), the
+    earliest start, the last end, every session, and the most trials any source asked for
+    (the pieces of a sharded run ask for the same); ``merged_from`` names the sources."""
+    by_task: dict[str, set[str]] = {}
+    for (tid, _), root in kept.items():
+        by_task.setdefault(tid, set()).add(root)
     tasks: dict[str, SelectedTask] = {}
     for folder, manifest in zip(sources, manifests, strict=True):
         for entry in manifest.tasks:
-            if entry.id not in tasks or kept.get(entry.id) == str(folder.root):
+            if entry.id not in tasks or str(folder.root) in by_task.get(entry.id, set()):
                 tasks[entry.id] = entry
     starts = [m.started_at for m in manifests if m.started_at]
     ends = [m.finished_at for m in manifests]
@@ -166,16 +175,21 @@ def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolde
     requests = [m.selection or {} for m in manifests]
     request = {key: _common([r.get(key) for r in requests])
                for key in ("ids", "subset", "limit")}
+    trials = max(m.trials for m in manifests)
     return replace(
         manifests[0], run_id=into.run_id, tasks=tuple(tasks[tid] for tid in sorted(tasks)),
+        settings={**manifests[0].settings, "trials": trials} if trials > 1
+        else manifests[0].settings,
+        not_run_for_budget=sum(m.not_run_for_budget or 0 for m in manifests) or None,
         started_at=min(starts) if starts else None,
         finished_at=max(e for e in ends if e) if ends and all(ends) else None,
         interrupted=any(m.interrupted for m in manifests), sessions=tuple(sessions),
         selection={**request, "shard": None}, merged_at=now_iso(),
         merged_from=tuple({"path": str(f.root), "run_id": f.run_id,
-                           "kept": sorted(t for t, src in kept.items() if src == str(f.root))}
+                           "kept": [_name(k) for k, src in sorted(kept.items())
+                                    if src == str(f.root)]}
                           for f in sources),
-        merge_differences=tuple(forced), integrity=_integrity(manifests, sources, kept))
+        merge_differences=tuple(forced), integrity=_integrity(manifests, sources, by_task))
 
 
 def merge_runs(sources: Sequence[RunFolder], into: RunFolder, *, force: bool = False) -> Merged:
@@ -198,25 +212,25 @@ def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged
                         path=sources[0].root,
                         fix="merge runs made with the same settings, or pass --force")
     _check_into(into)
-    chosen: dict[str, tuple[RunFolder, TaskResult]] = {}
+    chosen: dict[tuple[str, int], tuple[RunFolder, TaskResult]] = {}
     notes = [f"forced: {diff}" for diff in differing]
     for folder in sources:
-        for tid, result in sorted(folder.results().items()):
-            previous = chosen.get(tid)
+        for key, result in folder.trial_results().items():
+            previous = chosen.get(key)
             if previous is None:
-                chosen[tid] = (folder, result)
+                chosen[key] = (folder, result)
                 continue
             newer = (folder, result) if _when(result) >= _when(previous[1]) else previous
             older = previous[0] if newer[0] is folder else folder
-            notes.append(f"{tid}: finished in {previous[0].root} and {folder.root}; kept "
-                         f"{newer[0].root} (finished later), dropped {older.root}")
-            chosen[tid] = newer
+            notes.append(f"{_name(key)}: finished in {previous[0].root} and {folder.root}; "
+                         f"kept {newer[0].root} (finished later), dropped {older.root}")
+            chosen[key] = newer
     into.create()
-    kept = {tid: str(folder.root) for tid, (folder, _) in chosen.items()}
+    kept = {key: str(folder.root) for key, (folder, _) in chosen.items()}
     try:
         with run_lock(into):
-            for tid, (folder, _) in sorted(chosen.items()):
-                _copy_task(folder, into, tid)
+            for key, (folder, _) in sorted(chosen.items()):
+                _copy_trial(folder, into, key)
             into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
     except (OSError, shutil.Error, UserError) as exc:
         # A full disk under --into: the half-made folder (new or empty before, see

@@ -29,13 +29,13 @@ from spider2local.dataset.audit import Denominators, denominators, free_passes
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
-from spider2local.integrity import guard
+from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
-from spider2local.run.manifest import RunManifest, SelectedTask
+from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.progress import Progress
-from spider2local.run.results import TaskResult
+from spider2local.run.results import Status, TaskResult
 from spider2local.run.resume import (
     check_resumable,
     is_finished,
@@ -44,7 +44,7 @@ from spider2local.run.resume import (
     remembered_settings,
     selection_request,
 )
-from spider2local.run.runner import AgentFactory, run_tasks
+from spider2local.run.runner import AgentFactory, Budget, interleaved, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
 from spider2local.sandbox.isolation import Isolation, IsolationChoice, choose_isolation
@@ -123,6 +123,9 @@ class RunPlan:
     """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
     denominators: Denominators | None = None
     """The dataset audit's counts the report divides by (recorded in run.json)."""
+    rerun: tuple[str, ...] = ()
+    """``--rerun``: task ids, or ``failed``, whose trials are discarded (into the run's
+    history) and run again (:func:`rerun_keys`)."""
     fresh: bool = False
     """No --run-id was given: ``folder`` carries a provisional timestamp id, and the run
     claims a free id (:func:`.folder.claim_run_id`) when it starts, so two runs started in the
@@ -132,11 +135,50 @@ class RunPlan:
 @dataclass(frozen=True)
 class RunOutcome:
     folder: RunFolder
-    ran: Mapping[str, TaskResult]
-    """Results written by this invocation."""
-    already_done: tuple[str, ...]
-    """Selected tasks skipped because an earlier invocation finished them (resume)."""
+    ran: Mapping[tuple[str, int], TaskResult]
+    """Results written by this invocation, by ``(task id, trial)``."""
+    already_done: tuple[tuple[str, int], ...]
+    """Trials of the selection skipped because an earlier invocation finished them."""
     interrupted: bool
+    not_run_for_budget: int = 0
+    """Trials left unstarted because the run's budget was reached."""
+
+
+RERUN_FAILED = "failed"
+"""``--rerun failed``: every task with a finished trial that did not pass (failed, timeout,
+error); tasks without gold (unscored) are left alone, as running them again proves nothing."""
+
+
+def rerun_keys(request: Sequence[str], results: Mapping[tuple[str, int], TaskResult],
+               selected: Sequence[str], folder: RunFolder) -> list[tuple[str, int]]:
+    """The trials ``--rerun`` discards: every trial on disk of the tasks named (``failed``:
+    see :data:`RERUN_FAILED`). A name that is not a task of the run is one line (exit 2)."""
+    if not request:
+        return []
+    known = set(selected) | {tid for tid, _ in results}
+    wanted: set[str] = set()
+    for name in request:
+        if name == RERUN_FAILED:
+            wanted |= {tid for (tid, _), r in results.items()
+                       if r.status not in (Status.PASSED, Status.UNSCORED)}
+        elif name in known:
+            wanted.add(name)
+        else:
+            raise UserError(f"--rerun {name}: not a task of run {folder.run_id}",
+                            path=folder.root,
+                            fix=f"name tasks the run selected, or '{RERUN_FAILED}'")
+    return [key for key in results if key[0] in wanted] + \
+        [(tid, 1) for tid in sorted(wanted) if not any(k[0] == tid for k in results)]
+
+
+def _check_trials(folder: RunFolder, trials: int,
+                  results: Mapping[tuple[str, int], TaskResult]) -> None:
+    """A run never loses trials: asking for fewer than it holds is refused (one line)."""
+    held = max((trial for _, trial in results), default=1)
+    if held > trials:
+        raise UserError(f"run {folder.run_id} has {held} trials per task; --trials {trials} "
+                        "would drop some", path=folder.root,
+                        fix=f"resume with --trials {held} or more, or start a new --run-id")
 
 
 def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTask]:
@@ -148,28 +190,54 @@ def _selected(plan: RunPlan, free: Mapping[str, bool | None]) -> list[SelectedTa
 
 
 async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
-    """Under the run's lock: write the manifest, run what is not finished yet, stop cleanly on
-    SIGINT/SIGTERM."""
+    """Under the run's lock: write the manifest, run the trials not finished yet (trial 1 of
+    every task first), stop cleanly on SIGINT/SIGTERM or at the budget."""
     if plan.fresh:
         plan = replace(plan, folder=RunFolder.at(plan.folder.root.parent,
                                                  claim_run_id(plan.folder.root.parent)))
     folder, settings = plan.folder, plan.settings
     folder.create()
+    # every runs folder this machine used stays hidden from later runs' agents
+    await anyio.to_thread.run_sync(known.remember, known.Kind.RUNS_FOLDER, folder.root.parent)
     with run_lock(folder):
-        done = {tid for tid, r in folder.results().items() if is_finished(r)}
-        todo = [t for t in plan.selection.tasks if t.id not in done]
-        already = tuple(t.id for t in plan.selection.tasks if t.id in done)
-        taken = await anyio.to_thread.run_sync(guard.take, todo)
+        results = folder.trial_results()
+        _check_trials(folder, settings.trials, results)
+        discard = rerun_keys(plan.rerun, results, plan.selection.ids, folder)
+        kept = {k: r for k, r in results.items() if k not in set(discard)}
+        done = {key for key, r in kept.items() if is_finished(r)}
+        todo = interleaved(plan.selection.tasks, settings.trials, done)
+        already = tuple(sorted(k for k in done if k[0] in plan.selection.ids
+                               and k[1] <= settings.trials))
+        taken = await anyio.to_thread.run_sync(
+            guard.take, list({t.task.id: t.task for t in todo}.values()))
         manifest, fingerprints = _start_manifest(plan, taken, await _free_passes(plan))
+        if discard:
+            entry = await anyio.to_thread.run_sync(folder.discard, discard)
+            manifest = replace(manifest, reruns=(*manifest.reruns, {
+                "at": now_iso(), "history": entry.name if entry else None,
+                "tasks": sorted({tid for tid, _ in discard}),
+                "request": list(plan.rerun)}))
+            folder.write_manifest(manifest)
         watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
                             suite_file=plan.suite_path)
+        budget = Budget(settings.max_cost_usd,
+                        sum(r.usage.cost_usd or 0.0 for r in kept.values()))
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
-                             skipped=plan.selection.skipped)
-        ran: dict[str, TaskResult] = {}
+                             skipped=plan.selection.skipped, trials=settings.trials,
+                             spent_usd=budget.spent)
+        ran: dict[tuple[str, int], TaskResult] = {}
         _, interrupted = await until_signal(
-            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch))
+            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
+                              budget))
+        if budget.not_run:
+            progress.note(folder.run_id, f"{budget.not_run} trial(s) not started: the run's "
+                                         f"budget of ${budget.cap:.2f} was reached (spent "
+                                         f"${budget.spent:.2f}); resume with a higher "
+                                         "--max-cost-usd to run them")
+        manifest = replace(manifest, not_run_for_budget=budget.not_run,
+                           spent_usd=round(budget.spent, 6))
         folder.write_manifest(manifest.finish(interrupted=interrupted))
-    return RunOutcome(folder, ran, already, interrupted)
+    return RunOutcome(folder, ran, already, interrupted, budget.not_run)
 
 
 async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
@@ -232,13 +300,18 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              shard: str | None = None, limit: int | None = None, agent: str | None = None,
              replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
              run_id: str | None = None, argv: list[str] | None = None,
-             isolation: Isolation | str | None = None, **overrides: Any) -> RunPlan:
+             isolation: Isolation | str | None = None, rerun: Sequence[str] = (),
+             **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
     (default: the suite's) is resolved here, probing the machine once. Resuming ``run_id``,
     every option left out is the one its run.json recorded (:func:`.resume.remembered`)."""
     folder = RunFolder.at(runs_dir, run_id or new_run_id())
-    memory = remembered(folder.read_manifest()) if run_id is not None else {}
+    previous = folder.read_manifest() if run_id is not None else None
+    if rerun and previous is None:
+        raise UserError("--rerun needs the --run-id of an existing run",
+                        fix="name the run whose tasks to run again with --run-id")
+    memory = remembered(previous)
     if memory:
         if not ids and subset is None and shard is None and limit is None:
             ids, subset, shard, limit = (memory["ids"] or (), memory["subset"],
@@ -299,6 +372,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
+                   rerun=tuple(rerun),
                    agent_options={k: Path(v).resolve() for k, v in options.items()
                                   if k == "replay_dir"},
                    fresh=run_id is None)

@@ -30,6 +30,13 @@ class _Running:
     meter: UsageMeter | None = None
 
 
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes \
+        else f"{secs}s"
+
+
 class Progress:
     """Receives the runner's events; ``live`` (default: the stream is a TTY) redraws in place."""
 
@@ -42,12 +49,23 @@ class Progress:
         self._drawn = 0
         self._t0 = time.monotonic()
         self.broken = False
+        self._todo = 0
+        self._done = 0
+        self._cost = 0.0
+        self._costed = 0
+        self._spent_before = 0.0
 
     # -- events ---------------------------------------------------------------------------
-    def run_started(self, run_id: str, *, todo: int, already_done: Sequence[str],
-                    skipped: Sequence[tuple[str, str]]) -> None:
+    def run_started(self, run_id: str, *, todo: int, already_done: Sequence[object],
+                    skipped: Sequence[tuple[str, str]], trials: int = 1,
+                    spent_usd: float = 0.0) -> None:
+        """``todo`` trials to run (of ``trials`` per task), ``already_done`` finished by an
+        earlier invocation, ``spent_usd`` what those cost (for the projection)."""
         resumed = f", {len(already_done)} already finished" if already_done else ""
-        self._log(f"run {run_id}: {todo} task(s) to run{resumed}")
+        unit = "task(s)" if trials <= 1 else f"trial(s) ({trials} per task)"
+        self._todo, self._done, self._cost, self._costed = todo, 0, 0.0, 0
+        self._spent_before = spent_usd
+        self._log(f"run {run_id}: {todo} {unit} to run{resumed}")
         for task_id, reason in skipped:
             self._log(f"{task_id}: skipped ({reason})")
 
@@ -66,16 +84,40 @@ class Progress:
     def note(self, task_id: str, message: str) -> None:
         self._log(f"{task_id}: {message}", force=True)
 
-    def task_finished(self, result: TaskResult) -> None:
-        self.running.pop(result.task_id, None)
+    def task_finished(self, result: TaskResult, label: str | None = None) -> None:
+        label = label or result.task_id
+        self.running.pop(label, None)
         tables = f" {result.tables_passed}/{result.tables_total} tables" \
             if result.tables_total else ""
         error = f" [{result.error.stage.value}: {result.error.message}]" if result.error else ""
         if not is_finished(result):
             error += " (a fault of the machine: not scored; a resume re-runs it)"
         took = result.durations.get("total", 0.0)
-        self._log(f"{result.task_id}: {result.status.value}{tables} in {took:.1f}s{error}",
+        self._log(f"{label}: {result.status.value}{tables} in {took:.1f}s{error}",
                   force=True)
+        self._done += 1
+        if result.usage.cost_usd is not None:
+            self._cost += result.usage.cost_usd
+            self._costed += 1
+        projection = self.projection()
+        if projection is not None:
+            self._log(projection, force=True)
+
+    def projection(self) -> str | None:
+        """After the first trials finished: what the whole run will cost and how long it will
+        still take, extrapolated from the trials of this invocation so far (``None`` before
+        any finished, or once all did). Wall time, so the ``--jobs`` overlap is counted."""
+        if not self._done or self._done >= self._todo:
+            return None
+        left = self._todo - self._done
+        elapsed = time.monotonic() - self._t0
+        eta = elapsed / self._done * left
+        parts = [f"{self._done}/{self._todo} trial(s) done"]
+        if self._costed:
+            total = self._spent_before + self._cost + self._cost / self._costed * left
+            parts.append(f"projected cost of the run ${total:.2f}")
+        parts.append(f"about {_duration(eta)} left")
+        return "; ".join(parts)
 
     # -- drawing --------------------------------------------------------------------------
     def line_for(self, task_id: str) -> str:

@@ -41,45 +41,48 @@ class Rescored:
     result: TaskResult | None
     """The rewritten result; ``None`` when the task could not be re-scored (see ``reason``)."""
     reason: str | None = None
+    trial: int = 1
 
 
 def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
     from spider2local.db.header import duckdb_file_problem
-    from spider2local.evaluation import score_database
+    from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
-    db, task = folder.result_db(old.task_id), data.get(old.task_id)
+    db, task = folder.result_db(old.task_id, old.trial), data.get(old.task_id)
     if not db.is_file():
-        return Rescored(old.task_id, None, "no kept database (run with --keep-db)")
+        return Rescored(old.task_id, None, "no kept database (run with --keep-db)", old.trial)
     if task is None or task.gold is None:
-        return Rescored(old.task_id, None, "the dataset has no gold for this task")
+        return Rescored(old.task_id, None, "the dataset has no gold for this task", old.trial)
     # A kept file that is damaged (not DuckDB, cut short, unopenable) is that task's error:
     # scoring it gave "failed" and overwrote a recorded pass without naming anything, where
     # `score FILE` refuses the same file. The recorded verdict stays.
     problem = duckdb_file_problem(db)
     if problem is not None:
         return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
-                                           "the recorded verdict stays")
+                                           "the recorded verdict stays", old.trial)
     try:
-        score = score_database(db, task.gold.db, task.gold.params)
+        score = score_sandboxed_sync(db, task.gold.db, task.gold.params)
     except Exception as exc:
-        keep_traceback(folder.task_dir(old.task_id), Stage.SCORE, exc)
-        return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}")
+        keep_traceback(folder.trial_dir(old.task_id, old.trial), Stage.SCORE, exc)
+        return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}",
+                        old.trial)
     if score.error is not None:  # the file could not be opened at all
         return Rescored(old.task_id, None, f"kept database damaged: {score.error}; "
-                                           "the recorded verdict stays")
+                                           "the recorded verdict stays", old.trial)
     error = old.error
     if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
         error = None
     verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
     new = replace(old, **verdict.fields())
     try:
-        save_result(folder.result_path(old.task_id), new)
+        save_result(folder.result_path(old.task_id, old.trial), new)
     except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
         return Rescored(old.task_id, None, f"cannot write its result.json: "
-                                           f"{exc.strerror or exc}; the recorded verdict stays")
-    return Rescored(old.task_id, new)
+                                           f"{exc.strerror or exc}; the recorded verdict stays",
+                        old.trial)
+    return Rescored(old.task_id, new, trial=old.trial)
 
 
 def rescore_run(folder: RunFolder, data: Dataset, *,
@@ -88,8 +91,9 @@ def rescore_run(folder: RunFolder, data: Dataset, *,
     (under the run's lock: a run still writing results must not be re-scored meanwhile).
     Raises :class:`UserError` for a tampered or changed run (see the module docstring)."""
     with run_lock(folder):
-        results = folder.results()
-        tasks = [t for tid in sorted(results) if (t := data.get(tid)) is not None]
+        results = folder.trial_results()
+        tasks = [t for tid in sorted({tid for tid, _ in results})
+                 if (t := data.get(tid)) is not None]
         taken = guard.take(tasks)
         if accept_changes:
             _record(folder, taken)
@@ -98,10 +102,10 @@ def rescore_run(folder: RunFolder, data: Dataset, *,
         return [rescore_task(folder, data, r) for _, r in sorted(results.items())]
 
 
-def _refuse_tampered(folder: RunFolder, results: Mapping[str, TaskResult],
+def _refuse_tampered(folder: RunFolder, results: Mapping[tuple[str, int], TaskResult],
                      taken: guard.Fingerprints) -> None:
     fix = "start a new run, or pass --accept-changes to score against today's files"
-    tampered = [f"{tid}: {r.error.message}" for tid, r in sorted(results.items())
+    tampered = [f"{tid}: {r.error.message}" for (tid, _), r in sorted(results.items())
                 if r.error is not None and r.error.kind is ErrorKind.INTEGRITY]
     if tampered:
         raise UserError(f"run {folder.run_id} was tampered with while it ran ({tampered[0]}"

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,6 +90,11 @@ class _Attempt:
     """The project's files as prepared (what the integrity scan leaves out)."""
     off_limits: tuple[Path, ...] = ()
     """What the agent must not reach (``guard.Watch.off_limits``), handed to its context."""
+    label: str = ""
+    """How progress lines name this trial (:func:`trial_label`); the task id by default."""
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.task.id
 
     def timed(self, stage: str, seconds: float) -> None:
         self.durations[stage] = round(self.durations.get(stage, 0.0) + seconds, 3)
@@ -183,13 +189,13 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     with anyio.CancelScope(shield=True):
         await areap(ws.root)
         if keep:
-            progress.note(state.task.id, f"workspace kept: {ws.project_dir}")
+            progress.note(state.label, f"workspace kept: {ws.project_dir}")
         else:
             try:
                 await in_thread(ws_mod.cleanup_workspace, ws)
             except OSError as exc:  # a file the agent made undeletable (chattr +i), a busy
                 # mount: the task's result still counts and the other tasks go on
-                progress.note(state.task.id, f"workspace not removed: {_oserror(exc)}")
+                progress.note(state.label, f"workspace not removed: {_oserror(exc)}")
 
 
 async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentFactory,
@@ -197,7 +203,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     """Prepare a fresh workspace and run the agent once."""
     task = state.task
     state.attempts += 1
-    progress.stage(task.id, Stage.PREPARE)
+    progress.stage(state.label, Stage.PREPARE)
     # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
     # it returned would lose the workspace it made (never cleaned up).
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
@@ -215,7 +221,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,
                        off_limits=state.off_limits)
-    progress.stage(task.id, Stage.AGENT, ctx.meter)
+    progress.stage(state.label, Stage.AGENT, ctx.meter)
     with _Stopwatch(state, "agent"):
         outcome, timed_out = await _run_agent(factory(), ctx, settings.workspace_size)
     await areap(ws.root)
@@ -238,7 +244,7 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         if not should_retry(outcome, timed_out, state.attempts, settings.retries):
             return replace(outcome, usage=spent), timed_out
         wait = backoff(settings.retry_backoff, state.attempts)
-        progress.note(state.task.id, f"infrastructure error ({outcome.error}); "
+        progress.note(state.label, f"infrastructure error ({outcome.error}); "
                                      f"retry {state.attempts}/{settings.retries} in {wait:g}s")
         await _cleanup(state, False, progress)
         await anyio.sleep(wait)
@@ -248,14 +254,15 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
                  watch: guard.Watch) -> Verdict:
     """Checkpoint and score the workspace database. What it is scored against is checked
     first and its gold file once more after (see module doc). Both stages run under
-    ``settings.stage_timeout`` (:mod:`.watchdog`)."""
-    from spider2local.evaluation import score_database
+    ``settings.stage_timeout`` (:mod:`.watchdog`; the scorer's sandboxed child is killed at
+    it)."""
+    from spider2local.evaluation.sandboxed import score_sandboxed
 
     task, ws = state.task, state.ws
     assert ws is not None
     deadline = settings.stage_timeout
     if ws.database.exists() or ws.database.is_symlink():
-        progress.stage(task.id, Stage.CHECKPOINT)
+        progress.stage(state.label, Stage.CHECKPOINT)
         try:
             with _Stopwatch(state, "checkpoint"):
                 await bounded("checkpoint", deadline, ws_mod.checkpoint_database,
@@ -266,14 +273,18 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
             return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return Verdict.unscored()
-    progress.stage(task.id, Stage.SCORE)
+    progress.stage(state.label, Stage.SCORE)
     try:
         with _Stopwatch(state, "score"):
             check = await in_thread(guard.changes, watch.fingerprints, task)
             if check.changed:
                 return _integrity_error(check.changed)
-            score = await bounded("score", deadline, score_database, ws.database,
-                                  task.gold.db, task.gold.params)
+            try:
+                with anyio.fail_after(deadline):  # cancelling kills the scorer's child
+                    score = await score_sandboxed(ws.database, task.gold.db, task.gold.params,
+                                                  hidden=state.off_limits)
+            except TimeoutError:
+                raise DeadlinePassed("score", deadline) from None
             moved = await in_thread(guard.gold_moved, check, task)
             if moved is not None:
                 return _integrity_error((moved,))
@@ -333,7 +344,7 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
             progress.note(state.task.id, f"artifacts not collected: {exc}")
             verdict = _agent_fault(state.task, Stage.COLLECT, exc)
         except Exception as exc:
-            progress.note(state.task.id, f"artifacts not collected: {exc}")
+            progress.note(state.label, f"artifacts not collected: {exc}")
     return verdict
 
 
@@ -367,28 +378,72 @@ async def _bounded_scan(state: _Attempt, settings: RunSettings,
 
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One trial of one task: what the runner schedules (a fresh workspace and agent session
+    each; results are addressed by ``(task id, trial)``)."""
+
+    task: TaskSpec
+    trial: int = 1
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task.id, self.trial)
+
+
+def interleaved(tasks: Sequence[TaskSpec], trials: int,
+                done: Collection[tuple[str, int]] = ()) -> list[Trial]:
+    """Every trial of ``tasks`` up to ``trials`` not in ``done``, trial 1 of every task before
+    trial 2 of any: a run stopped early (a signal, the budget) is still an even sample."""
+    return [Trial(task, k) for k in range(1, trials + 1) for task in tasks
+            if (task.id, k) not in done]
+
+
+def trial_label(task_id: str, trial: int, trials: int) -> str:
+    """How progress lines name a trial: the task id alone in a 1-trial run."""
+    return task_id if trials <= 1 and trial == 1 else f"{task_id}#{trial}"
+
+
+class Budget:
+    """The whole run's spending cap (``--max-cost-usd``): once the cost spent (finished trials
+    of this run, earlier invocations included) reaches it, no new trial starts; running ones
+    finish. ``not_run`` counts the trials left unstarted for it."""
+
+    def __init__(self, cap: float | None, spent: float = 0.0) -> None:
+        self.cap, self.spent, self.not_run = cap, spent, 0
+
+    @property
+    def reached(self) -> bool:
+        return self.cap is not None and self.spent >= self.cap
+
+    def add(self, result: TaskResult) -> None:
+        self.spent += result.usage.cost_usd or 0.0
+
+
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                    factory: AgentFactory, progress: Progress,
-                   watch: guard.Watch | None = None) -> TaskResult | None:
-    """Run one task start to finish and write its result.json (the last thing written).
+                   watch: guard.Watch | None = None, trial: int = 1) -> TaskResult | None:
+    """Run one trial of a task start to finish and write its result.json (the last thing
+    written).
 
     ``watch``: the run's fingerprints (taken here, for this task alone, when not given).
-    Returns ``None`` when the run folder could not take the task (its folder or its result
-    could not be written: a full disk): the task stays unfinished, which a resume re-runs, and
+    Returns ``None`` when the run folder could not take the trial (its folder or its result
+    could not be written: a full disk): the trial stays unfinished, which a resume re-runs, and
     one line on stderr names the path. Nothing else of the run is stopped."""
+    label = trial_label(task.id, trial, settings.trials)
     if watch is None:
         watch = guard.Watch(await in_thread(guard.take, [task]), runs_dir=folder.root.parent)
     try:
-        artifacts = await in_thread(folder.reset_task, task.id)
+        artifacts = await in_thread(folder.reset_trial, task.id, trial)
     except OSError as exc:
-        progress.note(task.id, f"not run: cannot prepare its run folder: {_oserror(exc)}")
+        progress.note(label, f"not run: cannot prepare its run folder: {_oserror(exc)}")
         return None
     except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
-        progress.note(task.id, f"not run: {exc}")
+        progress.note(label, f"not run: {exc}")
         return None
-    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task))
+    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label)
     started_at, t0 = now_iso(), time.monotonic()
-    progress.task_started(task.id)
+    progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
     try:
         try:
@@ -405,7 +460,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
             verdict = hung
         if scan.evidence:
             first = scan.evidence[0]
-            progress.note(task.id, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")
+            progress.note(label, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")
         with _Stopwatch(state, "cleanup"):
             await _cleanup(state, settings.keep, progress)
         state.timed("total", time.monotonic() - t0)
@@ -415,16 +470,18 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             usage=outcome.usage, attempts=max(1, state.attempts),
                             model=settings.model, verified=outcome.verified,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
-                            isolation=settings.isolation.value, **verdict.fields())
+                            isolation=settings.isolation.value, trial=trial,
+                            **verdict.fields())
+        path = folder.result_path(task.id, trial)
         try:
-            await in_thread(save_result, folder.result_path(task.id), result)
+            await in_thread(save_result, path, result)
         except OSError as exc:
-            progress.note(task.id, f"result not saved, the task stays unfinished (a resume "
-                                   f"re-runs it): {_oserror(exc, folder.result_path(task.id))}")
+            progress.note(label, f"result not saved, the trial stays unfinished (a resume "
+                                 f"re-runs it): {_oserror(exc, path)}")
             return None
     finally:
         await _cleanup(state, settings.keep, progress)
-    progress.task_finished(result)
+    progress.task_finished(result, label)
     return result
 
 
@@ -434,31 +491,45 @@ def _oserror(exc: OSError, path: Path | None = None) -> str:
     return f"{where}: {exc.strerror or exc}" if where else str(exc)
 
 
-async def run_tasks(tasks: Sequence[TaskSpec], folder: RunFolder, settings: RunSettings,
-                    factory: AgentFactory, progress: Progress,
-                    results: dict[str, TaskResult] | None = None,
-                    watch: guard.Watch | None = None) -> dict[str, TaskResult]:
-    """Run ``tasks`` at most ``settings.jobs`` at a time; returns the results written.
+async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
+                    settings: RunSettings, factory: AgentFactory, progress: Progress,
+                    results: dict[tuple[str, int], TaskResult] | None = None,
+                    watch: guard.Watch | None = None, budget: Budget | None = None,
+                    ) -> dict[tuple[str, int], TaskResult]:
+    """Run ``tasks`` (trials, or tasks meaning their trial 1) in the order given, at most
+    ``settings.jobs`` at a time; returns the results written, by ``(task id, trial)``.
 
-    ``results`` (filled as tasks finish) lets a caller see what finished before a cancellation.
-    ``watch``: the run's fingerprints (:func:`~spider2local.run.plan.execute_run` records them
-    in run.json); when not given they are taken here, before any agent starts.
+    ``settings.jobs`` workers take the next trial in order (:func:`interleaved` makes the
+    order), so every trial of the run shares the one limit and they start in that order.
+    ``results`` (filled as trials finish) lets a caller see what finished before a
+    cancellation. ``watch``: the run's fingerprints (:func:`~spider2local.run.plan.
+    execute_run` records them in run.json); when not given they are taken here, before any
+    agent starts. ``budget``: no trial starts once it is reached (:class:`Budget`).
     """
-    limiter = anyio.CapacityLimiter(settings.jobs)
+    queue = deque(t if isinstance(t, Trial) else Trial(t) for t in tasks)
     results = {} if results is None else results
+    budget = budget if budget is not None else Budget(None)
     if watch is None:
-        watch = guard.Watch(await in_thread(guard.take, tasks), runs_dir=folder.root.parent)
+        watch = guard.Watch(await in_thread(guard.take, list({t.task.id: t.task for t in queue}
+                                                              .values())),
+                            runs_dir=folder.root.parent)
 
-    async def one(task: TaskSpec) -> None:
-        async with limiter:
-            result = await run_task(task, folder, settings, factory, progress, watch)
+    async def worker() -> None:
+        while queue:
+            if budget.reached:
+                budget.not_run = len(queue)
+                return
+            item = queue.popleft()
+            result = await run_task(item.task, folder, settings, factory, progress, watch,
+                                    item.trial)
             if result is not None:
-                results[task.id] = result
+                results[item.key] = result
+                budget.add(result)
 
     async with anyio.create_task_group() as outer:
         outer.start_soon(progress.refresh_loop)
         async with anyio.create_task_group() as tg:
-            for task in tasks:
-                tg.start_soon(one, task)
+            for _ in range(max(1, min(settings.jobs, len(queue)))):
+                tg.start_soon(worker)
         outer.cancel_scope.cancel()
     return results

@@ -36,12 +36,16 @@ class RunSettings:
 
     agent: str
     jobs: int = _default("jobs")
+    trials: int = _default("trials")
+    """Independent trials of each task (each a fresh workspace and agent session)."""
     timeout: float = _default("timeout")
     """Seconds for a task's agent stage; the agent's processes are killed when it passes."""
     retries: int = _default("retries")
     max_turns: int = _default("max_turns")
     model: str | None = None
     max_budget_usd: float | None = _default("max_budget_usd")
+    max_cost_usd: float | None = _default("max_cost_usd")
+    """The whole run's budget: no trial starts once the cost spent reaches it."""
     verify_rounds: int = _default("verify_rounds")
     skills: tuple[str, ...] = ()
     keep: bool = False

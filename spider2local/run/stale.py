@@ -23,7 +23,14 @@ from pathlib import Path
 from spider2local.proc.reap import reap
 from spider2local.proc.shm import remove_leftovers
 from spider2local.proc.tempdirs import orphans, remove_orphans
-from spider2local.run.layout import RESULT, TRANSCRIPT, WORKSPACE_PREFIX, WORKSPACE_RECORD
+from spider2local.run.layout import (
+    HISTORY,
+    RESULT,
+    TRANSCRIPT,
+    TRIALS,
+    WORKSPACE_PREFIX,
+    WORKSPACE_RECORD,
+)
 from spider2local.workspace.copy import remove_tree
 
 
@@ -65,6 +72,19 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
     return removed
 
 
+def _trial_dirs(run_root: Path) -> list[Path]:
+    """Every trial folder of the run: ``<task>/`` and ``_trials/<k>/<task>/`` (links left out;
+    the history holds no live workspace: only trials that ended are moved there)."""
+    def dirs(parent: Path) -> list[Path]:
+        return sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink())
+
+    found = [p for p in dirs(run_root) if p.name not in (TRIALS, HISTORY)]
+    trials = run_root / TRIALS
+    if trials.is_dir() and not trials.is_symlink():
+        found += [task for number in dirs(trials) for task in dirs(number)]
+    return found
+
+
 def recover_run(run_root: Path) -> list[Path]:
     """Reap and remove the workspaces of every task of the run without a result (the ones a
     killed runner was working on), then the shared-memory files killed processes left.
@@ -75,7 +95,7 @@ def recover_run(run_root: Path) -> list[Path]:
     """
     removed: list[Path] = []
     try:
-        task_dirs = sorted(p for p in run_root.iterdir() if p.is_dir() and not p.is_symlink())
+        task_dirs = _trial_dirs(run_root)
     except OSError:
         task_dirs = []
     for task_dir in task_dirs:

@@ -30,7 +30,8 @@ class IsolationMode(StrEnum):
     """What a run actually uses; recorded in run.json and in every result.json."""
 
     NAMESPACE = "namespace"
-    """The agent's whole process tree runs in the sandbox (:mod:`.launcher`)."""
+    """The agent's whole process tree runs in the sandbox (:mod:`.launcher`), its network
+    sealed: the model gateway is its only way out (:mod:`.network`)."""
     NONE = "none"
     """The agent runs with the runner's rights: only detection guards the run."""
     NOT_NEEDED = "not-needed"
@@ -64,7 +65,8 @@ def choose_isolation(requested: Isolation, *, sandboxed: bool, agent: str,
     found = (check or probe)()
     if found.ok:
         return IsolationChoice(requested, IsolationMode.NAMESPACE,
-                               "user, mount and PID namespaces work here")
+                               "user, mount, PID and network namespaces work here; the agent's "
+                           "network is sealed: only its model gateway is reachable")
     if requested is Isolation.NAMESPACE:
         raise UserError(f"isolation namespace is not available here: {found.reason}",
                         fix=f"{found.fix}; or run with --isolation none or auto")

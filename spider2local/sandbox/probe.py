@@ -2,19 +2,23 @@
 
 Reading sysctls alone cannot answer it (containers, seccomp filters and kernels differ in what
 they refuse), so :func:`probe` starts the real launcher around ``/bin/sh -c 'exit 0'``: if that
-runs, the user, mount and PID namespaces, the mounts, ``pivot_root`` and the nested namespace
-all work. When it does not, the sysctls only serve to name the cause and its fix.
+runs, the user, mount, PID and network namespaces, the mounts, ``pivot_root``, the nested
+namespace and the network seal's relay all work. When it does not, the sysctls only serve to
+name the cause and its fix.
 """
 
 from __future__ import annotations
 
 import functools
+import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from spider2local.sandbox.launcher import Launcher, SandboxError, SandboxSpec
+from spider2local.sandbox.network import NetworkSeal
 
 PROBE_TIMEOUT = 20.0
 APPARMOR_SYSCTL = Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
@@ -57,24 +61,48 @@ def _diagnose(stderr: str) -> Probe:
                  "restricted container), or use --isolation none")
 
 
-def run_probe() -> Probe:
-    """Build one sandbox around a no-op and report (uncached; see :func:`probe`)."""
-    if not sys.platform.startswith("linux"):
-        return Probe(False, f"no Linux namespaces on {sys.platform}",
-                     "run on Linux for isolation, or use --isolation none")
+def _try(spec: SandboxSpec) -> subprocess.CompletedProcess[str] | Probe:
+    """Start the launcher of ``spec`` around ``exit 0``; a Probe when it could not start."""
     try:
-        launcher = Launcher(SandboxSpec(program=Path("/bin/sh")))
+        launcher = Launcher(spec)
     except SandboxError as exc:
         return Probe(False, str(exc), "install util-linux (unshare, mount, pivot_root)")
     try:
-        done = subprocess.run([str(launcher.path), "-c", "exit 0"], capture_output=True,
+        return subprocess.run([str(launcher.path), "-c", "exit 0"], capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT, check=False, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Probe(False, f"the namespace sandbox could not start: {exc}",
                      "use --isolation none")
     finally:
         launcher.remove()
-    return Probe(True) if done.returncode == 0 else _diagnose(done.stderr)
+
+
+def run_probe() -> Probe:
+    """Build one sandbox around a no-op, network sealed (its own network namespace, loopback
+    up, the relay listening, a Unix socket bound in), and report (uncached; see
+    :func:`probe`). When only the seal fails, the plain sandbox is tried to say so."""
+    if not sys.platform.startswith("linux"):
+        return Probe(False, f"no Linux namespaces on {sys.platform}",
+                     "run on Linux for isolation, or use --isolation none")
+    with tempfile.TemporaryDirectory(prefix="spider2local-probe-") as folder, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(Path(folder) / "api.sock"))
+        listener.listen(1)
+        sealed = _try(SandboxSpec(program=Path("/bin/sh"),
+                                  network=NetworkSeal(Path(folder) / "api.sock")))
+    if isinstance(sealed, Probe):
+        return sealed
+    if sealed.returncode == 0:
+        return Probe(True)
+    plain = _try(SandboxSpec(program=Path("/bin/sh")))
+    if isinstance(plain, Probe) or plain.returncode != 0:
+        return plain if isinstance(plain, Probe) else _diagnose(plain.stderr)
+    first = next((line.strip() for line in sealed.stderr.splitlines() if line.strip()),
+                 "no message")
+    return Probe(False, f"the network seal failed (its own network namespace and a relay to "
+                        f"the model gateway): {first}",
+                 "run where network namespaces are allowed inside user namespaces, or use "
+                 "--isolation none")
 
 
 @functools.cache

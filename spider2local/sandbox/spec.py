@@ -12,6 +12,7 @@ import spider2local
 from spider2local.clock.faketime import find_library, find_real_dbt
 from spider2local.resources import faketime_dir
 from spider2local.sandbox.launcher import SandboxSpec
+from spider2local.sandbox.network import NetworkSeal
 
 CACHE_NAME = "spider2local"
 
@@ -35,11 +36,12 @@ def always_hidden() -> list[Path]:
 
 
 def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path] = (),
-               unset_env: Iterable[str] = (), read_only: Iterable[Path] = ()) -> SandboxSpec:
+               unset_env: Iterable[str] = (), read_only: Iterable[Path] = (),
+               network: NetworkSeal | None = None) -> SandboxSpec:
     """The sandbox of one agent session running ``program`` (the CLI) with ``writable`` (its
     workspace) read-write and ``read_only`` (a command agent's own install) read-only."""
     return SandboxSpec(program=program,
                        read_only=(*runtime_paths(), program.parent, *read_only),
                        writable=tuple(writable),
                        hidden=(*always_hidden(), *hidden),
-                       unset_env=tuple(unset_env))
+                       unset_env=tuple(unset_env), network=network)

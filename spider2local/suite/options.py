@@ -336,7 +336,11 @@ SETTINGS: tuple[Setting, ...] = (
             "For --agent command: the shell command that runs the agent (sh -c, in the task's "
             "project folder, in the sandbox). Suite agents ([agents.NAME]) record theirs.",
             Resume.MUST_MATCH, suite=False),
-    Setting("jobs", Integer(), 3, "Tasks at a time."),
+    Setting("jobs", Integer(), 3,
+            "Trials at a time (of every task: one limit for the whole run)."),
+    Setting("trials", Integer(), 1,
+            "Independent trials of each task, each in a fresh workspace and agent session; "
+            "a resume with a higher number runs only the new trials."),
     Setting("timeout", Duration(), 1800.0,
             "Time per task for the agent stage, in seconds or as 90s, 10m, 1h30m (the dbt runs "
             "it starts included; scoring comes on top); its processes are killed at the "
@@ -352,6 +356,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_budget_usd", Positive(metavar="USD"), None,
             "The agent's own spending cap per task (its session stops there).",
             Resume.MUST_MATCH),
+    Setting("max_cost_usd", Positive(metavar="USD"), None,
+            "A budget for the whole run: once the spent cost reaches it no new trial starts "
+            "(running ones finish); a resume with a higher cap continues."),
     Setting("verify_rounds", Integer(minimum=0), 2,
             "Verifier rounds after the agent's work.", Resume.MUST_MATCH),
     Setting("templates", Flag(), False,

@@ -25,11 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
-from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait
+from spider2local.db.sandboxed import checkpoint_sandboxed
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
@@ -51,12 +50,13 @@ from spider2local.run.layout import (
     WORKSPACE_RECORD,
 )
 from spider2local.run.results import write_json_atomic
-from spider2local.run.watchdog import watched
 from spider2local.safepath import child
+from spider2local.sandbox.reply import ReaderDuckDBError
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
     LockedOut,
     OutsideWorkspace,
+    database_files,
     is_workspace_file,
     workspace_file,
 )
@@ -389,8 +389,7 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result.
     """
     try:
-        workspace_file(root, db)
-        _plain_sidecar(root, db)
+        database_files(root, db)
         refused = _refused_to_us(db)
     except FileNotFoundError:
         raise ScoringError(f"{db}: result database missing") from None
@@ -399,22 +398,14 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     if refused is not None:
         raise LockedOut(f"{db}: the agent made its database unopenable ({refused}: a mode "
                         "or attribute changed in the workspace)")
-    try:
-        retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
-    except DatabaseLocked as locked:
-        raise ScoringError(f"{db}: still locked by another process after "
-                           f"{locked.waited:.1f}s; cannot checkpoint") from locked
-    except duckdb.Error as exc:  # corrupt or not DuckDB: waiting would not help
+    try:  # in a reader sandbox holding the database's folder alone (spider2local.db.sandboxed)
+        waited = checkpoint_sandboxed(db, CHECKPOINT_LOCK_WAIT.seconds)
+    except ReaderDuckDBError as exc:  # corrupt or not DuckDB: waiting would not help
         raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
-
-
-def _plain_sidecar(root: Path, db: Path) -> None:
-    """The database's WAL, when there is one, must be a plain file of the workspace too: DuckDB
-    reads a FIFO left as ``<db>.wal`` for ever (its writer died with the sandbox: measured, the
-    checkpoint blocked with no end), and writes through a symlink or a hard link."""
-    wal = db.with_name(db.name + ".wal")
-    if os.path.lexists(wal):
-        workspace_file(root, wal)
+    if waited is not None:
+        raise ScoringError(f"{db}: still locked by another process after {waited:.1f}s; "
+                           "cannot checkpoint") from DatabaseLocked(
+                               RuntimeError("Could not set lock on file"), 0, waited)
 
 
 def _refused_to_us(db: Path) -> str | None:
@@ -432,15 +423,6 @@ def _refused_to_us(db: Path) -> str | None:
         except PermissionError as exc:  # EACCES, EPERM
             return exc.strerror or "Permission denied"
     return None
-
-
-def _checkpoint(db: Path) -> None:
-    # watched: a checkpoint made to hang is interrupted at the stage's deadline
-    con = watched(duckdb.connect(str(db), config={"enable_external_access": False}))
-    try:
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
 
 
 def _skill_sources(names: Sequence[str], root: Path | None) -> dict[str, Path]:

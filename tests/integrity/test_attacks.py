@@ -35,6 +35,7 @@ from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
 from spider2local.testing import FakeAnthropic, Reply, reply, tool
 from spider2local.testing.script import system_text
+from tests.helpers import by_task as results_by_task
 
 pytestmark = pytest.mark.slow
 PY = sys.executable  # has duckdb; the agent's Bash could use any Python
@@ -87,7 +88,7 @@ def run(data: Dataset, ids: list[str], folder: RunFolder,
         for key, value in fake.env().items():
             monkeypatch.setenv(key, value)
         anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
-    return folder.results()
+    return results_by_task(folder.trial_results())
 
 
 def test_attacks_without_isolation_are_suspect_or_refused(

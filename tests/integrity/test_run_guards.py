@@ -28,7 +28,7 @@ from spider2local.run.results import ErrorKind, Status
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from tests.helpers import manifest_json
+from tests.helpers import by_task, manifest_json
 
 
 @pytest.fixture
@@ -53,10 +53,10 @@ def test_fingerprints_are_in_run_json_and_clean_tasks_say_clean(
     folder = RunFolder.at(tmp_path / "runs", "r")
     run(data, folder)
     manifest = manifest_json(folder)
-    assert manifest is not None and manifest["manifest_version"] == 2
+    assert manifest is not None and manifest["manifest_version"] == 3
     recorded = guard.Fingerprints.from_json(manifest["integrity"])
     assert recorded is not None and set(recorded.tasks) == {"t1", "t2"}
-    assert all(r.integrity is Integrity.CLEAN for r in folder.results().values())
+    assert all(r.integrity is Integrity.CLEAN for r in by_task(folder.trial_results()).values())
     assert rescore_run(folder, data)  # untouched: re-scored as before
 
 
@@ -101,7 +101,7 @@ def test_gold_tampered_during_the_run_is_an_integrity_error_for_that_task_only(
     plan = RunPlan(folder, select_tasks(data), RunSettings(agent="noop", jobs=1, keep_db=True),
                    Tamperer, data.suite.path, "sha", data.root)
     anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
-    results = folder.results()
+    results = by_task(folder.trial_results())
     assert results["t1"].status is Status.FAILED  # its own gold is untouched: scored
     t2r = results["t2"]
     assert t2r.status is Status.ERROR and t2r.passed is None and t2r.error is not None

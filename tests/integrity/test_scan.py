@@ -15,7 +15,7 @@ from spider2local.integrity.scan import (
     scan_task,
 )
 from spider2local.run.folder import RunFolder
-from tests.helpers import ReferenceRun
+from tests.helpers import ReferenceRun, by_task
 
 DATA = "/data/spider2-dbt"
 
@@ -168,7 +168,7 @@ def test_the_sample_reference_run_is_clean(reference_run: ReferenceRun) -> None:
     """The runner's own entries (workspace paths, the reference solution's folder inside the
     dataset) and real dbt logs are no evidence: every task of an honest run is clean."""
     assert reference_run.outcome.returncode == 0, reference_run.outcome.stderr
-    results = RunFolder(reference_run.run_dir).results()
+    results = by_task(RunFolder(reference_run.run_dir).trial_results())
     assert len(results) == 4
     found = {tid: (r.integrity, r.integrity_evidence) for tid, r in results.items()}
     assert found == dict.fromkeys(results, (Integrity.CLEAN, ()))

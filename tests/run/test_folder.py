@@ -17,6 +17,7 @@ from spider2local.run.manifest import RunManifest, SelectedTask, tree_sha256
 from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.stale import recorded_workspaces
 from spider2local.safepath import UnsafePath
+from tests.helpers import by_task
 
 
 def result(task_id: str, status: Status = Status.PASSED) -> TaskResult:
@@ -71,7 +72,7 @@ def test_results_skip_half_written_and_foreign_files(tmp_path: Path) -> None:
     (folder.task_dir("c") / "result.json").write_text('{"task_id": "c", "sta')
     folder.task_dir("d").mkdir()
     (folder.task_dir("d") / "transcript.jsonl").write_text("{}\n")
-    found = folder.results()
+    found = by_task(folder.trial_results())
     assert sorted(found) == ["a", "b"]
     assert found["b"].status is Status.FAILED
     assert folder.load_result("c") is None
@@ -81,7 +82,7 @@ def test_reset_task_clears_stale_artifacts(tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path, "r1")
     (folder.task_dir("a") / "dbt").mkdir(parents=True)
     (folder.task_dir("a") / "transcript.jsonl").write_text("old\n")
-    fresh = folder.reset_task("a")
+    fresh = folder.reset_trial("a")
     assert fresh.is_dir() and list(fresh.iterdir()) == []
 
 
@@ -131,7 +132,7 @@ def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) ->
             json.dumps({"kind": "attempt", "data": {"workspace": str(p)}}) + "\n"
             for p in (earlier, foreign)) + "not json\n")
         assert recorded_workspaces(task_dir) == [stale, earlier, foreign]
-        folder.reset_task("a")
+        folder.reset_trial("a")
         assert procs[0].wait(5) == -signal.SIGTERM  # the kill policy: SIGTERM first
         assert not stale.exists() and not earlier.exists()
         assert foreign.is_dir() and procs[1].poll() is None
@@ -173,8 +174,8 @@ def test_task_dir_stays_inside_the_run_folder(tmp_path: Path) -> None:
     (folder.root / "out").symlink_to(tmp_path)
     for bad in ("../x", "..", "a/b"):
         with pytest.raises(UnsafePath):
-            folder.reset_task(bad)
+            folder.reset_trial(bad)
     # A task folder that is a link: the link goes (never what it points to), a real one comes.
-    made = folder.reset_task("out")
+    made = folder.reset_trial("out")
     assert made == folder.root / "out" and made.is_dir() and not made.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

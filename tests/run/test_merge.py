@@ -18,7 +18,7 @@ from spider2local.run.manifest import manifest_problem
 from spider2local.run.merge import merge_runs
 from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.resume import remembered
-from tests.helpers import ReferenceRun, manifest_json
+from tests.helpers import ReferenceRun, by_task, manifest_json
 
 MANIFEST: dict[str, Any] = {
     "run_id": "r", "agent": "noop", "model": None, "suite": {"path": "/s", "sha256": "s"},
@@ -72,7 +72,7 @@ def test_a_task_finished_twice_keeps_the_newest_and_says_so(tmp_path: Path) -> N
     for order in ([new, old], [old, new]):
         into = RunFolder(tmp_path / f"m{len(list(tmp_path.iterdir()))}" / "r")
         merged = merge_runs(order, into)
-        assert merged.kept == {"t1": str(new.root)}
+        assert merged.kept == {("t1", 1): str(new.root)}
         assert len(merged.notes) == 1 and "t1" in merged.notes[0]
         assert f"kept {new.root}" in merged.notes[0] and f"dropped {old.root}" in merged.notes[0]
         assert (into.task_dir("t1") / "transcript.jsonl").read_text() == "new\n"
@@ -186,12 +186,12 @@ def test_a_task_folder_that_is_a_link_is_not_a_result_of_the_run(tmp_path: Path)
     elsewhere = tmp_path / "elsewhere"
     a.task_dir("t2").rename(elsewhere)
     (a.root / "t2").symlink_to(elsewhere)
-    assert sorted(a.results()) == ["t1"]
+    assert sorted(by_task(a.trial_results())) == ["t1"]
     report = load_report(a)
     assert [(r.task_id, str(r.status)) for r in report.rows] == [("t1", "passed"),
                                                                   ("t2", "not run")]
     merged = merge_runs([a], RunFolder(tmp_path / "m" / "r"))
-    assert merged.kept == {"t1": str(a.root)} and merged.into.read_manifest() is not None
+    assert merged.kept == {("t1", 1): str(a.root)} and merged.into.read_manifest() is not None
     assert not (merged.into.root / "t2").exists()
 
 

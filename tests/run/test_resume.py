@@ -24,7 +24,7 @@ from spider2local.run.resume import check_resumable, differences, merged_tasks, 
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from tests.helpers import manifest_json
+from tests.helpers import by_task, manifest_json
 
 M = RunManifest.from_json
 
@@ -116,7 +116,7 @@ def test_resume_with_other_settings_is_refused_before_anything_runs(data: Datase
     assert "another --run-id" in text
     with pytest.raises(UserError, match="suite file hash other"):
         execute(data, folder, ["t2"], sha="other", timeout=30.0)
-    assert folder.read_manifest() == before and sorted(folder.results()) == ["t1"]
+    assert folder.read_manifest() == before and sorted(by_task(folder.trial_results())) == ["t1"]
 
 
 def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
@@ -124,7 +124,7 @@ def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
     folder = RunFolder.at(tmp_path / "runs", "r")
     execute(data, folder, ["t1"])
     second = execute(data, folder, ["t2"])
-    assert list(second.ran) == ["t2"]
+    assert list(by_task(second.ran)) == ["t2"]
     manifest = manifest_json(folder)
     assert manifest is not None and [t["id"] for t in manifest["tasks"]] == ["t1", "t2"]
     assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]
@@ -151,7 +151,7 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
     with pytest.raises(UserError, match="prompts hash"):
         execute(data, folder, ["t1", "t2"])
     execute(data, folder, ["t2"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
-    assert sorted(folder.results()) == ["t1", "t2"]
+    assert sorted(by_task(folder.trial_results())) == ["t1", "t2"]
 
 
 def test_a_resume_without_options_takes_the_kit_the_run_was_made_with(

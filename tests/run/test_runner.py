@@ -35,7 +35,7 @@ from spider2local.run.runner import run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from tests.helpers import hold_lock, manifest_json, tiny_disk_prefix
+from tests.helpers import by_task, hold_lock, manifest_json, tiny_disk_prefix
 
 
 def quiet() -> Progress:
@@ -72,7 +72,7 @@ def settings(**kw: object) -> RunSettings:
 
 def run(tasks: list[TaskSpec], folder: RunFolder, factory: Callable[[], Agent],
         **kw: object) -> dict[str, TaskResult]:
-    return anyio.run(run_tasks, tasks, folder, settings(**kw), factory, quiet())
+    return by_task(anyio.run(run_tasks, tasks, folder, settings(**kw), factory, quiet()))
 
 
 def alive(pid: int) -> bool:
@@ -320,13 +320,13 @@ def test_execute_run_resumes_without_redoing_finished_tasks(
                        suite.path, "sha", root)
 
     first = anyio.run(execute_run, plan(["t1"]), quiet())
-    assert list(first.ran) == ["t1"] and not first.interrupted
+    assert list(by_task(first.ran)) == ["t1"] and not first.interrupted
     # An interrupted attempt of t2 left stale artifacts behind.
     (folder.task_dir("t2") / "dbt").mkdir(parents=True)
     (folder.task_dir("t2") / "transcript.jsonl").write_text('{"stale": true}\n')
     second = anyio.run(execute_run, plan(["t1", "t2", "t3"]), quiet())
-    assert second.already_done == ("t1",) and sorted(second.ran) == ["t2", "t3"]
-    assert folder.load_result("t1") == first.ran["t1"]
+    assert second.already_done == (("t1", 1),) and sorted(by_task(second.ran)) == ["t2", "t3"]
+    assert folder.load_result("t1") == by_task(first.ran)["t1"]
     assert "stale" not in (folder.task_dir("t2") / "transcript.jsonl").read_text()
     assert not (folder.task_dir("t2") / "dbt").exists()
     manifest = manifest_json(folder)
@@ -438,16 +438,17 @@ def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
     assert gold is not None
     with hold_lock(gold.db):  # another process holds t1's gold read-write
         first = anyio.run(execute_run, plan, quiet())
-    t1 = first.ran["t1"]
+    t1 = by_task(first.ran)["t1"]
     assert t1.status is Status.ERROR and t1.passed is None and t1.score is None
     assert t1.error is not None and t1.error.kind is ErrorKind.INFRASTRUCTURE
     assert t1.error.stage is Stage.SCORE and "lock" in t1.error.message
     assert "Could not set lock" in (folder.task_dir("t1") / "error.txt").read_text()
-    assert first.ran["t2"].status is Status.PASSED
+    assert by_task(first.ran)["t2"].status is Status.PASSED
     # The fault is gone: the resume runs t1 again (only t1) and scores it.
     second = anyio.run(execute_run, plan, quiet())
-    assert second.already_done == ("t2",) and list(second.ran) == ["t1"]
-    assert second.ran["t1"].status is Status.PASSED and second.ran["t1"].error is None
+    assert second.already_done == (("t2", 1),) and list(by_task(second.ran)) == ["t1"]
+    again = by_task(second.ran)["t1"]
+    assert again.status is Status.PASSED and again.error is None
 
 
 FULL_DISK_SCRIPT = """
@@ -494,7 +495,7 @@ class Operator(Progress):
 
 progress = Operator(sys.stderr, live=False)
 done = anyio.run(run_tasks, tasks, RunFolder.at(runs, "r"), settings(), Filler, progress)
-print(sorted(done))
+print(sorted(t for t, _ in done))
 """
 
 

@@ -4,14 +4,19 @@ and every way a uid-0-in-its-namespace process could try to undo it."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from spider2local.proc.run import pdeathsig_wrapper
 from spider2local.sandbox.launcher import Kind, Launcher, Mount, SandboxSpec, plan_mounts
+from spider2local.sandbox.network import RELAY_PORT, NetworkSeal
 from spider2local.sandbox.probe import probe
 
 needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: "
@@ -20,10 +25,14 @@ needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sand
 
 def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path: Path) -> None:
     venv, ws = tmp_path / "venv", tmp_path / "ws"
+    for folder in (venv / "lib", venv / "pkg" / "shim", ws, tmp_path / "gold"):
+        folder.mkdir(parents=True)
+    (venv / "dbt_gold.zip").write_bytes(b"PK")
     spec = SandboxSpec(program=Path("/bin/sh"),
                        read_only=(venv, venv / "lib", venv / "pkg" / "shim"),
                        writable=(ws,),
-                       hidden=(venv / "pkg", tmp_path / "gold", venv))
+                       hidden=(venv / "pkg", tmp_path / "gold", venv, venv / "dbt_gold.zip",
+                               venv / "not-there"))
     mounts = plan_mounts(spec, [Path("/usr")])
     assert mounts[0] == Mount(Path("/tmp"), Kind.PRIVATE)
     kinds = {m.path: m.kind for m in mounts}
@@ -32,6 +41,8 @@ def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path
     assert kinds[venv / "pkg"] is Kind.HIDDEN  # under a bind: covered by an empty tmpfs
     assert kinds[venv / "pkg" / "shim"] is Kind.READ_ONLY  # needed again under the hidden one
     assert tmp_path / "gold" not in kinds  # under no bind: simply absent from the new root
+    assert kinds[venv / "dbt_gold.zip"] is Kind.HIDDEN_FILE  # a file: /dev/null over it
+    assert venv / "not-there" not in kinds  # nothing to cover (and no mount point for it)
     order = [m.path for m in mounts]
     assert order.index(venv) < order.index(venv / "pkg") < order.index(venv / "pkg" / "shim")
 
@@ -183,3 +194,112 @@ def test_the_launcher_is_private_and_removed(tmp_path: Path) -> None:
     assert launcher.folder.stat().st_mode & 0o777 == 0o700
     launcher.remove()
     assert not launcher.folder.exists()
+
+
+@needs_namespaces
+def test_etc_holds_the_allow_list_only_and_opt_is_absent(
+        box: tuple[Launcher, Path, Path, Path]) -> None:
+    """``/etc`` is a copy of the allowed entries (no shadow, no ssh keys), ``/opt`` not bound."""
+    launcher, ws, _, _ = box
+    done = inside(launcher, ws, """
+        head -1 /etc/passwd | cut -d: -f1
+        test -e /etc/shadow || echo no-shadow
+        test -e /etc/ssh || echo no-ssh
+        test -e /opt || echo no-opt
+        echo x >> /etc/passwd 2>/dev/null || echo etc-read-only
+        """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["root", "no-shadow", "no-ssh", "no-opt", "etc-read-only"]
+
+
+def test_etc_paths_follow_the_allow_list(tmp_path: Path) -> None:
+    from spider2local.sandbox.launcher import etc_paths
+
+    for name in ("passwd", "shadow", "python3.11", "sudoers"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "ssl").mkdir()
+    assert [p.name for p in etc_paths(tmp_path)] == ["passwd", "python3.11", "ssl"]
+
+
+def _serve_unix(path: Path, answer: bytes) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(8)
+
+    def loop() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with client:
+                client.recv(1024)
+                client.sendall(answer)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return server
+
+
+CONNECT = """import socket, sys
+for port in sys.argv[1:]:
+    try:
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=3) as s:
+            s.sendall(b"hello")
+            print(port, "GOT", s.recv(100).decode() or "EOF")
+    except OSError as exc:
+        print(port, "ERR", type(exc).__name__)
+"""
+
+
+@needs_namespaces
+def test_a_sealed_sandbox_reaches_the_gateway_socket_through_the_relay_and_nothing_else(
+        tmp_path: Path) -> None:
+    """Only ``lo`` inside; the relay's port leads to the gateway's Unix socket; a server on
+    the host's 127.0.0.1 is unreachable; once the socket's server is gone, the relay gives
+    nothing (the runner died: nothing more is served)."""
+    sock = tmp_path / "gw" / "api.sock"
+    sock.parent.mkdir()
+    gateway = _serve_unix(sock, b"FROM-GATEWAY")
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen(1)
+    host_port = host.getsockname()[1]
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), network=NetworkSeal(sock)))
+    try:
+        script = (f"cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
+                  f"{sys.executable} -I -c '{CONNECT}' {RELAY_PORT} {host_port}")
+        first = subprocess.run([str(launcher.path), "-c", script], capture_output=True,
+                               text=True, timeout=60, check=False, cwd="/")
+        gateway.shutdown(socket.SHUT_RDWR)  # wakes its accept(): the socket stops listening
+        gateway.close()  # as after a kill -9 of the runner: the socket file stays, unserved
+        after = subprocess.run([str(launcher.path), "-c",
+                                f"{sys.executable} -I -c '{CONNECT}' {RELAY_PORT}"],
+                               capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    finally:
+        launcher.remove()
+        host.close()
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.split("\n")
+    assert lines[0].strip() == "lo" and lines[1].startswith(str(RELAY_PORT)), first.stdout
+    assert lines[1] == f"{RELAY_PORT} GOT FROM-GATEWAY"
+    assert lines[2].startswith(f"{host_port} ERR"), first.stdout
+    assert after.returncode == 0, after.stderr
+    assert "FROM-GATEWAY" not in after.stdout
+    assert "GOT EOF" in after.stdout or "ERR" in after.stdout, after.stdout
+
+
+def test_the_launcher_has_a_death_signal_and_a_sealed_one_its_relay() -> None:
+    seal = NetworkSeal(Path("/tmp/x/api.sock"))
+    sealed = Launcher(SandboxSpec(program=Path("/bin/sh"), network=seal))
+    plain = Launcher(SandboxSpec(program=Path("/bin/sh")))
+    try:
+        text, other = sealed.path.read_text(), plain.path.read_text()
+    finally:
+        sealed.remove()
+        plain.remove()
+    if pdeathsig_wrapper():
+        assert "--pdeathsig KILL" in text.split("/bin/sh \"$0\"")[0]
+    assert " --net " in text and " --net " not in other
+    # the relay starts after pivot_root (not before: its /proc/<pid>/root would be the host's)
+    assert text.index("pivot_root") < text.index(str(RELAY_PORT)) < text.rindex("exec ")
+    assert str(RELAY_PORT) not in other

@@ -1,24 +1,20 @@
 """Token prices per model and the usage bookkeeping of a Claude session.
 
 Why our own cost: the CLI's ``total_cost_usd`` has been seen pricing a run at the wrong model
-and missing cache tokens and subagents (measured). We keep it as *reported* and compute our own
-from the per-model token counts with this table (public list prices, USD per million tokens;
-long-context surcharges are not modelled). An unknown model makes the computed cost ``None``,
-never a guess.
-
-Facts measured with CLI 2.1.x (tests/agents/claude/test_session.py checks them against a fake
-API): a session's ``ResultMessage.model_usage`` is cumulative over the whole session, subagents
-included; ``num_turns`` counts the main agent's API turns of that one query; assistant messages
-carry their input and cache tokens as they stream, but not yet their output tokens; the CLI
-streams raw API events of the main agent only (not of subagents).
+and missing cache tokens and subagents (measured), and the agent's code can forge it (it comes
+through the CLI's stdout). Our cost is computed from the per-model token counts the model's
+server sent through the gateway (:class:`ApiUsage`), with this table (public list prices,
+USD per million tokens; long-context surcharges are not modelled). An unknown model makes the
+computed cost ``None``, never a guess. The CLI's own figures stay in the transcript only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from spider2local.gateway.server import ApiCall
 from spider2local.run.results import Usage
 
 
@@ -91,132 +87,156 @@ def total_cost(by_model: Mapping[str, Mapping[str, int]]) -> float | None:
     return total
 
 
-def tokens_from_model_usage(entry: Mapping[str, Any]) -> dict[str, int]:
-    """The CLI's camelCase ``ModelUsage`` entry in our snake_case keys."""
-    return {"input_tokens": int(entry.get("inputTokens", 0) or 0),
-            "output_tokens": int(entry.get("outputTokens", 0) or 0),
-            "cache_read_tokens": int(entry.get("cacheReadInputTokens", 0) or 0),
-            "cache_creation_tokens": int(entry.get("cacheCreationInputTokens", 0) or 0),
-            "cache_creation_1h_tokens":
-                int(entry.get("cacheCreationEphemeral1hInputTokens", 0) or 0)}
+@dataclass
+class _Call:
+    """One Messages API call as the gateway saw it answered."""
+
+    agent: str
+    """``main`` or ``verifier`` (decided from the request's system prompt)."""
+    model: str
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    answered: bool = False
+    """Content or a final delta arrived: an API call that got an answer (a turn)."""
+    text: list[str] = field(default_factory=list)
+    tool_use: bool = False
+    complete: bool = False
 
 
-class UsageTracker:
-    """Folds the session's messages into a :class:`Usage` that is right at every moment; the one
-    owner of a Claude session's turns, tokens and cost.
+def _system_text(body: Mapping[str, Any]) -> str:
+    system = body.get("system", "")
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
+    return ""
 
-    Turns are API calls that got an answer: one per assistant message id (the CLI sends one SDK
-    message per content block, so a reply with three parallel tool calls is still one turn; the
-    CLI's ``num_turns`` counts blocks and is not used). The main agent's and the subagents'
-    (the verifier's) calls are counted apart. A failed call (an HTTP error, the CLI's synthetic
-    "API Error" message) and a call cut before any content are not turns.
 
-    Tokens: settled numbers come from result messages (``model_usage``, authoritative and
-    cumulative per session, subagents included); messages not yet covered by a result add a live
-    count. For the main agent the live count follows the raw stream events (the SDK's
-    ``include_partial_messages``): ``message_start`` brings the input and cache tokens (so a
-    stalled call keeps them), ``message_delta`` the final output tokens (an assistant message
-    carries only the first, partial output count). Subagent calls are not streamed to the SDK
-    (measured): their live count comes from their assistant messages.
+def _merge(tokens: dict[str, int], usage: Any) -> None:
+    """Raise each count to what ``usage`` reports (the API's counts are cumulative per
+    message: ``message_delta`` repeats or raises ``message_start``'s)."""
+    if not isinstance(usage, Mapping):
+        return
+    for key, wire in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                      ("cache_read_tokens", "cache_read_input_tokens"),
+                      ("cache_creation_tokens", "cache_creation_input_tokens")):
+        value = usage.get(wire)
+        if isinstance(value, int) and not isinstance(value, bool) and value > tokens[key]:
+            tokens[key] = value
+    created = usage.get("cache_creation")
+    if isinstance(created, Mapping):
+        long_writes = created.get("ephemeral_1h_input_tokens")
+        if isinstance(long_writes, int) and long_writes > tokens.get("cache_creation_1h_tokens",
+                                                                     0):
+            tokens["cache_creation_1h_tokens"] = long_writes
+
+
+class ApiUsage:
+    """The gateway's meter for the Messages API (:class:`spider2local.gateway.Meter`): the one
+    owner of a Claude session's turns, tokens, cost and verifier reports.
+
+    Everything is read from the model server's own responses as they pass through the gateway:
+    ``message_start`` brings the model and the input and cache tokens (so a stalled call keeps
+    them), ``message_delta`` the final output tokens, content blocks the text. Never from the
+    CLI's stream: the agent's code runs with the CLI's user id and can write lines into the
+    CLI's stdout (a forged PASS and 1 input token were measured before this existed).
+
+    A call is the verifier's when its system prompt holds the verifier's prompt (the CLI sends
+    a subagent's prompt as its system prompt); every other Messages call is the main agent's.
+    A turn is a call that got an answer (content or a final delta); a call that failed, or was
+    cut before any content, is not one but keeps the tokens it was charged. A verifier call
+    that ended complete without asking for a tool is a verifier report: its text goes to
+    ``on_report``.
     """
 
-    def __init__(self) -> None:
-        self._settled: dict[str, dict[str, int]] = {}
-        self._messages: dict[str, tuple[str, dict[str, int]]] = {}
-        """message id -> (model, tokens) of every API message seen, in arrival order."""
-        self._covered: set[str] = set()
-        """Message ids whose tokens the last result's ``model_usage`` already holds."""
-        self._answered: dict[str, bool] = {}
-        """message id -> main agent? for the calls that produced an assistant message."""
-        self._last_of: dict[str, str] = {}
-        """subagent's parent_tool_use_id -> id of its last assistant message."""
-        self._asked_tools: set[str] = set()
-        """Message ids that asked for a tool (the agent goes on after them)."""
-        self._unseen_finals = 0
-        """Subagents' final answers the CLI did not pass on as messages (see on_subagent_done)."""
-        self._streaming: dict[str | None, str] = {}
-        """parent_tool_use_id -> id of the message being streamed for that agent."""
-        self._reported: float | None = None
+    def __init__(self, verifier_prompt: str | None = None, *,
+                 on_change: Callable[[], None] | None = None,
+                 on_report: Callable[[str], None] | None = None) -> None:
+        self.verifier_prompt = (verifier_prompt or "").strip()
+        self.on_change = on_change
+        self.on_report = on_report
+        self._calls: dict[int, _Call] = {}
+        self.reports: list[str] = []
 
-    def _tokens(self, message_id: str, model: str) -> dict[str, int]:
-        if message_id not in self._messages:
-            self._messages[message_id] = (model, dict.fromkeys(TOKEN_KEYS, 0))
-        return self._messages[message_id][1]
-
-    @staticmethod
-    def _merge(tokens: dict[str, int], usage: Mapping[str, Any]) -> None:
-        """Raise each count to what ``usage`` reports (the API's counts are cumulative per
-        message, so the larger one is the later one)."""
-        for key, wire in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
-                          ("cache_read_tokens", "cache_read_input_tokens"),
-                          ("cache_creation_tokens", "cache_creation_input_tokens")):
-            value = usage.get(wire)
-            if isinstance(value, int) and value > tokens[key]:
-                tokens[key] = value
-
-    def on_stream_event(self, event: Mapping[str, Any], parent_tool_use_id: str | None) -> None:
-        """A raw API stream event (``StreamEvent.event``)."""
-        kind = event.get("type")
-        if kind == "message_start":
-            message = event.get("message") or {}
-            message_id = message.get("id")
-            if not isinstance(message_id, str):
-                return
-            self._streaming[parent_tool_use_id] = message_id
-            tokens = self._tokens(message_id, str(message.get("model") or "unknown"))
-            self._merge(tokens, message.get("usage") or {})
-        elif kind == "message_delta":
-            message_id = self._streaming.get(parent_tool_use_id)
-            if message_id is not None and message_id in self._messages:
-                self._merge(self._messages[message_id][1], event.get("usage") or {})
-
-    def on_assistant(self, model: str, message_id: str | None, usage: Mapping[str, Any] | None,
-                     *, main: bool, parent: str | None = None, tool_use: bool = False) -> None:
-        """An assistant message (one per content block; ``tool_use``: this block asks for a
-        tool; ``parent``: the subagent's tool_use id). ``<synthetic>`` messages are the CLI's
-        own (an API error shown as text): no API call answered them."""
-        if message_id is None or model.startswith("<"):
+    def begin(self, call: ApiCall) -> None:
+        body = call.json()
+        if call.method != "POST" or not call.path.endswith("/messages") \
+                or not isinstance(body, Mapping):
             return
-        self._answered.setdefault(message_id, main)
-        if tool_use:
-            self._asked_tools.add(message_id)
-        if parent is not None:
-            self._last_of[parent] = message_id
-        self._merge(self._tokens(message_id, model), usage or {})
+        verifier = bool(self.verifier_prompt) and self.verifier_prompt in _system_text(body)
+        self._calls[call.id] = _Call("verifier" if verifier else "main",
+                                     str(body.get("model") or "unknown"))
 
-    def on_subagent_done(self, parent: str) -> None:
-        """A subagent finished well. A subagent run in the foreground ends with an API call
-        whose text is its report; the CLI returns that as the tool result and never passes it
-        on as an assistant message (measured). If the last message seen of that subagent asked
-        for a tool (or none was seen), that final call was made and is counted here."""
-        last = self._last_of.pop(parent, None)
-        if last is None or last in self._asked_tools:
-            self._unseen_finals += 1
+    def event(self, call: ApiCall, data: Mapping[str, Any]) -> None:
+        found = self._calls.get(call.id)
+        if found is None:
+            return
+        kind = data.get("type")
+        if kind == "message_start" and isinstance(data.get("message"), Mapping):
+            message = data["message"]
+            found.model = str(message.get("model") or found.model)
+            _merge(found.tokens, message.get("usage"))
+        elif kind == "content_block_start" and isinstance(data.get("content_block"), Mapping):
+            found.answered = True
+            block = data["content_block"]
+            found.tool_use = found.tool_use or block.get("type") in ("tool_use",
+                                                                      "server_tool_use")
+            if block.get("type") == "text":
+                found.text.append(str(block.get("text") or ""))
+        elif kind == "content_block_delta" and isinstance(data.get("delta"), Mapping):
+            delta = data["delta"]
+            if delta.get("type") == "text_delta":
+                found.text.append(str(delta.get("text") or ""))
+        elif kind == "message_delta":
+            found.answered = True
+            _merge(found.tokens, data.get("usage"))
+        elif kind == "message_stop":
+            found.complete = True
+        elif kind == "message":  # a non-streamed answer, whole
+            found.model = str(data.get("model") or found.model)
+            _merge(found.tokens, data.get("usage"))
+            content = data.get("content")
+            blocks = [b for b in content if isinstance(b, Mapping)] \
+                if isinstance(content, list) else []
+            found.answered = found.complete = True
+            found.tool_use = any(b.get("type") in ("tool_use", "server_tool_use")
+                                 for b in blocks)
+            found.text += [str(b.get("text") or "") for b in blocks if b.get("type") == "text"]
+        else:
+            return
+        if self.on_change is not None:
+            self.on_change()
 
-    def on_result(self, model_usage: Mapping[str, Any] | None,
-                  total_cost_usd: float | None) -> None:
-        if model_usage:
-            self._settled = {model: tokens_from_model_usage(entry)
-                             for model, entry in model_usage.items()}
-            self._covered = set(self._messages)
-        if total_cost_usd is not None:
-            self._reported = total_cost_usd
+    def end(self, call: ApiCall, status: int) -> None:
+        found = self._calls.get(call.id)
+        if found is None or status != 200:
+            return
+        if found.agent == "verifier" and found.complete and not found.tool_use:
+            report = "".join(found.text)
+            self.reports.append(report)
+            if self.on_report is not None:
+                self.on_report(report)
+
+    def by_model(self) -> dict[str, dict[str, int]]:
+        merged: dict[str, dict[str, int]] = {}
+        for found in self._calls.values():
+            into = merged.setdefault(found.model, dict.fromkeys(TOKEN_KEYS, 0))
+            for key, value in found.tokens.items():
+                into[key] = into.get(key, 0) + value
+        return merged
+
+    def cost(self) -> float | None:
+        return total_cost(self.by_model())
 
     def usage(self) -> Usage:
-        by_model: dict[str, dict[str, int]] = {m: dict(t) for m, t in self._settled.items()}
-        for message_id, (model, tokens) in self._messages.items():
-            if message_id in self._covered:
-                continue
-            merged = by_model.setdefault(model, dict.fromkeys(TOKEN_KEYS, 0))
-            for key in TOKEN_KEYS:
-                merged[key] = merged.get(key, 0) + tokens[key]
-        main_turns = sum(self._answered.values())
+        by_model = self.by_model()
+        answered = [c for c in self._calls.values() if c.answered]
+        main_turns = sum(c.agent == "main" for c in answered)
         return Usage(
-            turns=main_turns,
-            subagent_turns=len(self._answered) - main_turns + self._unseen_finals,
+            turns=main_turns, subagent_turns=len(answered) - main_turns,
             input_tokens=sum(t["input_tokens"] for t in by_model.values()),
             output_tokens=sum(t["output_tokens"] for t in by_model.values()),
             cache_read_tokens=sum(t["cache_read_tokens"] for t in by_model.values()),
             cache_creation_tokens=sum(t["cache_creation_tokens"] for t in by_model.values()),
-            cost_usd_reported=self._reported, cost_usd_computed=total_cost(by_model),
-            by_model=by_model)
+            cost_usd_reported=None, cost_usd_computed=total_cost(by_model),
+            by_model={m: {k: v for k, v in t.items() if k in TOKEN_KEYS}
+                      for m, t in by_model.items()})

@@ -45,22 +45,28 @@ from claude_agent_sdk import (
 )
 
 from spider2local.agents.claude import apicheck, prompts
-from spider2local.agents.claude.pricing import UsageTracker
+from spider2local.agents.claude.pricing import ApiUsage
 from spider2local.agents.claude.support import (
     CREDENTIAL_VARS,
     SessionState,
     blanked,
+    claude_upstream,
     cli_env,
     sweep,
+    through_gateway,
 )
 from spider2local.agents.registry import Capabilities
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
+from spider2local.gateway.budget import Budget
+from spider2local.gateway.server import open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.run.layout import API_RECORD
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
-from spider2local.sandbox.launcher import Launcher
+from spider2local.sandbox.launcher import DeathWrapper, Launcher
+from spider2local.sandbox.network import NetworkSeal
 from spider2local.sandbox.spec import agent_spec
 
 __all__ = ["ClaudeAgent", "cli_version"]
@@ -202,28 +208,50 @@ class ClaudeAgent:
             mcp_servers={SERVER: database_server(service)},
             agents={prompts.VERIFIER: verifier}, disallowed_tools=list(DISALLOWED),
             max_buffer_size=self.max_buffer_size, cli_path=cli_path,
-            include_partial_messages=True,  # raw stream events: final output tokens (pricing)
             stderr=lambda line: ctx.transcript.append("cli_stderr", line))
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
+        """One session behind its own model gateway (:mod:`spider2local.gateway`): the CLI's
+        API calls go through it (sealed in the sandbox: the only way out), and usage, cost,
+        budgets and the verifier's reports are read there, from the model's own answers."""
+        state = SessionState()
+        usage = ApiUsage(prompts.verifier_prompt(ctx.task, ctx.workspace, ctx.prompts),
+                         on_change=lambda: ctx.meter.set(usage.usage()),
+                         on_report=state.on_verifier_report)
+        budgets = [Budget(ctx.limits.max_budget_usd, "task"),
+                   *([ctx.budget] if ctx.budget is not None else [])]
+        sealed = ctx.isolation == IsolationMode.NAMESPACE
         marker = uuid.uuid4().hex
-        state, tracker = SessionState(), UsageTracker()
-        service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
         env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
                       background_tasks=self.background_tasks)
+        async with open_gateway([claude_upstream(env)], usage, sealed=sealed, budgets=budgets,
+                                record=ctx.workspace.artifacts / API_RECORD) as served:
+            through_gateway(env, served.base_urls[0])
+            await self._session(ctx, state, usage, env, marker, served.socket)
+            if served.gateway.refused is not None:
+                state.on_refusal(served.gateway.refused)
+        ctx.meter.set(usage.usage())
+        return AgentOutcome(usage=usage.usage(), error=state.error,
+                            infrastructure=state.infrastructure, verified=state.verified,
+                            acted=state.tools_called > 0)
+
+    async def _session(self, ctx: AgentContext, state: SessionState, usage: ApiUsage,
+                       env: dict[str, str], marker: str, socket: Path | None) -> None:
+        service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
         _route_sdk_logs()
         _TASK_LOG.set(ctx.transcript)
-        launcher = self._launcher(ctx, env) if ctx.isolation == IsolationMode.NAMESPACE \
-            else None
+        launcher: Launcher | DeathWrapper | None = \
+            self._launcher(ctx, env, socket) if ctx.isolation == IsolationMode.NAMESPACE \
+            else DeathWrapper.around(Path(self.cli_path or bundled_cli()))
         cli_path = launcher.path if launcher is not None else self.cli_path
         client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
         finished = False
         try:
             await client.connect()
-            await self._converse(client, ctx, state, tracker)
+            await self._converse(client, ctx, state)
             finished = True
         except sdk.ClaudeSDKError as exc:
-            state.on_exception(exc, tracker.usage().turns)
+            state.on_exception(exc, usage.usage().turns)
         finally:
             with anyio.CancelScope(shield=True):
                 if not finished:  # cancelled or crashed: stop the CLI before waiting on it
@@ -233,12 +261,10 @@ class ClaudeAgent:
                 await sweep(marker)
                 if launcher is not None:
                     launcher.remove()
-                ctx.meter.set(tracker.usage())
-        return AgentOutcome(usage=tracker.usage(), error=state.error,
-                            infrastructure=state.infrastructure, verified=state.verified,
-                            acted=state.tools_called > 0)
+                ctx.meter.set(usage.usage())
 
-    def _launcher(self, ctx: AgentContext, env: dict[str, str]) -> Launcher:
+    def _launcher(self, ctx: AgentContext, env: dict[str, str],
+                  socket: Path | None) -> Launcher:
         """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
         workspace, the Python environment and the system, and nothing of the runner: not the
         dataset (gold, eval file), the run folder, other workspaces or the home folder."""
@@ -246,22 +272,23 @@ class ClaudeAgent:
         if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
             hidden += [ctx.workspace.start_copy.parent]
         spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
-                          hidden=hidden, unset_env=blanked(env))
+                          hidden=hidden, unset_env=blanked(env),
+                          network=NetworkSeal(socket) if socket is not None else None)
         return Launcher(spec)
 
-    async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
-                        tracker: UsageTracker) -> None:
+    async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext,
+                        state: SessionState) -> None:
         """The task, then up to ``verify_rounds`` follow-ups until the verifier said PASS."""
-        await self._exchange(client, ctx, state, tracker, ctx.task.instruction.strip())
+        await self._exchange(client, ctx, state, ctx.task.instruction.strip())
         for _ in range(ctx.limits.verify_rounds):
             follow_up = state.follow_up()
             if follow_up is None:
                 return
             ctx.transcript.append("follow_up", follow_up)
-            await self._exchange(client, ctx, state, tracker, follow_up)
+            await self._exchange(client, ctx, state, follow_up)
 
     async def _exchange(self, client: ClaudeSDKClient, ctx: AgentContext, state: SessionState,
-                        tracker: UsageTracker, prompt: str) -> None:
+                        prompt: str) -> None:
         """Send ``prompt`` and read until the session rests: a result message with no
         background verifier still owing its report (see :meth:`SessionState.waiting`)."""
         ctx.transcript.append("prompt", prompt)
@@ -270,23 +297,17 @@ class ClaudeAgent:
             async for message in client.receive_response():
                 if not isinstance(message, StreamEvent):  # token deltas: counted, not logged
                     ctx.transcript.append(type(message).__name__, _payload(message))
-                self._observe(message, ctx, state, tracker)
-                ctx.meter.set(tracker.usage())
+                self._observe(message, ctx, state)
             if not state.waiting():
                 return
             ctx.transcript.append("waiting", "a background verifier report is due")
 
     @staticmethod
-    def _observe(message: Any, ctx: AgentContext, state: SessionState,
-                 tracker: UsageTracker) -> None:
-        if isinstance(message, StreamEvent):
-            tracker.on_stream_event(message.event, message.parent_tool_use_id)
-        elif isinstance(message, AssistantMessage):
+    def _observe(message: Any, ctx: AgentContext, state: SessionState) -> None:
+        """Progress and the session's flow only (what to wait for, whether a tool ran): usage
+        and the verifier's answers come from the gateway, never from this stream."""
+        if isinstance(message, AssistantMessage):
             main = message.parent_tool_use_id is None
-            tracker.on_assistant(message.model, message.message_id, message.usage, main=main,
-                                 parent=message.parent_tool_use_id,
-                                 tool_use=any(isinstance(b, ToolUseBlock)
-                                              for b in message.content))
             if main and not message.model.startswith("<"):
                 state.on_main_answer()
                 ctx.meter.note(None)
@@ -299,15 +320,11 @@ class ClaudeAgent:
                     state.on_tool_result(item.tool_use_id, _text(item.content),
                                          bool(item.is_error))
         elif isinstance(message, TaskNotificationMessage):
-            if message.tool_use_id is not None and message.status == "completed" \
-                    and message.data.get("task_type") in (None, "local_agent"):
-                tracker.on_subagent_done(message.tool_use_id)
             state.on_task_notification(message.tool_use_id, str(message.status),
                                        message.summary or "")
         elif isinstance(message, SystemMessage) and message.subtype == API_RETRY:
             ctx.meter.note(_retry_note(message.data))
         elif isinstance(message, ResultMessage):
-            tracker.on_result(message.model_usage, message.total_cost_usd)
             ctx.meter.note(None)
             if message.is_error:
                 state.on_error_result(message.subtype, message.api_error_status,

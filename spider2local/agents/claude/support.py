@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.agents.claude import prompts
+from spider2local.gateway.server import Upstream
 from spider2local.proc.kill import KILL_GRACE, akill_processes
 from spider2local.proc.procfs import carrying_env
 
@@ -53,7 +54,47 @@ AGENT_TOOLS = ("Agent", "Task")
 
 CLAUDE_PASS_ENV = (*CREDENTIAL_VARS, "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
                    "ANTHROPIC_CUSTOM_HEADERS", "API_TIMEOUT_MS", "CLAUDE_CODE_MAX_RETRIES")
-"""The runner's variables the CLI itself needs: credentials and how to reach the API."""
+"""The runner's variables the CLI itself needs: credentials and how to reach the API (the
+credentials and the base URL are then replaced by :func:`through_gateway`)."""
+DEFAULT_API = "https://api.anthropic.com"
+PLACEHOLDER = "spider2local-gateway-adds-the-credential"
+"""What the CLI's credential variables hold: the CLI needs one set to start, the gateway
+drops the header it makes of it and adds the real one. Measured with CLI 2.1.x against a
+recording server: with ``ANTHROPIC_API_KEY`` or ``CLAUDE_CODE_OAUTH_TOKEN`` set to this and a
+base URL with a path (``http://127.0.0.1:PORT/u0``), its only request was ``POST
+/u0/v1/messages?beta=true`` carrying the placeholder as is (``x-api-key``, or
+``Authorization: Bearer`` plus its ``oauth-2025-04-20`` beta), and the session worked."""
+TOKEN_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+"""Credentials sent as ``Authorization: Bearer``."""
+
+
+def claude_upstream(environ: Mapping[str, str] | None = None) -> Upstream:
+    """The API the Claude CLI may reach and what the gateway adds to each request: the user's
+    ``ANTHROPIC_BASE_URL`` (or Anthropic's API), their credential and custom headers."""
+    environ = os.environ if environ is None else environ
+    headers: dict[str, str] = {}
+    for line in environ.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            headers[name.strip().lower()] = value.strip()
+    if environ.get("ANTHROPIC_API_KEY"):
+        headers["x-api-key"] = environ["ANTHROPIC_API_KEY"]
+    token = next((environ[v] for v in TOKEN_VARS if environ.get(v)), None)
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return Upstream(base_url=environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API,
+                    headers=headers, drop=("x-api-key", "authorization"), paths=("/v1/",))
+
+
+def through_gateway(env: dict[str, str], base_url: str) -> None:
+    """Point the CLI's environment at the gateway: its base URL, placeholders for the
+    credentials it had (the gateway holds the real ones), no custom headers."""
+    env["ANTHROPIC_BASE_URL"] = base_url
+    for name in (*CREDENTIAL_VARS, "ANTHROPIC_AUTH_TOKEN"):
+        if env.get(name):
+            env[name] = PLACEHOLDER
+    if "ANTHROPIC_CUSTOM_HEADERS" in env:
+        env["ANTHROPIC_CUSTOM_HEADERS"] = ""
 
 
 def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
@@ -170,12 +211,23 @@ class SessionState:
         self._report(tool_id, summary, ok=status == "completed")
 
     def _report(self, tool_id: str, text: str, *, ok: bool) -> None:
+        """The CLI says a verifier call ended: only the waiting ends here. What the verifier
+        answered comes from the gateway (:meth:`on_verifier_report`), never from this stream,
+        which the agent's code can write into."""
         self.pending = self.pending - {tool_id}
         self.background = self.background - {tool_id}
-        if ok:
-            self.verifier_ran = True
-            self.last_report = text
-            self.last_verdict = prompts.parse_verdict(text)
+
+    def on_verifier_report(self, text: str) -> None:
+        """The verifier's final answer, as the model's server sent it (through the gateway)."""
+        self.verifier_ran = True
+        self.last_report = text
+        self.last_verdict = prompts.parse_verdict(text)
+
+    def on_refusal(self, reason: str) -> None:
+        """The gateway refused a request (a budget spent): that is why the session ended,
+        whatever the CLI made of the refusal."""
+        self.error = f"the agent reached its budget limit: {reason}"
+        self.infrastructure = False
 
     def on_error_result(self, subtype: str, status: int | None, text: str) -> None:
         """An error ResultMessage: classify it; a retry helps only for API-side failures."""

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from spider2local.agents.claude.pricing import (
-    UsageTracker,
+    ApiUsage,
     model_cost,
     price_for,
-    tokens_from_model_usage,
     total_cost,
 )
+from spider2local.gateway.server import ApiCall
 
 
 @pytest.mark.parametrize(("model", "input_price", "output_price"), [
@@ -51,38 +52,13 @@ def test_unknown_model_with_tokens_makes_the_total_unknown() -> None:
     assert both is not None and math.isclose(both, 5 + 3)
 
 
-def test_tracker_is_provisional_between_results_and_settles_on_results() -> None:
-    tracker = UsageTracker()
-    usage = {"input_tokens": 100, "output_tokens": 0, "cache_read_input_tokens": 5,
-             "cache_creation_input_tokens": 7}
-    # The CLI sends one SDK message per content block of the same API message: counted once.
-    tracker.on_assistant("claude-sonnet-4-5", "msg_1", usage, main=True)
-    tracker.on_assistant("claude-sonnet-4-5", "msg_1", usage, main=True)
-    tracker.on_assistant("claude-sonnet-4-5", "msg_2", {"input_tokens": 50}, main=False)
-    tracker.on_assistant("<synthetic>", "err", {"input_tokens": 999}, main=True)
-    live = tracker.usage()
-    assert (live.turns, live.input_tokens, live.cache_read_tokens) == (1, 150, 5)
-    assert live.subagent_turns == 1
-    assert live.cost_usd_reported is None
-    model_usage = {"claude-sonnet-4-5": {"inputTokens": 4000, "outputTokens": 400,
-                                         "cacheReadInputTokens": 5,
-                                         "cacheCreationInputTokens": 7, "costUSD": 0.018}}
-    tracker.on_result(model_usage, 0.018)
-    settled = tracker.usage()
-    # Turns are the API calls answered (the CLI's num_turns counts content blocks).
-    assert (settled.turns, settled.input_tokens, settled.output_tokens) == (1, 4000, 400)
-    assert settled.cost_usd_reported == 0.018
-    expected = model_cost("claude-sonnet-4-5",
-                          tokens_from_model_usage(model_usage["claude-sonnet-4-5"]))
-    assert settled.cost_usd_computed == expected
-    # A second query in the same session: model usage is cumulative, turns add up.
-    tracker.on_assistant("claude-sonnet-4-5", "msg_3", {"input_tokens": 11}, main=True)
-    assert tracker.usage().input_tokens == 4011
-    model_usage["claude-sonnet-4-5"]["inputTokens"] = 4011
-    tracker.on_result(model_usage, 0.019)
-    final = tracker.usage()
-    assert (final.turns, final.input_tokens, final.cost_usd_reported) == (2, 4011, 0.019)
-    assert final.by_model["claude-sonnet-4-5"]["input_tokens"] == 4011
+VERIFIER = "You are the verifier of this dbt project."
+
+
+def _call(n: int, system: str = "You are the agent.", path: str = "/v1/messages") -> ApiCall:
+    body = json.dumps({"model": "claude-sonnet-4-5", "system": [{"type": "text",
+                                                                 "text": system}]})
+    return ApiCall(n, 0, "POST", path, "beta=true", body.encode())
 
 
 def _start(message_id: str, **usage: int) -> dict[str, object]:
@@ -90,20 +66,79 @@ def _start(message_id: str, **usage: int) -> dict[str, object]:
             "message": {"id": message_id, "model": "claude-sonnet-4-5", "usage": usage}}
 
 
-def test_stream_events_keep_final_output_tokens_and_a_stalled_call_s_input() -> None:
-    """Cut at a deadline (no result message): a completed message counts the output tokens of
-    its final ``message_delta``, not the partial count its assistant message carried; a call
-    that stalled after ``message_start`` keeps its input tokens and is not a turn."""
-    tracker = UsageTracker()
-    tracker.on_stream_event(_start("m1", input_tokens=100, output_tokens=1,
-                                   cache_read_input_tokens=30), None)
-    tracker.on_assistant("claude-sonnet-4-5", "m1", {"input_tokens": 100, "output_tokens": 1},
-                         main=True)
-    tracker.on_stream_event({"type": "message_delta", "usage": {"output_tokens": 10}}, None)
-    tracker.on_stream_event(_start("m2", input_tokens=120, output_tokens=1), None)
-    usage = tracker.usage()
-    assert (usage.turns, usage.input_tokens, usage.output_tokens,
-            usage.cache_read_tokens) == (1, 220, 11, 30)
-    # A delta of another agent's stream never lands on the main agent's message.
-    tracker.on_stream_event({"type": "message_delta", "usage": {"output_tokens": 99}}, "toolu_x")
-    assert tracker.usage().output_tokens == 11
+def _answer(meter: ApiUsage, call: ApiCall, *blocks: dict[str, object], output: int,
+            stop: str = "end_turn", **usage: int) -> None:
+    meter.begin(call)
+    meter.event(call, _start(f"m{call.id}", output_tokens=1, **usage))
+    for i, block in enumerate(blocks):
+        meter.event(call, {"type": "content_block_start", "index": i,
+                           "content_block": {**block, "text": ""} if block["type"] == "text"
+                           else block})
+        if block["type"] == "text":
+            meter.event(call, {"type": "content_block_delta", "index": i,
+                               "delta": {"type": "text_delta", "text": block["text"]}})
+    meter.event(call, {"type": "message_delta", "delta": {"stop_reason": stop},
+                       "usage": {"output_tokens": output}})
+    meter.event(call, {"type": "message_stop"})
+    meter.end(call, 200)
+
+
+def test_api_usage_counts_what_the_server_sent_per_call_and_agent() -> None:
+    """Turns are the calls answered, the verifier's apart (told by its system prompt); tokens
+    are the final counts (message_delta's output, message_start's input and cache)."""
+    reports: list[str] = []
+    changes: list[int] = []
+    meter = ApiUsage(VERIFIER, on_report=reports.append,
+                     on_change=lambda: changes.append(1))
+    tool = {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}
+    _answer(meter, _call(1), tool, output=10, input_tokens=100, cache_read_input_tokens=30,
+            stop="tool_use")
+    _answer(meter, _call(2, f"CLI preamble\n{VERIFIER}\nmore"), tool, output=3,
+            input_tokens=5, stop="tool_use")
+    _answer(meter, _call(3, VERIFIER), {"type": "text", "text": "ok\nVERDICT: "},
+            {"type": "text", "text": "PASS"}, output=4, input_tokens=6)
+    _answer(meter, _call(4), {"type": "text", "text": "VERDICT: PASS"}, output=2,
+            input_tokens=7, cache_creation_input_tokens=9)
+    usage = meter.usage()
+    assert (usage.turns, usage.subagent_turns) == (2, 2)
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+            usage.cache_creation_tokens) == (118, 19, 30, 9)
+    assert reports == ["ok\nVERDICT: PASS"], "only the verifier's final text is a report"
+    expected = model_cost("claude-sonnet-4-5", {"input_tokens": 118, "output_tokens": 19,
+                                                "cache_read_tokens": 30,
+                                                "cache_creation_tokens": 9})
+    assert usage.cost_usd_computed == expected == meter.cost()
+    assert usage.cost_usd_reported is None and changes
+
+
+def test_api_usage_keeps_a_stalled_call_s_input_and_ignores_other_paths() -> None:
+    meter = ApiUsage(VERIFIER)
+    stalled = _call(1)
+    meter.begin(stalled)
+    meter.event(stalled, _start("m1", input_tokens=90, output_tokens=1))
+    counting = _call(2, path="/v1/messages/count_tokens")
+    meter.begin(counting)
+    meter.event(counting, {"input_tokens": 5000})
+    meter.end(counting, 200)
+    failed = _call(3, VERIFIER)
+    meter.begin(failed)
+    meter.event(failed, {"type": "error", "error": {"type": "overloaded_error"}})
+    meter.end(failed, 529)
+    usage = meter.usage()
+    assert (usage.turns, usage.subagent_turns, usage.input_tokens) == (0, 0, 90)
+    assert meter.reports == []
+
+
+def test_a_non_streamed_answer_counts_whole() -> None:
+    meter = ApiUsage(VERIFIER)
+    call = _call(1, VERIFIER)
+    meter.begin(call)
+    meter.event(call, {"type": "message", "model": "claude-haiku-4-5",
+                       "content": [{"type": "text", "text": "VERDICT: FAIL"}],
+                       "usage": {"input_tokens": 3, "output_tokens": 2}})
+    meter.end(call, 200)
+    usage = meter.usage()
+    assert usage.subagent_turns == 1 and usage.by_model == {"claude-haiku-4-5": {
+        "input_tokens": 3, "output_tokens": 2, "cache_read_tokens": 0,
+        "cache_creation_tokens": 0}}
+    assert meter.reports == ["VERDICT: FAIL"]

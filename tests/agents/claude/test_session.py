@@ -110,22 +110,24 @@ def test_cli_env_keeps_the_workspace_env_and_blanks_what_it_dropped(
 
 
 def test_session_state_asks_for_verification_then_for_fixes() -> None:
+    """Verdicts come from the gateway's reports only: a verifier's tool result on the CLI's
+    stream (which the agent's code can write into) only ends the wait for it."""
     state = SessionState()
     assert state.follow_up() == prompts.verify_request()
-    state.on_tool_use("t1", "Agent", {"subagent_type": "Explore"})
-    state.on_tool_result("t1", "VERDICT: PASS", False)
-    assert not state.verifier_ran
     state.on_tool_use("t2", "Agent", {"subagent_type": "verifier"})
-    state.on_tool_result("t2", "- orders: 0 rows\nVERDICT: FAIL", False)
+    state.on_tool_result("t2", "VERDICT: PASS", False)
+    assert not state.verifier_ran and not state.verified and not state.pending
+    state.on_verifier_report("- orders: 0 rows\nVERDICT: FAIL")
     assert state.verifier_ran and state.last_verdict is False
     follow = state.follow_up()
     assert follow is not None and "- orders: 0 rows" in follow
-    state.on_tool_use("t3", "Task", {"subagent_type": "verifier"})
-    state.on_tool_result("t3", "VERDICT: PASS", False)
-    assert state.follow_up() is None
+    state.on_verifier_report("VERDICT: PASS")
+    assert state.verified and state.follow_up() is None
     state.on_error_result("success", 529, "API Error: 529 Overloaded")
     assert state.infrastructure and state.error is not None and "529" in state.error
     assert state.follow_up() is None
+    state.on_refusal("the task budget of $1 is spent")
+    assert not state.infrastructure and "budget" in (state.error or "")
 
 
 def test_an_sdk_exception_after_an_error_result_keeps_the_precise_message() -> None:
@@ -278,9 +280,20 @@ def test_writes_builds_queries_verifies_and_passes(
                                              totals["cache_creation_tokens"])
     assert usage.cost_usd_computed is not None
     assert math.isclose(usage.cost_usd_computed, expected_cost(totals), rel_tol=1e-9)
-    assert usage.cost_usd_reported is not None
-    assert math.isclose(usage.cost_usd_reported, usage.cost_usd_computed, rel_tol=1e-6)
+    # The CLI's own figure (forgeable: it comes through its stdout) is only in the transcript;
+    # our price table agrees with it.
+    assert usage.cost_usd_reported is None
+    reported = [json.loads(line)["data"]["total_cost_usd"]
+                for line in ctx.transcript.path.read_text().splitlines()
+                if json.loads(line)["kind"] == "ResultMessage"]
+    assert math.isclose(reported[-1], usage.cost_usd_computed, rel_tol=1e-6)
     assert ctx.meter.usage == usage
+    # Every exchange went through the gateway and is in its record.
+    record = [json.loads(line) for line in
+              (ctx.workspace.artifacts / "api.jsonl").read_text().splitlines()]
+    assert [e["status"] for e in record if "/v1/messages" in e["target"]] == [200] * 7
+    assert all("VERDICT: PASS" not in e["response"]["text"] for e in record[:5]) and \
+        any("VERDICT: PASS" in e["response"]["text"] for e in record)
     # Requests: the main agent got the prompt and the governed tools; the verifier read-only ones.
     assert len(main) == 5 and len(verifier) == 2
     system = main[0].body["system"]
@@ -494,22 +507,20 @@ def test_a_background_verifier_s_fail_leads_to_a_fix_round_until_a_later_pass(
     assert outcome.usage.turns == 6 and outcome.usage.subagent_turns == 2
 
 
-def test_a_background_report_counts_only_when_it_arrives() -> None:
+def test_a_background_report_is_waited_for_until_it_arrives() -> None:
     state = SessionState()
     state.on_tool_use("t1", "Agent", {"subagent_type": "verifier"})
     state.on_tool_result("t1", "Async agent launched successfully.\nagentId: a1", False)
     assert not state.verifier_ran and state.waiting() and not state.verified
-    state.on_task_notification("t1", "completed", "- x: wrong\nVERDICT: FAIL")
-    assert state.verifier_ran and state.last_verdict is False and not state.verified
+    state.on_task_notification("t1", "completed", "- x: wrong\nVERDICT: PASS")
+    assert not state.verified, "a notification on the CLI's stream is no verdict"
     assert state.waiting(), "the CLI gives the main agent a turn for the report"
     state.on_main_answer()
-    assert not state.waiting()
-    follow = state.follow_up()
-    assert follow is not None and "- x: wrong" in follow
+    assert not state.waiting() and not state.background
     state.on_tool_use("t2", "Agent", {"subagent_type": "verifier"})
     state.on_tool_result("t2", "Async agent launched successfully.", False)
     state.on_task_notification("t2", "failed", "crashed")
-    assert state.last_verdict is False and not state.verified and not state.background
+    assert not state.verified and not state.background
 
 
 @pytest.mark.slow
@@ -623,3 +634,36 @@ def test_tool_calls_are_counted_as_announced() -> None:
     state.on_tool_use("t1", "Bash", {"command": "echo hi"})
     state.on_error_result("success", 529, "API Error: overloaded")
     assert state.infrastructure and state.tools_called == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", ["task", "run"])
+def test_a_spent_budget_stops_the_session_at_the_gateway(
+        sample_task: Callable[[str], TaskSpec], workspace: Callable[..., AgentContext],
+        cap: str) -> None:
+    """A hard cap, not advice: once the task's (--max-budget-usd) or the run's shared budget
+    is spent, the gateway refuses the next request; the CLI does not retry the refusal and
+    the session ends with the budget named. The first reply costs $0.0315 at Sonnet prices
+    (10,000 input and 100 output tokens); the cap is $0.01."""
+    from spider2local.gateway.budget import Budget
+
+    script = [reply(tool("Bash", command=f"echo {i}"), input_tokens=10_000, output_tokens=100)
+              for i in range(5)]
+    with FakeAnthropic(script, route=ROUTE) as fake:
+        run_budget = Budget(0.01, "run")
+        ctx = workspace(sample_task("bakery001"), fake.env(),
+                        max_budget_usd=0.01 if cap == "task" else None)
+        if cap == "run":
+            ctx.budget = run_budget
+        outcome = run_agent(ctx, deadline=90)
+        served = [r.answer for r in fake.conversation_requests("main")]
+    assert served == ["scripted"], served
+    assert outcome.error is not None and "budget" in outcome.error, outcome.error
+    assert not outcome.infrastructure
+    assert outcome.usage.input_tokens == 10_000 and outcome.usage.turns == 1
+    record = [json.loads(line) for line in
+              (ctx.workspace.artifacts / "api.jsonl").read_text().splitlines()]
+    refused = [e for e in record if e.get("refused")]
+    if cap == "run":  # the CLI knows nothing of the run's cap: the gateway stopped it
+        assert refused and refused[0]["status"] == 400 and "run budget" in refused[0]["refused"]
+        assert run_budget.spent_usd == pytest.approx(0.0315)

@@ -1,0 +1,1 @@
+"""The model gateway between an agent and its API (see :mod:`.server`)."""
