@@ -71,8 +71,9 @@ def run(tasks: list[TaskSpec], folder: RunFolder, agent: Callable[[], LeavingAge
     parent.mkdir(exist_ok=True)
     settings = RunSettings(**{"agent": "test", "jobs": 2, "timeout": 30.0, "retries": 0,
                               "workspace_parent": parent, **kw})  # type: ignore[arg-type]
-    return anyio.run(run_tasks, tasks, folder, settings, agent,
+    done = anyio.run(run_tasks, tasks, folder, settings, agent,
                      Progress(io.StringIO(), live=False))
+    return {tid: r for (tid, _), r in done.items()}  # one trial each here
 
 
 def deep_tree(top: Path, depth: int = DEPTH) -> Path:
