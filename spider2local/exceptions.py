@@ -64,3 +64,15 @@ class AgentError(Spider2LocalError):
 
 class ScoringError(Spider2LocalError):
     """The result could not be scored at all (as opposed to scoring 0)."""
+
+
+class DeadlinePassed(Spider2LocalError):
+    """A stage after the agent (checkpoint, score, scan, collect) ran past its deadline: what
+    the agent left made it hang (a FIFO as the WAL, a view that never finishes, a tree with
+    millions of entries). The agent's doing: the task fails with this reason, never re-run."""
+
+    def __init__(self, stage: str, seconds: float, detail: str = "") -> None:
+        self.stage, self.seconds = stage, seconds
+        more = f": {detail}" if detail else ""
+        super().__init__(f"{stage} did not finish within its deadline of {seconds:g}s "
+                         f"(what the agent left makes it hang){more}")

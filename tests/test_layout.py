@@ -134,3 +134,39 @@ def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -
     from spider2local import evaluation
 
     assert callable(evaluation.score_database) and "score_database" in evaluation.__all__
+
+
+CONNECT_OWNER = "spider2local.db.connect"
+OWN_FILES = {"spider2local.db.header": "an empty probe file it creates in its own temp folder"}
+"""Modules that may call ``duckdb.connect`` besides the owner, each on a file of its own making
+(``:memory:`` or no argument is allowed everywhere: no file at all)."""
+
+
+def connect_calls(path: Path) -> Iterator[tuple[int, str]]:
+    """Each ``duckdb.connect(...)`` (or ``connect`` imported from duckdb) and its first argument."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    direct = {alias.asname or alias.name for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module == "duckdb"
+              for alias in node.names if alias.name == "connect"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr == "connect"
+                and isinstance(func.value, ast.Name) and func.value.id == "duckdb") \
+                or (isinstance(func, ast.Name) and func.id in direct):
+            first = ast.unparse(node.args[0]) if node.args else ""
+            yield node.lineno, first
+
+
+def test_only_the_owner_opens_duckdb_files() -> None:
+    """One owner opens task files (spider2local/db/connect.py: our temp folder, external access
+    off, configuration locked): any other ``duckdb.connect`` on a file would be a reader an
+    agent's ``.tmp`` symlink opens up again."""
+    offenders = [f"{name}:{line} duckdb.connect({first})"
+                 for name, path in modules().items()
+                 if name != CONNECT_OWNER and name not in OWN_FILES
+                 for line, first in connect_calls(path) if first not in {"", "':memory:'"}]
+    assert offenders == []
+    sample = PACKAGE.parent / "tests" / "db" / "test_connect.py"
+    assert list(connect_calls(sample)), "the check finds calls where there are some"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
-from spider2local.cli.exits import BAD_INPUT, INTERRUPTED
+from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
 from spider2local.suite import options
@@ -368,19 +368,33 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 @click.argument("run_a")
 @click.argument("run_b")
 @runs_dir_option
-@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown"]),
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
 @click.option("--force", is_flag=True,
               help="Compare runs of different datasets or agents (commands) anyway.")
-def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool) -> None:
-    """What changed from RUN_A to RUN_B: verdict flips (pass -> fail, fail -> pass), status
-    changes, cost and time deltas. Refuses runs of different datasets."""
-    from spider2local.report.compare import compare_runs, render_compare, render_compare_markdown
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when B is significantly worse than A (p < 0.05; a CI gate).")
+def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
+            fail_on_regression: bool) -> None:
+    """Paired comparison of RUN_A and RUN_B on the tasks both attempted: the difference in
+    pass@1 with its 95% interval, an exact p-value, the smallest difference the runs could
+    detect, the flips and status changes, cost and time deltas. Tasks only one run attempted
+    are listed apart. Refuses runs of different datasets or agents unless --force."""
+    from spider2local.report.compare import (
+        compare_json,
+        compare_runs,
+        render_compare,
+        render_compare_markdown,
+    )
 
     comparison = compare_runs(_open_run(run_a, runs_dir), _open_run(run_b, runs_dir),
                               force=force)
-    click.echo(render_compare_markdown(comparison) if fmt == "markdown"
-               else render_compare(comparison))
+    if fmt == "json":
+        click.echo(json.dumps(compare_json(comparison), indent=2, allow_nan=False))
+    else:
+        click.echo(render_compare_markdown(comparison) if fmt == "markdown"
+                   else render_compare(comparison))
+    sys.exit(FAILED if fail_on_regression and comparison.paired.regression else OK)
 
 
 @cli.command()

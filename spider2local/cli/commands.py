@@ -157,14 +157,15 @@ def task_gold(data: Dataset, task_id: str) -> Gold:
 def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:
     """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
     from spider2local.db.header import duckdb_file_problem
-    from spider2local.evaluation import render_text, score_database, to_json
+    from spider2local.evaluation import render_text, to_json
+    from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
     problem = duckdb_file_problem(db)  # a typo'd path must not read as a FAIL verdict
     if problem is not None:
         raise UserError(f"cannot score: {problem}", path=db,
                         fix="pass the result .duckdb file (run --keep-db keeps them)")
     try:
-        result = score_database(db, gold, params)
+        result = score_sandboxed_sync(db, gold, params)
     except ScoringError as exc:
         raise UserError(f"cannot score: {exc}") from None
     _out(json.dumps(to_json(result), indent=2, default=str, allow_nan=False) if as_json

@@ -38,6 +38,7 @@ from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
 from spider2local.clock.reads import ClockScan, SpineEnd, scan_clock_reads, unshipped_models
 from spider2local.dataset.task import TaskSpec
+from spider2local.db.connect import open_database
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import confine_profile, profile_db_path
 from spider2local.proc.tempdirs import owned_tempdir
@@ -151,7 +152,7 @@ async def _graded_reproduce(task: TaskSpec, models: Sequence[str], day: dt.date)
         db = profile_db_path(project)
         if not result.ok or db is None:
             return False
-        with duckdb.connect(str(db), read_only=True) as con:
+        with open_database(db, untrusted=False) as con:
             con.execute(f"attach {literal(task.gold.db)} as gold (read_only)")
             tables = _tables(con)
             return all(m.lower() in tables
@@ -231,7 +232,7 @@ def gold_candidates(gold_db: Path, models: Iterable[str],
     """Heuristic candidates from the gold tables named like ``models``, best first. ``scan``
     tells which models end a ``date_spine`` at the clock (an exclusive end)."""
     found: list[Candidate] = []
-    with duckdb.connect(str(gold_db), read_only=True) as con:
+    with open_database(gold_db, untrusted=False) as con:
         tables = _tables(con)
         for model in models:
             if model.lower() in tables:
@@ -407,7 +408,7 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
     db = profile_db_path(project)
     if not result.ok or db is None or result.status_of(cand.model) != "success":
         return None
-    with duckdb.connect(str(db), read_only=True) as con:
+    with open_database(db, untrusted=False) as con:
         con.execute(f"attach {literal(gold_db)} as gold (read_only)")
         table = _tables(con)[cand.model.lower()]
         gold_table = f"gold.{table}"

@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
-import duckdb
 
 from spider2local.clock.dates import derive_task
 from spider2local.clock.reads import scan_clock_reads
 from spider2local.dataset.load import gold_folder
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
+from spider2local.db.connect import open_database
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
 from spider2local.safepath import name_problem
@@ -115,7 +115,7 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
     if task.gold is None:
         return tuple(GradedTable(name, False, ()) for name in task.graded_tables)
     gold_cols: dict[str, list[str]] = {}
-    with duckdb.connect(str(task.gold.db), read_only=True) as con:
+    with open_database(task.gold.db, untrusted=False) as con:
         for name, col in con.execute(
                 "select table_name, column_name from information_schema.columns "
                 "order by table_schema = 'main' desc, ordinal_position").fetchall():

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 import duckdb
 
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
+from spider2local.db.connect import open_database
 from spider2local.db.header import duckdb_file_problem
 from spider2local.dbtproject import packages
 from spider2local.exceptions import DatasetError, UserError
@@ -134,6 +135,9 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
     skipped: list[str] = []
     for kind, archive in ((FileKind.START, start_zip), (FileKind.GOLD, gold_zip)):
         if archive is not None:
+            from spider2local.integrity import known  # it stays where it was downloaded
+
+            known.remember(known.Kind.SETUP_ZIP, archive)  # hidden from every later agent
             placements += _place_zip(root, kind, archive, tasks, skipped)
     placed = {p.path for p in placements}
     placements += [Placement(t, k, path, Action.PRESENT) for t, k, path in _layout_files(root)
@@ -308,7 +312,7 @@ def _verified(p: Placement) -> Placement:
 def open_problem(path: Path) -> str | None:
     """Open the file read-only with DuckDB and list its tables; the error text if that fails."""
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = open_database(path, untrusted=False)
     except duckdb.Error as exc:
         return f"DuckDB cannot open it: {str(exc).splitlines()[0]}"
     try:

@@ -18,6 +18,7 @@ from typing import Literal
 
 import duckdb
 
+from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
 from spider2local.exceptions import DatasetError
@@ -73,28 +74,40 @@ class DbSnapshot:
 
 
 def snapshot_database(db: Path) -> DbSnapshot:
-    """Snapshot ``db`` opened read-only; on a lock held by another process, retry, then copy.
+    """Snapshot ``db``, read in a reader sandbox holding that file alone
+    (:mod:`spider2local.db.sandboxed`): a dataset's database is untrusted input, and its views
+    are bound to be described.
 
     Raises :class:`DatasetError` when the file is missing or is not a readable DuckDB file.
     """
+    from spider2local.db.sandboxed import snapshot_sandboxed
+
     if not db.is_file():
         raise DatasetError("database file not found", path=db)
+    data = snapshot_sandboxed(db)
+    if "problem" in data:
+        raise DatasetError(str(data["problem"]), path=db)
+    return DbSnapshot.from_json(json.dumps(data))
+
+
+def read_snapshot(db: Path, label: str) -> DbSnapshot | dict[str, str]:
+    """Inside the reader sandbox: snapshot ``db`` opened read-only; on a lock held by another
+    process, retry, then copy. ``{"problem": ...}`` when it is not a readable DuckDB file."""
     try:
-        return retry_on_lock(lambda: _snapshot(db, db.name, from_copy=False), LOCK_WAIT)
+        return retry_on_lock(lambda: _snapshot(db, label, from_copy=False), LOCK_WAIT)
     except DatabaseLocked:
         pass
     except duckdb.Error as exc:  # corrupt, not DuckDB, too new: waiting would not help
-        raise DatasetError(f"cannot open as DuckDB: {exc}", path=db) from None
+        return {"problem": f"cannot open as DuckDB: {exc}"}
     with _private_copy(db) as copy:
         try:
-            return _snapshot(copy, db.name, from_copy=True)
+            return _snapshot(copy, label, from_copy=True)
         except duckdb.Error as exc:
-            raise DatasetError(f"cannot open as DuckDB (a copy, the file is locked): {exc}",
-                               path=db) from None
+            return {"problem": f"cannot open as DuckDB (a copy, the file is locked): {exc}"}
 
 
 def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
-    con = duckdb.connect(str(path), read_only=True)
+    con = open_database(path, untrusted=True)
     try:
         return DbSnapshot(database=label, tables=tuple(_tables(con)), read_from_copy=from_copy)
     finally:

@@ -25,11 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.dbtools.policy import refusal, statements
+from spider2local.run.transcript import MAX_QUERIES, append_capped, fit_line
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
+    from spider2local.sandbox.readers import ReaderFiles
     from spider2local.workspace.prepare import Workspace
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,7 @@ def audit(path: Path, tool: str, sql: str, result: QueryResult) -> None:
             "error": result.error}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line, default=str) + "\n")
+        append_capped(path, fit_line(json.dumps(line, default=str)), MAX_QUERIES)
     except OSError as exc:  # a full disk loses the audit line, never the agent's query
         log.warning("%s: query not audited: %s", path, exc.strerror or exc)
 
@@ -207,12 +208,24 @@ class QueryService:
         audit(self.audit_path, tool, sql, result)
         return result
 
+    def reader_files(self) -> ReaderFiles:
+        """What the query child's sandbox holds: the workspace (the agent's own files; a
+        symlink there resolves inside the sandbox, where nothing of the host is) read-only,
+        or without a known workspace the database's folder and the start copy."""
+        from spider2local.sandbox.readers import ReaderFiles
+
+        if self.root is not None:
+            return ReaderFiles(read_only=(self.root,))
+        start = self.start_copy()
+        return ReaderFiles(read_only=(self.database.parent,
+                                      *(() if start is None else (start.parent,))))
+
     async def _child(self, sql: str) -> QueryResult:
-        from spider2local.proc.run import run_process
+        from spider2local.sandbox.readers import run_reader
 
         limits = self.limits
-        proc = await run_process(
-            child_command(), cwd=self.database.parent, env=self.env, timeout=limits.timeout,
+        proc = await run_reader(
+            child_command(), self.reader_files(), env=self.env, timeout=limits.timeout,
             input=child_request(self.database, sql, limits.max_rows,
                                 min(limits.lock_wait, limits.timeout / 2), self.root,
                                 self.start_copy()))
@@ -278,7 +291,8 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
     read back."""
     import duckdb
 
-    from spider2local.workspace.guard import OutsideWorkspace, opened_by_us, workspace_file
+    from spider2local.db.connect import open_database
+    from spider2local.workspace.guard import OutsideWorkspace, database_files, opened_by_us
 
     database = Path(request["database"])
     root = Path(request["root"]) if request.get("root") else None
@@ -289,28 +303,16 @@ def _execute(request: Mapping[str, Any], out: TextIO) -> None:
         return len(line)
 
     def connect() -> duckdb.DuckDBPyConnection:
+        # Locked down by the one owner (temp folder ours, external access off, configuration
+        # locked): no ATTACH, file read or setting change gets through, whatever the policy
+        # let pass. The start copy is attached before that.
         start = request.get("start")
-        if not start:
-            return duckdb.connect(str(database), read_only=True,
-                                  config={"enable_external_access": False})
-        # Attach first, then turn external access off and lock the configuration: the other
-        # order cannot attach (measured on duckdb 1.5); afterwards no ATTACH, file read or
-        # setting change gets through, whatever the policy let pass.
-        con = duckdb.connect(str(database), read_only=True)
-        try:
-            con.execute(f"ATTACH {literal(start)} AS {START} (READ_ONLY)")
-        except duckdb.Error as exc:
-            if is_lock_error(exc):
-                con.close()
-                raise
-            # e.g. the task database is itself named "start": queries go on without the copy
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        return con
+        return open_database(database, untrusted=True,
+                             attach={START: Path(start)} if start else None)
 
     try:
         if root is not None:
-            workspace_file(root, database)
+            database_files(root, database)
         con = retry_on_lock(connect, LockWait(seconds=float(request["lock_wait"])))
     except FileNotFoundError:
         emit({"error": f"the task database {database.name} does not exist (dbt creates it; "

@@ -18,7 +18,9 @@ from types import TracebackType
 import duckdb
 import pandas as pd
 
+from spider2local.db.connect import open_database
 from spider2local.evaluation.refstack import UnreadableInterval, differing_classes, reference_frame
+from spider2local.run.watchdog import watched
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,10 @@ class Database:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such DuckDB file")
         self.path = path
-        # Only a changed setting is passed: DuckDB refuses a second connection to one file
-        # with another configuration (the gold scored against itself, a raw reader beside us)
-        self._con = duckdb.connect(str(path), read_only=True,
-                                   config={"enable_external_access": False} if untrusted else {})
+        # DuckDB refuses a second connection to one file with another configuration (the
+        # gold scored against itself): the caller opens that one as gold, trusted.
+        # watched: a view that never finishes is interrupted at the scoring stage's deadline
+        self._con = watched(open_database(path, untrusted=untrusted))
 
     def __enter__(self) -> Database:
         return self

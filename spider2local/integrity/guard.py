@@ -6,7 +6,9 @@ runner imports the scorer (:func:`import_scorer`: a module imported later would 
 agent left in its file) and takes :class:`Fingerprints`: every selected task's gold database
 and its ``.wal``, the task's evaluation record (its parsed parameters as canonical JSON), and
 every ``.py`` file of the installed package (the scorer, and the code that turns a score into a
-verdict and a report: one rule with no list to forget a module from). They are kept in run.json.
+verdict and a report: one rule with no list to forget a module from), with what runs before
+them in a later process (site-packages' ``.pth`` files, ``sitecustomize``/``usercustomize``,
+and the package's cached bytecode: :mod:`.startup`). They are kept in run.json.
 
 Before a task is scored its fingerprint and the sources are taken again (:func:`changes`); any
 difference is an integrity error naming what changed, recorded and never a verdict. Right after
@@ -26,10 +28,12 @@ them read-only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +45,10 @@ from spider2local.dataset.load import read_evals
 from spider2local.dataset.sample import default_cache_dir
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation.params import EvalConfigError, parse_eval
+from spider2local.integrity import known
 from spider2local.integrity.scan import Protected
+from spider2local.integrity.startup import SITE_PREFIX, bytecode_mismatches, startup_hooks
+from spider2local.workspace.tree import walk_files
 
 FINGERPRINTS_VERSION = 1
 SOURCE_ROOT = Path(spider2local.__file__).resolve().parent
@@ -149,9 +156,14 @@ class Fingerprints:
 
 
 def source_hashes(root: Path | None = None) -> dict[str, str]:
+    """Every ``.py`` file of the package by hash, plus what runs before them in a later
+    process (:mod:`.startup`): site-packages' ``.pth`` files and startup hooks by hash, and
+    a key for each cached bytecode that is not its source's."""
     base = root or SOURCE_ROOT
-    return {p.relative_to(base).as_posix(): sha256_file(p)
-            for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts}
+    sources = [p for p, _ in walk_files(base) if p.suffix == ".py"
+               and "__pycache__" not in p.relative_to(base).parts]
+    found = {p.relative_to(base).as_posix(): sha256_file(p) for p in sources}
+    return {**found, **startup_hooks(), **bytecode_mismatches(sources, base)}
 
 
 def canonical_params(raw: Any) -> str:
@@ -236,6 +248,9 @@ def _loaded_params(task: TaskSpec) -> str:
 def source_changes(recorded: Fingerprints, now: Mapping[str, str] | None = None) -> list[str]:
     """Package files changed, added or removed since ``recorded`` (sorted paths)."""
     now = source_hashes() if now is None else now
+    if not any(k.startswith(SITE_PREFIX) for k in recorded.sources):
+        # recorded before startup hooks were fingerprinted: compare what it holds
+        now = {k: v for k, v in now.items() if not k.startswith(SITE_PREFIX)}
     return sorted(p for p in recorded.sources.keys() | now.keys()
                   if recorded.sources.get(p) != now.get(p))
 
@@ -324,12 +339,18 @@ class Watch:
 
     def off_limits(self, task: TaskSpec) -> tuple[Path, ...]:
         """What of the runner's lies outside the workspace and is none of ``task``'s agent's
-        business: the dataset (gold and eval file with it), the gold folder, the runs folder,
-        the suite file, spider2local's cache. The one list for both guards: the sandbox hides
-        each of them (``AgentContext.off_limits``) and the scan (:meth:`protected`) calls a
-        task suspect that names one."""
+        business, by real path, wherever it lies (``/opt``, ``/usr/local``, the home folder, a
+        bound venv): the dataset and every real folder or file it links to (an
+        ``evaluation_suite`` that is a symlink elsewhere), the gold folder, the zips ``setup``
+        placed files from and gold zips beside the dataset, every runs folder this machine
+        used (:mod:`.known`), the suite file, spider2local's cache. The one list for both
+        guards: the sandbox hides each of them (``AgentContext.off_limits``, each given and real
+        path) and the scan (:meth:`protected`) calls a task suspect that names one."""
         gold = task.gold.db.parent if task.gold is not None else None
-        found = (task.dataset_root, gold, self.runs_dir, self.suite_file, default_cache_dir())
+        found = (task.dataset_root, gold, *linked_from(task.dataset_root),
+                 *gold_zips_beside(task.dataset_root), *known.remembered(known.Kind.SETUP_ZIP),
+                 self.runs_dir, *known.remembered(known.Kind.RUNS_FOLDER), self.suite_file,
+                 default_cache_dir())
         return tuple(dict.fromkeys(Path(p) for p in found if p is not None))
 
     def protected(self, task: TaskSpec, workspace: Path, project: Path,
@@ -338,4 +359,48 @@ class Watch:
             workspace=workspace, cwd=project, dataset_root=task.dataset_root,
             gold=task.gold.db if task.gold is not None else None, start_db=task.start_db,
             runs_dir=self.runs_dir, suite_file=self.suite_file, cache_dir=default_cache_dir(),
-            artifacts=artifacts)
+            artifacts=artifacts, off_limits=self.off_limits(task))
+
+
+MAX_WALK = 200_000
+"""Entries of a dataset walked at most for its links (the whole Spider2-DBT has some 20,000)."""
+GOLD_ZIP = re.compile(r"gold.*\.zip$", re.IGNORECASE)
+"""Upstream's ``dbt_gold.zip`` and the names people give their copies."""
+
+
+@functools.lru_cache(maxsize=16)
+def linked_from(root: Path) -> tuple[Path, ...]:
+    """The real paths of every symlink under ``root`` that leads outside it (walked
+    iteratively, links never followed): where its gold or eval file really are. Cached per
+    root: every task of a run asks, and the dataset does not move during a run."""
+    real_root = Path(os.path.realpath(root))
+    found: list[Path] = []
+    todo, seen = [root], 0
+    while todo and seen < MAX_WALK:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if entry.is_symlink():
+                target = Path(os.path.realpath(entry.path))
+                if target != real_root and real_root not in target.parents:
+                    found.append(target)
+            elif entry.is_dir(follow_symlinks=False):
+                todo.append(Path(entry.path))
+    return tuple(dict.fromkeys(found))
+
+
+def gold_zips_beside(root: Path) -> list[Path]:
+    """Gold zips in the dataset root or the folder that holds it: downloaded and unzipped by
+    hand, never through ``setup`` (which records its own)."""
+    found = []
+    for folder in (root, root.parent):
+        try:
+            found += [Path(e.path) for e in os.scandir(folder)
+                      if GOLD_ZIP.search(e.name) and e.is_file()]
+        except OSError:
+            continue
+    return found

@@ -29,12 +29,14 @@ import hashlib
 import json
 import os
 import re
-import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from spider2local.exceptions import DeadlinePassed
+from spider2local.workspace.tree import Check, read_regular, walk_files
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 """Project files larger than this are not read (a database, a data dump): text the agent
@@ -98,19 +100,22 @@ class Protected:
     def for_task(cls, *, workspace: Path, cwd: Path, dataset_root: Path | None,
                  gold: Path | None, start_db: Path | None, runs_dir: Path | None = None,
                  suite_file: Path | None = None, cache_dir: Path | None = None,
-                 artifacts: Path | None = None) -> Protected:
+                 artifacts: Path | None = None, off_limits: Iterable[Path] = ()) -> Protected:
         ws = Path(os.path.realpath(workspace))
         own = [str(ws)] + ([] if artifacts is None else
                            list(dict.fromkeys((str(artifacts.absolute()),
                                                os.path.realpath(artifacts)))))
         paths: list[tuple[str, str]] = []
-        for rule, path in (("dataset root", dataset_root), ("runs folder", runs_dir),
-                           ("suite file", suite_file), ("spider2local cache", cache_dir)):
+        named = [("dataset root", dataset_root), ("runs folder", runs_dir),
+                 ("suite file", suite_file), ("spider2local cache", cache_dir)]
+        named += [("off limits", p) for p in off_limits]  # the sandbox's hidden list
+        for rule, path in named:
             if path is None:
                 continue
             for form in dict.fromkeys((str(Path(path).absolute()), os.path.realpath(path))):
                 # A folder that holds the workspace would match every honest path.
-                if form != "/" and not _inside(ws, Path(form)):
+                if form != "/" and not _inside(ws, Path(form)) \
+                        and form not in {f for _, f in paths}:
                     paths.append((rule, form))
         names = [("gold folder", GOLD_FOLDER), ("evaluation file", EVAL_FILE_NAME)]
         if gold is not None and (start_db is None or gold.name.lower() != start_db.name.lower()):
@@ -262,12 +267,15 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _scan_jsonl(path: Path, prot: Protected, out: _Collector) -> None:
+def _scan_jsonl(path: Path, prot: Protected, out: _Collector,
+                check: Check | None = None) -> None:
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_regular(path).decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return
     for no, line in enumerate(lines, start=1):
+        if check is not None:
+            check()
         try:
             entry = json.loads(line)
         except ValueError:
@@ -290,37 +298,31 @@ def project_baseline(project: Path) -> dict[str, str]:
     return found
 
 
-def _project_files(project: Path) -> Iterator[tuple[Path, str]]:
+def _project_files(project: Path, check: Check | None = None) -> Iterator[tuple[Path, str]]:
     """Plain files only: reading a FIFO the agent left would block the runner for ever (its
     writer died with the sandbox), and a project folder replaced by a symlink to ``/`` would
-    walk the runner's whole file system (``os.walk`` follows a symlinked top)."""
-    if project.is_symlink():
-        return
-    for dirpath, _dirs, files in os.walk(project):  # symlinked folders are not followed
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_FILE_BYTES:
-                yield path, path.relative_to(project).as_posix()
+    walk the runner's whole file system. Iterative (:mod:`spider2local.workspace.tree`): a
+    1,200-level tree must not crash the scan."""
+    for path, info in walk_files(project, check=check):
+        if info.st_size <= MAX_FILE_BYTES:
+            yield path, path.relative_to(project).as_posix()
 
 
 def _digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(read_regular(path, MAX_FILE_BYTES + 1)).hexdigest()
     except OSError:
         return None
 
 
 def _scan_project(project: Path, baseline: Mapping[str, str], prot: Protected,
-                  out: _Collector) -> None:
+                  out: _Collector, check: Check | None = None) -> None:
     # What the agent wrote before what dbt derived from it (target/, logs/).
-    files = sorted(_project_files(project), key=lambda f: f[1].split("/")[0] in BUILD_OUTPUT)
+    files = sorted(_project_files(project, check),
+                   key=lambda f: f[1].split("/")[0] in BUILD_OUTPUT)
     for path, rel in files:
         try:
-            data = path.read_bytes()
+            data = read_regular(path, MAX_FILE_BYTES + 1)
         except OSError:
             continue
         if baseline.get(rel) == hashlib.sha256(data).hexdigest() or b"\0" in data[:8192]:
@@ -339,16 +341,21 @@ class ScanResult:
 
 
 def scan_task(*, transcript: Path, queries: Path, project: Path | None,
-              baseline: Mapping[str, str], prot: Protected) -> ScanResult:
+              baseline: Mapping[str, str], prot: Protected,
+              check: Check | None = None) -> ScanResult:
     """Scan one finished task (see the module docstring). Never raises for what an agent
     left: unreadable files are skipped, and an unexpected failure of the scan itself marks the
-    task suspect (an agent must not be able to hide behind a crash of its witness)."""
+    task suspect (an agent must not be able to hide behind a crash of its witness).
+    ``check`` (the stage deadline) is called per line and file; its :class:`DeadlinePassed`
+    is raised through."""
     out = _Collector()
     try:
-        _scan_jsonl(transcript, prot, out)
-        _scan_jsonl(queries, prot, out)
+        _scan_jsonl(transcript, prot, out, check)
+        _scan_jsonl(queries, prot, out, check)
         if project is not None and project.is_dir():
-            _scan_project(project, baseline, prot, out)
+            _scan_project(project, baseline, prot, out, check)
+    except DeadlinePassed:
+        raise
     except Exception as exc:
         out.add("scanner", None, "scan failed", f"{type(exc).__name__}: {exc}")
     if not out.items:

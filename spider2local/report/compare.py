@@ -1,60 +1,98 @@
-"""``spider2local compare RUN_A RUN_B``: what changed between two runs of one dataset.
+"""``spider2local compare RUN_A RUN_B``: the paired comparison of two runs of one dataset.
 
-Both runs are read from their folders as ``report`` reads them (:func:`.summary.load_report`),
-so a compare shows the verdicts each report shows. A flip is a change of the official verdict
-(a task that passed and no longer does, whatever it became, or the reverse); a status change
-keeps the verdict but changes how the task ended (failed -> error, passed -> timeout with a
-result). Runs of different datasets are refused: their task ids may coincide while the tasks,
-gold or evaluation differ, and the flips would be noise.
+Both runs are read from their folders as ``report`` reads them (:func:`.summary.load_report`).
+The comparison is paired on the tasks *both* runs attempted (at least one trial with a result
+in each): per task the difference of pass rates (B - A), and over them the difference in pass@1
+with a 95% paired bootstrap interval, an exact p-value (McNemar's exact test with one trial
+each, the sign-flip permutation test with several), the smallest difference these runs could
+detect and one plain sentence (:func:`.stats.compare_counts`). A task only one run attempted
+(the other did not select it, skipped it, or was cut before it) is listed apart and never
+counted as a flip: "B did not run it" is not "B failed it".
+
+A flip is a change of the task's pass rate (with one trial each: pass -> fail or fail ->
+pass); a status change keeps the rate but changes how trials ended (failed -> error). Runs of
+different datasets are refused: their task ids may coincide while the tasks, gold or
+evaluation differ, and the flips would be noise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.report.printable import printable
-from spider2local.report.summary import Row, RunReport, Verdict, agent_command_of, load_report
+from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text, points
+from spider2local.report.summary import Row, RunReport, TaskRate, agent_command_of, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
+from spider2local.run.results import Status
 from spider2local.run.resume import dataset_identity
+
+COMPARE_SCHEMA = 1
+"""Version of ``compare --format json`` (moves when a key is renamed or removed)."""
 
 
 class Change(StrEnum):
     TO_PASS = "fail -> pass"
+    """B's pass rate is higher (one trial each: it failed in A and passes in B)."""
     TO_FAIL = "pass -> fail"
     STATUS = "status"
+    """Same rate, but the trials ended differently (failed -> error)."""
     SAME = "same"
+    ONLY_A = "only in A"
+    """Attempted by A only: B did not select it, skipped it, or never got to it."""
+    ONLY_B = "only in B"
+    NEITHER = "neither"
+    """Selected but attempted by neither run."""
 
 
 @dataclass(frozen=True)
 class TaskDelta:
     task_id: str
-    a: Row | None
+    a: TaskRate | None
     """The task in run A; ``None`` when A did not select it."""
-    b: Row | None
+    b: TaskRate | None
+    a_rows: tuple[Row, ...] = ()
+    """A's trials of it (with their status, time and cost)."""
+    b_rows: tuple[Row, ...] = ()
 
     @property
     def change(self) -> Change:
-        passed_a = self.a is not None and self.a.verdict is Verdict.PASS
-        passed_b = self.b is not None and self.b.verdict is Verdict.PASS
-        if passed_a != passed_b:
-            return Change.TO_PASS if passed_b else Change.TO_FAIL
-        status_a = self.a.status if self.a else None
-        status_b = self.b.status if self.b else None
-        return Change.SAME if status_a == status_b else Change.STATUS
+        in_a = self.a is not None and self.a.run > 0
+        in_b = self.b is not None and self.b.run > 0
+        if not (in_a and in_b):
+            return Change.ONLY_A if in_a else Change.ONLY_B if in_b else Change.NEITHER
+        assert self.a is not None and self.b is not None
+        difference = self.b.passed * self.a.run - self.a.passed * self.b.run
+        if difference:
+            return Change.TO_PASS if difference > 0 else Change.TO_FAIL
+        return Change.SAME if _statuses(self.a_rows) == _statuses(self.b_rows) \
+            else Change.STATUS
 
     @property
     def seconds(self) -> float | None:
-        return _delta(self.a.seconds if self.a else None, self.b.seconds if self.b else None)
+        """B's mean time per trial minus A's."""
+        return _delta(_mean([r.seconds for r in self.a_rows]),
+                      _mean([r.seconds for r in self.b_rows]))
 
     @property
     def cost_usd(self) -> float | None:
-        return _delta(self.a.cost_usd if self.a else None, self.b.cost_usd if self.b else None)
+        """B's mean cost per trial minus A's."""
+        return _delta(_mean([r.cost_usd for r in self.a_rows]),
+                      _mean([r.cost_usd for r in self.b_rows]))
+
+
+def _statuses(rows: Sequence[Row]) -> list[str]:
+    return sorted(str(r.status) for r in rows if isinstance(r.status, Status))
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -67,18 +105,45 @@ class Comparison:
     b: RunReport
     tasks: tuple[TaskDelta, ...]
     """Every task either run selected, by id."""
+    paired: Paired
+    """The statistics over :attr:`common`."""
 
     def changed(self, kind: Change) -> list[TaskDelta]:
         return [t for t in self.tasks if t.change is kind]
 
     @property
     def common(self) -> list[TaskDelta]:
-        return [t for t in self.tasks if t.a is not None and t.b is not None]
+        """The tasks both runs attempted: what the comparison is paired on."""
+        return [t for t in self.tasks
+                if t.change not in (Change.ONLY_A, Change.ONLY_B, Change.NEITHER)]
+
+    @property
+    def several(self) -> bool:
+        return self.a.trials > 1 or self.b.trials > 1
 
 
 def _total(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def compare_reports(report_a: RunReport, report_b: RunReport) -> Comparison:
+    """The paired comparison of two reports (see the module docstring)."""
+    rates_a = {t.task_id: t for t in report_a.stats.tasks}
+    rates_b = {t.task_id: t for t in report_b.stats.tasks}
+    rows_a: dict[str, list[Row]] = {}
+    rows_b: dict[str, list[Row]] = {}
+    for rows, into in ((report_a.rows, rows_a), (report_b.rows, rows_b)):
+        for row in rows:
+            into.setdefault(row.task_id, []).append(row)
+    deltas = tuple(TaskDelta(t, rates_a.get(t), rates_b.get(t), tuple(rows_a.get(t, ())),
+                             tuple(rows_b.get(t, ())))
+                   for t in sorted(rates_a.keys() | rates_b.keys()))
+    both = [d for d in deltas
+            if d.change not in (Change.ONLY_A, Change.ONLY_B, Change.NEITHER)]
+    paired = compare_counts([TaskCount(d.a.run, d.a.passed) for d in both if d.a],
+                            [TaskCount(d.b.run, d.b.passed) for d in both if d.b])
+    return Comparison(report_a, report_b, deltas, paired)
 
 
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
@@ -98,12 +163,7 @@ def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparis
         raise UserError(f"runs {a.run_id} and {b.run_id} were made by different agents "
                         f"({who(agents[0])} and {who(agents[1])})", path=b.root,
                         fix="compare runs of one agent, or pass --force to compare agents")
-    report_a, report_b = load_report(a), load_report(b)
-    rows_a = {r.task_id: r for r in report_a.rows}
-    rows_b = {r.task_id: r for r in report_b.rows}
-    ids = sorted(rows_a.keys() | rows_b.keys())
-    return Comparison(report_a, report_b,
-                      tuple(TaskDelta(t, rows_a.get(t), rows_b.get(t)) for t in ids))
+    return compare_reports(load_report(a), load_report(b))
 
 
 def _money(value: float | None, sign: bool = False) -> str:
@@ -114,46 +174,101 @@ def _secs(value: float | None, sign: bool = False) -> str:
     return "-" if value is None else (f"{value:+.1f}s" if sign else f"{value:.1f}s")
 
 
-def _row_text(row: Row | None) -> str:
-    return "(not selected)" if row is None else f"{row.status} ({row.verdict})"
+def _pct(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def _rate_text(rate: TaskRate | None, rows: Sequence[Row], several: bool) -> str:
+    if rate is None:
+        return "(not selected)"
+    if rate.run == 0:
+        return f"(not attempted: {rows[0].status})" if rows else "(not attempted)"
+    if not several:
+        return f"{rows[0].status} ({rows[0].verdict})"
+    return f"{rate.passed}/{rate.run} passed"
 
 
 def _headline(c: Comparison) -> list[tuple[str, str, str, str]]:
+    p = c.paired
     ka, kb = c.a.rates, c.b.rates
+    unit = "trials" if c.several else "tasks"
     time_a = _total([r.seconds for r in c.a.rows])
     time_b = _total([r.seconds for r in c.b.rows])
+    per_a = _mean([r.cost_usd for r in c.a.rows])
+    per_b = _mean([r.cost_usd for r in c.b.rows])
     return [
-        ("tasks passed", f"{ka.tasks_passed}/{ka.tasks_total}",
+        (f"pass@1 on the {p.tasks} tasks both attempted", _pct(p.pass_a), _pct(p.pass_b),
+         f"{p.difference * 100:+.1f} points [{p.interval.low * 100:+.1f}, "
+         f"{p.interval.high * 100:+.1f}]"),
+        (f"{unit} passed", f"{ka.tasks_passed}/{ka.tasks_total}",
          f"{kb.tasks_passed}/{kb.tasks_total}", f"{kb.tasks_passed - ka.tasks_passed:+d}"),
         ("tables passed", f"{ka.tables_passed}/{ka.tables_total}",
          f"{kb.tables_passed}/{kb.tables_total}", f"{kb.tables_passed - ka.tables_passed:+d}"),
         ("cost", _money(c.a.cost_usd), _money(c.b.cost_usd),
          _money(_delta(c.a.cost_usd, c.b.cost_usd), sign=True)),
-        ("time (sum of tasks)", _secs(time_a), _secs(time_b),
+        ("cost per trial", _money(per_a), _money(per_b),
+         _money(_delta(per_a, per_b), sign=True)),
+        (f"time (sum of {unit})", _secs(time_a), _secs(time_b),
          _secs(_delta(time_a, time_b), sign=True)),
     ]
 
 
-def _task_rows(deltas: Sequence[TaskDelta]) -> list[tuple[str, str, str, str, str]]:
-    return [(t.task_id, _row_text(t.a), _row_text(t.b), _secs(t.seconds, sign=True),
+def statistics_lines(c: Comparison) -> list[str]:
+    """The test, the detectable difference and the sentence, one line each."""
+    p = c.paired
+    detectable = "no difference could be significant with so few tasks" \
+        if p.detectable is None else f"about {points(p.detectable)} points"
+    return [
+        f"test: {p.test}, {p_text(p.p_value)}; {p.b_better} task(s) better in B, "
+        f"{p.a_better} better in A, {p.tasks - p.b_better - p.a_better} the same",
+        f"interval: 95% paired {p.interval.method} over tasks; smallest difference detectable "
+        f"at 80% power: {detectable} (trial variance {p.trial_variance:.3f}, see "
+        "docs/statistics.md)",
+        p.sentence,
+    ]
+
+
+def _task_rows(c: Comparison, deltas: Sequence[TaskDelta]
+               ) -> list[tuple[str, str, str, str, str]]:
+    return [(t.task_id, _rate_text(t.a, t.a_rows, c.several),
+             _rate_text(t.b, t.b_rows, c.several), _secs(t.seconds, sign=True),
              _money(t.cost_usd, sign=True)) for t in deltas]
 
 
-SECTIONS = ((Change.TO_FAIL, "pass -> fail"), (Change.TO_PASS, "fail -> pass"),
-            (Change.STATUS, "status changed, same verdict"))
+def _sections(c: Comparison) -> list[tuple[Change, str]]:
+    if c.several:
+        flips = [(Change.TO_FAIL, "lower pass rate in B"), (Change.TO_PASS,
+                                                            "higher pass rate in B")]
+    else:
+        flips = [(Change.TO_FAIL, "pass -> fail"), (Change.TO_PASS, "fail -> pass")]
+    return [*flips, (Change.STATUS, "status changed, same verdict"),
+            (Change.ONLY_A, "attempted only in A (not paired, not a flip)"),
+            (Change.ONLY_B, "attempted only in B (not paired, not a flip)")]
+
+
 TASK_HEADERS = ("task", "A", "B", "time delta", "cost delta")
 
 
+def _closing(c: Comparison) -> str:
+    neither = len(c.changed(Change.NEITHER))
+    return (f"{len(c.changed(Change.SAME))} task(s) unchanged, {len(c.common)} in both runs"
+            + (f", {neither} attempted by neither" if neither else ""))
+
+
 def render_compare(c: Comparison) -> str:
-    """The terminal form: the headline side by side, then each kind of change."""
-    lines = [f"A = {c.a.run_id}, B = {c.b.run_id}",
+    """The terminal form: the statistics, the headline side by side, each kind of change,
+    and (with several trials) every paired task's rates side by side."""
+    lines = [f"A = {c.a.run_id}, B = {c.b.run_id}", *statistics_lines(c), "",
              render_table(("", "A", "B", "B - A"), _headline(c)), ""]
-    for kind, title in SECTIONS:
+    for kind, title in _sections(c):
         found = c.changed(kind)
         lines.append(f"{title}: {len(found)}")
         if found:
-            lines += [render_table(TASK_HEADERS, _task_rows(found), max_width=40), ""]
-    lines.append(f"{len(c.changed(Change.SAME))} task(s) unchanged, {len(c.common)} in both runs")
+            lines += [render_table(TASK_HEADERS, _task_rows(c, found), max_width=40), ""]
+    if c.several:
+        lines += ["per task (paired)", render_table(TASK_HEADERS, _task_rows(c, c.common),
+                                                    max_width=40), ""]
+    lines.append(_closing(c))
     return "\n".join(lines).rstrip()
 
 
@@ -170,13 +285,46 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def render_compare_markdown(c: Comparison) -> str:
     """The same, in GitHub-flavoured markdown (a step summary, a pull-request comment)."""
     parts = [f"## Compare `{_md_cell(c.a.run_id)}` (A) with `{_md_cell(c.b.run_id)}` (B)", "",
+             f"**{_md_cell(c.paired.sentence)}**", "",
+             *(f"- {_md_cell(line)}" for line in statistics_lines(c)[:2]), "",
              _md_table(("", "A", "B", "B - A"), _headline(c)), ""]
-    for kind, title in SECTIONS:
+    for kind, title in _sections(c):
         found = c.changed(kind)
         parts.append(f"### {title.replace('->', '→')}: {len(found)}")
         parts.append("")
         if found:
-            parts += [_md_table(TASK_HEADERS, _task_rows(found)), ""]
-    parts.append(f"{len(c.changed(Change.SAME))} task(s) unchanged, "
-                 f"{len(c.common)} in both runs.")
+            parts += [_md_table(TASK_HEADERS, _task_rows(c, found)), ""]
+    if c.several:
+        parts += ["### per task (paired)", "", _md_table(TASK_HEADERS, _task_rows(c, c.common)),
+                  ""]
+    parts.append(_closing(c) + ".")
     return "\n".join(parts)
+
+
+def _side(rate: TaskRate | None) -> dict[str, Any] | None:
+    if rate is None:
+        return None
+    return {"trials_run": rate.run, "trials_passed": rate.passed, "rate": rate.rate}
+
+
+def compare_json(c: Comparison) -> dict[str, Any]:
+    """``compare --format json``: the statistics, then every task of either run."""
+    p = c.paired
+    return {
+        "schema_version": COMPARE_SCHEMA,
+        "a": c.a.run_id, "b": c.b.run_id,
+        "paired": {
+            "tasks": p.tasks, "trials_a": list(p.trials_a), "trials_b": list(p.trials_b),
+            "pass_at_1_a": p.pass_a, "pass_at_1_b": p.pass_b, "difference": p.difference,
+            "interval": asdict(p.interval), "p_value": p.p_value, "test": p.test,
+            "alpha": p.alpha, "significant": p.significant, "regression": p.regression,
+            "b_better": p.b_better, "a_better": p.a_better,
+            "trial_variance": p.trial_variance, "detectable_difference": p.detectable,
+            "sentence": p.sentence,
+        },
+        "only_a": [t.task_id for t in c.changed(Change.ONLY_A)],
+        "only_b": [t.task_id for t in c.changed(Change.ONLY_B)],
+        "tasks": [{"id": t.task_id, "change": t.change.value, "a": _side(t.a),
+                   "b": _side(t.b), "seconds_delta": t.seconds, "cost_usd_delta": t.cost_usd}
+                  for t in c.tasks],
+    }

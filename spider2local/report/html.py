@@ -1,7 +1,10 @@
 """The report as one self-contained HTML file: no network, no CDN, inline SVG charts.
 
-What is on the page: the headline (the same sentences as the terminal), three charts (outcome
-per task, time and cost per task, where the time went by runner step), a sortable and
+What is on the page: the headline (the same sentences as the terminal, pass@1 with its 95%
+intervals among them), with several trials per task a task x trial grid (each cell a trial,
+coloured by its outcome, linking to its details) with each task's rate and the pass@k /
+pass^k table, three charts (outcome per trial, time and cost per trial, where the time went
+by runner step), a sortable and
 filterable task table, and per task its per-table diagnostics, dbt errors, the verifier's
 reports, the files the agent wrote (diff against the start project), the queries it ran, the
 transcript, and the integrity flag with its evidence.
@@ -93,6 +96,8 @@ details.task { border: 1px solid #e0e0e0; margin: .5em 0; padding: .3em .6em; }
 details.task > summary { cursor: pointer; font-weight: 600; }
 .entry { margin: .3em 0; } .entry .kind { font-weight: 600; color: #455a64; }
 .controls { margin: .5em 0; }
+td.trial { color: #fff; text-align: center; } td.trial a { color: #fff; }
+#pass-k { margin-top: 1em; }
 """
 
 
@@ -106,8 +111,49 @@ def _csp(script: str) -> str:
             "img-src data:; base-uri 'none'; form-action 'none'")
 
 
-def _anchor(task_id: str) -> str:
-    return "task-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)
+def _anchor(task_id: str, trial: int | None = None) -> str:
+    """The element id of a row's details: ``task-<id>``, ``task-<id>-<trial>`` with trials."""
+    base = "task-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in task_id)
+    return base if trial is None else f"{base}-{trial}"
+
+
+def _row_anchor(row: Row, several: bool) -> str:
+    return _anchor(row.task_id, row.trial if several else None)
+
+
+def _grid(report: RunReport) -> str:
+    """The task x trial grid (one row per task: its rate, then one coloured cell per trial)
+    and the pass@k / pass^k table; empty with one trial per task."""
+    if report.trials < 2:
+        return ""
+    cells: dict[str, dict[int, Row]] = {}
+    for row in report.rows:
+        cells.setdefault(row.task_id, {})[row.trial] = row
+    head = "".join(f"<th>trial {t}</th>" for t in range(1, report.trials + 1))
+    out = ['<table id="grid"><thead><tr><th>task</th><th>passed</th><th>rate</th>'
+           f'<th>flaky</th>{head}</tr></thead><tbody>']
+    for task in report.stats.tasks:
+        rate = "-" if task.rate is None else f"{task.rate:.0%}"
+        row_cells = []
+        for trial in range(1, report.trials + 1):
+            cell = cells.get(task.task_id, {}).get(trial)
+            status = str(cell.status) if cell else "not run"
+            colour = COLOURS.get(status, "#757575")
+            link = f'<a href="#{_anchor(task.task_id, trial)}">{_e(status)}</a>' if cell and \
+                isinstance(cell.status, Status) else _e(status)
+            row_cells.append(f'<td class="trial" data-status="{_e(status)}" '
+                             f'style="background:{colour}">{link}</td>')
+        out.append(f'<tr data-task="{_e(task.task_id)}"><td>{_e(task.task_id)}</td>'
+                   f'<td>{task.passed}/{task.run}</td><td>{_e(rate)}</td>'
+                   f'<td>{"yes" if task.flaky else ""}</td>{"".join(row_cells)}</tr>')
+    out.append("</tbody></table>")
+    out.append('<table id="pass-k"><thead><tr><th>k</th><th>pass@k</th><th>pass^k</th>'
+               '<th>tasks with at least k trials</th></tr></thead><tbody>')
+    for k in report.stats.pass_k:
+        out.append(f"<tr><td>{k.k}</td><td>{k.pass_at_k:.1%}</td><td>{k.pass_hat_k:.1%}</td>"
+                   f"<td>{k.tasks}{f' ({k.short} left out)' if k.short else ''}</td></tr>")
+    out.append("</tbody></table>")
+    return "<h2>trials</h2>" + "".join(out)
 
 
 def _bar_chart(title: str, items: Sequence[tuple[str, float, str]], unit: str,
@@ -134,7 +180,7 @@ def _bar_chart(title: str, items: Sequence[tuple[str, float, str]], unit: str,
     return "".join(parts)
 
 
-def _outcome_chart(rows: Sequence[Row]) -> str:
+def _outcome_chart(rows: Sequence[Row], several: bool = False) -> str:
     """One square per task, coloured by its status, then a legend with counts."""
     size, per_line = 18, 34
     lines = (len(rows) + per_line - 1) // per_line or 1
@@ -149,9 +195,10 @@ def _outcome_chart(rows: Sequence[Row]) -> str:
     for i, row in enumerate(rows):
         x, y = (i % per_line) * size, 22 + (i // per_line) * size
         colour = COLOURS.get(str(row.status), "#757575")
-        parts.append(f'<a href="#{_anchor(row.task_id)}"><rect x="{x}" y="{y}" '
+        label = row.name if several else row.task_id
+        parts.append(f'<a href="#{_row_anchor(row, several)}"><rect x="{x}" y="{y}" '
                      f'width="{size - 2}" height="{size - 2}" fill="{colour}">'
-                     f'<title>{_e(row.task_id)}: {_e(row.status)}</title></rect></a>')
+                     f'<title>{_e(label)}: {_e(row.status)}</title></rect></a>')
     y = 22 + lines * size + 4
     for status, count in counts.items():
         parts.append(f'<rect x="0" y="{y}" width="12" height="12" '
@@ -164,14 +211,15 @@ def _outcome_chart(rows: Sequence[Row]) -> str:
 
 def _charts(report: RunReport) -> str:
     rows = report.rows
-    timed = [(r.task_id, r.seconds or 0.0, COLOURS.get(str(r.status), "#757575"))
-             for r in rows]
-    costs = [(r.task_id, r.cost_usd or 0.0, COLOURS.get(str(r.status), "#757575"))
-             for r in rows]
+    several = report.trials > 1
+    timed = [(r.name if several else r.task_id, r.seconds or 0.0,
+              COLOURS.get(str(r.status), "#757575")) for r in rows]
+    costs = [(r.name if several else r.task_id, r.cost_usd or 0.0,
+              COLOURS.get(str(r.status), "#757575")) for r in rows]
     stages = sorted(report.headline.stage_seconds.items(), key=lambda kv: -kv[1])
     stage_bars = [(name, secs, STAGE_COLOURS[i % len(STAGE_COLOURS)])
                   for i, (name, secs) in enumerate(stages)]
-    return ('<div class="charts">' + _outcome_chart(rows)
+    return ('<div class="charts">' + _outcome_chart(rows, several)
             + _bar_chart("time per task", timed, " s")
             + _bar_chart("cost per task", costs, "", "${:.2f}")
             + _bar_chart("time by stage (all tasks)", stage_bars, " s") + "</div>")
@@ -196,6 +244,11 @@ def _table(report: RunReport) -> str:
            '<table id="tasks"><thead><tr>'
            + "".join(f'<th data-type="{t}">{_e(h)}</th>' for h, t in heads)
            + "</tr></thead><tbody>"]
+    several = report.trials > 1
+
+    def label(r: Row) -> str:
+        return r.name if several else r.task_id
+
     for r in report.rows:
         colour = COLOURS.get(str(r.status), "#757575")
         integrity = r.integrity or "-"
@@ -203,8 +256,8 @@ def _table(report: RunReport) -> str:
             else _e(integrity)
         out.append(
             f'<tr data-status="{_e(r.status)}">'
-            f'<td data-value="{_e(r.task_id)}"><a href="#{_anchor(r.task_id)}">'
-            f'{_e(r.task_id)}</a></td>'
+            f'<td data-value="{_e(label(r))}"><a href="#{_row_anchor(r, several)}">'
+            f'{_e(label(r))}</a></td>'
             f'<td data-value="{_e(r.status)}"><span class="badge" style="background:{colour}">'
             f'{_e(r.status)}</span></td>'
             + _cell(r.verdict)
@@ -234,9 +287,10 @@ def _entries(entries: Iterable[Entry]) -> str:
                    for e in entries)
 
 
-def _task(row: Row, details: TaskDetails) -> str:
+def _task(row: Row, details: TaskDetails, several: bool = False) -> str:
     flag = f' <span class="suspect">{_e(SUSPECT)}</span>' if row.integrity == SUSPECT else ""
-    head = (f'<details class="task" id="{_anchor(row.task_id)}"><summary>{_e(row.task_id)}: '
+    name = row.name if several else row.task_id
+    head = (f'<details class="task" id="{_row_anchor(row, several)}"><summary>{_e(name)}: '
             f'{_e(row.status)}, verdict {_e(row.verdict)}{flag}</summary>')
     facts = [f"integrity: {row.integrity or '-'}",
              f"free (untouched start already passes): "
@@ -273,12 +327,13 @@ def _task(row: Row, details: TaskDetails) -> str:
 def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
     """The page; with ``folder``, each task's details are read from its folder too."""
     lines = headline_lines(report)
+    several = report.trials > 1
     tasks = []
     for row in report.rows:
         details = load_details(folder.trial_dir(row.task_id, row.trial), report.dataset) \
             if folder is not None and isinstance(row.status, Status) \
             else TaskDetails(row.task_id)
-        tasks.append(_task(row, details))
+        tasks.append(_task(row, details, several))
     passed = sum(r.verdict is Verdict.PASS for r in report.rows)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -288,6 +343,7 @@ def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
         f"<style>{STYLE}</style></head><body>"
         f"<h1>{_e(lines[0])}</h1>"
         '<ul class="headline">' + "".join(f"<li>{_e(x)}</li>" for x in lines[1:]) + "</ul>"
+        + _grid(report)
         + "<h2>charts</h2>" + _charts(report)
         + "<h2>tasks</h2>" + _table(report)
         + "<h2>per task</h2>" + "".join(tasks)

@@ -1,7 +1,13 @@
 """The report as JSON: the model as plain data, with a schema version of its own.
 
-``REPORT_SCHEMA`` moves when a key is renamed or removed (adding keys keeps it): tools that
-read ``report --format json`` (compare, CI scripts) check it.
+``REPORT_SCHEMA`` moves when a key is renamed or removed, or a key changes meaning (adding
+keys keeps it): tools that read ``report --format json`` (compare, CI scripts) check it.
+
+2: trials. ``tasks`` holds one entry per (task, trial), each with its ``trial``; ``rates`` and
+the headline's pass and suspect counts count trials (with one trial per task, as in 1);
+``trials`` (K) and ``stats`` are new: per task ``trials_run`` / ``trials_passed`` / ``rate``,
+``pass_at_1`` per denominator with ``se`` and its 95% ``interval``, ``pass_k`` (pass@k and
+pass^k per k), ``flaky``. Fractions are 0..1, not percentages.
 """
 
 from __future__ import annotations
@@ -9,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from spider2local.report.summary import SUSPECT, RunReport
+from spider2local.report.summary import SUSPECT, RunReport, RunStats
 
-REPORT_SCHEMA = 1
+REPORT_SCHEMA = 2
 
 
 def report_json(report: RunReport) -> dict[str, Any]:
@@ -22,12 +28,29 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "schema_version": REPORT_SCHEMA,
         "run_id": report.run_id, "agent": report.agent,
         "agent_command": report.agent_command, "model": report.model,
-        "isolation": report.isolation, "dataset": report.dataset,
+        "isolation": report.isolation, "unsealed": report.unsealed,
+        "dataset": report.dataset,
         "started_at": report.started_at, "finished_at": report.finished_at,
         "interrupted": report.interrupted,
         "headline": headline,
         "suspect": [r.task_id for r in report.rows if r.integrity == SUSPECT],
         "rates": asdict(report.rates), "cost_usd": report.cost_usd,
+        "trials": report.trials,
+        "stats": stats_json(report.stats),
         "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total}}
                   for r in report.rows],
+    }
+
+
+def stats_json(stats: RunStats) -> dict[str, Any]:
+    return {
+        "trials_run": stats.trials_run, "trials_planned": stats.trials_planned,
+        "pass_at_1": {label: {"value": e.value, "se": e.se, "interval": asdict(e.interval),
+                              "tasks": e.tasks, "attempted": e.attempted}
+                      for label, e in stats.pass_at_1},
+        "pass_k": [asdict(row) for row in stats.pass_k],
+        "flaky": list(stats.flaky),
+        "per_task": [{"id": t.task_id, "trials_run": t.run, "trials_passed": t.passed,
+                      "trials_planned": t.planned, "rate": t.rate, "flaky": t.flaky}
+                     for t in stats.tasks],
     }

@@ -4,6 +4,13 @@ A failed verdict is a ``failure`` carrying the per-table diagnostics; a task tha
 a verdict (an error, a timeout with nothing scored) or was cut by an interrupt is an ``error``
 carrying the stage and message; a task that cannot run, was never run, or has no gold is
 ``skipped``. Built with :mod:`xml.etree` so every text is escaped by the library.
+
+Trials: one ``testcase`` per (task, trial). With one trial per task a testcase is named by the
+task alone (as before trials existed, so a CI history of test names carries on); with several
+it is named ``task[trial]`` (``gym001[2]``), the form pytest gives parametrised cases, so
+viewers group a task's trials and count every trial that failed. The suite's ``properties``
+carry the statistics (K, pass@1 with its interval per denominator, pass@k and pass^k, the
+flaky tasks), which no testcase can hold.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
+from spider2local.report.text import interval_text, percent
 from spider2local.run.results import Status
 
 CLASSNAME = "spider2local"
@@ -43,12 +51,18 @@ def _outcome(row: Row) -> tuple[str, str, str, str] | None:
 def render_junit(report: RunReport) -> str:
     counts = {"failure": 0, "error": 0, "skipped": 0}
     suite = ET.Element("testsuite", name=f"spider2local {report.run_id}")
+    _suite_properties(ET.SubElement(suite, "properties"), report)
+    several = report.trials > 1
     for row in report.rows:
-        case = ET.SubElement(suite, "testcase", classname=CLASSNAME, name=row.label,
+        case = ET.SubElement(suite, "testcase", classname=CLASSNAME,
+                             name=xml_text(row.name if several else row.task_id),
                              time=f"{row.seconds or 0.0:.3f}")
-        if row.integrity == SUSPECT:
+        if row.integrity == SUSPECT or several:
             props = ET.SubElement(case, "properties")
-            ET.SubElement(props, "property", name="integrity", value=SUSPECT)
+            if several:
+                ET.SubElement(props, "property", name="trial", value=str(row.trial))
+            if row.integrity == SUSPECT:
+                ET.SubElement(props, "property", name="integrity", value=SUSPECT)
         outcome = _outcome(row)
         if outcome is not None:
             tag, kind, message, body = outcome
@@ -68,3 +82,19 @@ def render_junit(report: RunReport) -> str:
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _suite_properties(props: ET.Element, report: RunReport) -> None:
+    def add(name: str, value: str) -> None:
+        ET.SubElement(props, "property", name=name, value=xml_text(value))
+
+    add("isolation", report.isolation)
+    add("sealed", str(not report.unsealed).lower())
+    add("trials", str(report.trials))
+    for label, e in report.stats.pass_at_1:
+        add(f"pass@1 {label}", interval_text(e))
+    if report.trials > 1:
+        for row in report.stats.pass_k:
+            add(f"pass@{row.k}", percent(row.pass_at_k))
+            add(f"pass^{row.k}", percent(row.pass_hat_k))
+        add("flaky", ", ".join(report.stats.flaky) or "none")

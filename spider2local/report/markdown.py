@@ -11,7 +11,15 @@ import html
 
 from spider2local.report.printable import printable
 from spider2local.report.summary import RunReport
-from spider2local.report.text import TABLE_HEADERS, headline_lines, table_cells
+from spider2local.report.text import (
+    PASS_K_HEADERS,
+    RATE_HEADERS,
+    TABLE_HEADERS,
+    headline_lines,
+    pass_k_cells,
+    rate_cells,
+    table_cells,
+)
 
 MAX_CELL = 300
 """A cell longer than this is cut (the step summary has a size limit of 1 MiB)."""
@@ -28,8 +36,14 @@ def render_markdown(report: RunReport) -> str:
     lines = headline_lines(report)
     out = [f"## spider2local {escape_cell(lines[0])}", ""]
     out += [f"- {escape_cell(line)}" for line in lines[1:]]
-    out += ["", "| " + " | ".join(TABLE_HEADERS) + " |",
-            "|" + "|".join("---" for _ in TABLE_HEADERS) + "|"]
-    out += ["| " + " | ".join(escape_cell(c) for c in row) + " |"
-            for row in table_cells(report)]
+    if report.trials > 1:
+        out += ["", "### pass@k and pass^k", "", *_table(PASS_K_HEADERS, pass_k_cells(report)),
+                "", "### per task", "", *_table(RATE_HEADERS, rate_cells(report)),
+                "", "### every trial"]
+    out += ["", *_table(TABLE_HEADERS, table_cells(report))]
     return "\n".join(out) + "\n"
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    return ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(escape_cell(c) for c in row) + " |" for row in rows)]

@@ -17,20 +17,39 @@ beside it, because a pass rate means little without them.
 
 Table rates count each graded table of a task; a task that errored before scoring counts all
 its graded tables (from the manifest) as failed.
+
+Trials: a run may hold K independent trials of each task. :attr:`RunReport.rows` has one row
+per (task, trial), K per selected task (a trial without a result says why, like a task
+without one); the counts of :class:`Rates` and :class:`Headline` are then counts of trials,
+and the per-task view (:attr:`RunStats.tasks`: trials run, trials passed) feeds the
+statistics of :mod:`.stats`: pass@1 with its interval over every denominator above, pass@k
+and pass^k, the flaky tasks. A run made before trials existed is a 1-trial run, and every
+number of it reads as it always did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
 from spider2local.integrity.scan import Integrity
+from spider2local.report.stats import (
+    Estimate,
+    PassK,
+    TaskCount,
+    flaky_tasks,
+    pass_at_1,
+    pass_k_table,
+)
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status, TaskResult
+
+TrialKey = tuple[str, int]
+"""A result's address in a run: ``(task_id, trial)``."""
 
 
 class NotAttempted(StrEnum):
@@ -104,12 +123,57 @@ class Row:
     diagnostics: str = ""
     """The per-table verdicts and diagnostics as ``score`` prints them (empty: not scored)."""
     trial: int = 1
-    """Which trial of the task this row is (one row per task and trial)."""
+    """Which trial of the task this row is (1-based)."""
 
     @property
-    def label(self) -> str:
-        """``task`` for trial 1, ``task#k`` for trial k (how every format names a row)."""
-        return self.task_id if self.trial == 1 else f"{self.task_id}#{self.trial}"
+    def name(self) -> str:
+        """``task#trial``: how a row is named where trials are told apart (JUnit, anchors)."""
+        return f"{self.task_id}#{self.trial}"
+
+
+@dataclass(frozen=True)
+class TaskRate:
+    """One task over its trials."""
+
+    task_id: str
+    run: int
+    """Trials with a result (the pass rate's denominator)."""
+    passed: int
+    planned: int
+    """Trials the run meant to make of it (K)."""
+    free: bool | None = None
+
+    @property
+    def count(self) -> TaskCount:
+        return TaskCount(self.run, self.passed)
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.run if self.run else None
+
+    @property
+    def flaky(self) -> bool:
+        return 0 < self.passed < self.run
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """The statistics every format shows (see :mod:`.stats` for how each is computed)."""
+
+    trials: int = 1
+    """Trials per task the run planned (K)."""
+    tasks: tuple[TaskRate, ...] = ()
+    """Every selected task, in the selection's order."""
+    pass_at_1: tuple[tuple[str, Estimate], ...] = ()
+    """(denominator label, estimate), in the headline's order."""
+    pass_k: tuple[PassK, ...] = ()
+    """pass@k and pass^k for k = 1..K over the attempted tasks."""
+    flaky: tuple[str, ...] = ()
+    trials_run: int = 0
+    trials_planned: int = 0
+
+    def estimate(self, label: str) -> Estimate | None:
+        return next((e for lab, e in self.pass_at_1 if lab == label), None)
 
 
 @dataclass(frozen=True)
@@ -171,6 +235,12 @@ class RunReport:
     headline: Headline
     isolation: str = "none"
     """The isolation mode the run recorded (``none`` when it recorded none)."""
+
+    @property
+    def unsealed(self) -> bool:
+        """Made with ``--isolation none``: its agents could reach gold and the scorer, and only
+        detection watched them. Every report format says so (README, "Isolation")."""
+        return self.isolation == "none"
     agent: str | None = None
     agent_command: str | None = None
     """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
@@ -179,8 +249,11 @@ class RunReport:
     finished_at: str | None = None
     interrupted: bool = False
     dataset: str | None = None
-    trials: int = 1
-    """Trials per task the run asked for (1 for a run made before trials existed)."""
+    stats: RunStats = field(default_factory=RunStats)
+
+    @property
+    def trials(self) -> int:
+        return self.stats.trials
     not_run_for_budget: int = 0
     """Trials left unstarted because the run's budget (``--max-cost-usd``) was reached."""
 
@@ -226,6 +299,7 @@ def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
 
 
 def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
+    """The row of one finished trial."""
     failing, first, text = failing_tables(result)
     u = result.usage
     error = result.error
@@ -235,15 +309,27 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
                Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens,
                       u.cache_creation_tokens), u.turns, dict(result.durations), failing,
                error.stage.value if error else None, error.kind.value if error else None,
-               error.message if error else None, text)
+               error.message if error else None, text, result.trial)
 
 
 def _selection(manifest: RunManifest | None,
-               results: Mapping[str, TaskResult]) -> list[dict[str, Any]]:
+               results: Mapping[TrialKey, TaskResult]) -> list[dict[str, Any]]:
     if manifest is not None and manifest.tasks:
         return [t.to_json() for t in manifest.tasks]
-    return [{"id": tid, "tables": r.tables_total, "skipped": None}
-            for tid, r in sorted(results.items())]
+    graded: dict[str, int] = {}
+    for (tid, _), r in sorted(results.items()):
+        graded.setdefault(tid, r.tables_total)
+    return [{"id": tid, "tables": tables, "skipped": None} for tid, tables in graded.items()]
+
+
+def planned_trials(manifest: RunManifest | None,
+                   results: Mapping[TrialKey, TaskResult]) -> int:
+    """K: the run's ``trials`` setting (read defensively; absent before trials existed: 1),
+    raised to the highest trial found, so no finished trial is ever left out of the report."""
+    value = manifest.setting("trials") if manifest is not None else None
+    planned = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else 1
+    return max([planned, *(trial for _, trial in results)])
 
 
 def was_interrupted(manifest: RunManifest | None) -> bool:
@@ -251,26 +337,34 @@ def was_interrupted(manifest: RunManifest | None) -> bool:
     return manifest is not None and manifest.was_interrupted
 
 
-def build_rows(selection: Sequence[Mapping[str, Any]], results: Mapping[str, TaskResult],
-               *, interrupted: bool = False, started: frozenset[str] = frozenset()
-               ) -> list[Row]:
-    """One row per selected task. Without a result: skipped (cannot run), interrupted (it
-    started, in ``started``, and the run was stopped) or not run."""
+def build_rows(selection: Sequence[Mapping[str, Any]],
+               results: Mapping[TrialKey, TaskResult] | Mapping[str, TaskResult],
+               *, interrupted: bool = False, started: frozenset[str] = frozenset(),
+               trials: int = 1) -> list[Row]:
+    """``trials`` rows per selected task, one per trial. Without a result: skipped (cannot
+    run), interrupted (it started, in ``started``, and the run was stopped) or not run.
+    ``results`` is keyed by (task, trial); a mapping by task id alone is read as trial 1."""
+    found: dict[TrialKey, TaskResult] = {
+        (key if isinstance(key, tuple) else (key, result.trial)): result
+        for key, result in results.items()}
     rows = []
     for item in selection:
         tid, graded = str(item["id"]), int(item.get("tables") or 0)
         free = item.get("free") if isinstance(item.get("free"), bool) else None
-        if tid in results:
-            rows.append(_row(results[tid], graded, free))
-        elif item.get("skipped"):
-            rows.append(Row(tid, NotAttempted.SKIPPED, Verdict.NONE, 0, graded, None, None,
-                            str(item["skipped"]), free=free))
-        elif interrupted and tid in started:
-            rows.append(Row(tid, NotAttempted.INTERRUPTED, Verdict.NONE, 0, graded, None,
-                            None, "cut by an interrupt; a resume runs it again", free=free))
-        else:
-            rows.append(Row(tid, NotAttempted.NOT_RUN, Verdict.NONE, 0, graded, None, None,
-                            free=free))
+        for trial in range(1, trials + 1):
+            result = found.get((tid, trial))
+            if result is not None:
+                rows.append(_row(result, graded, free))
+            elif item.get("skipped"):
+                rows.append(Row(tid, NotAttempted.SKIPPED, Verdict.NONE, 0, graded, None,
+                                None, str(item["skipped"]), free=free, trial=trial))
+            elif interrupted and tid in started:
+                rows.append(Row(tid, NotAttempted.INTERRUPTED, Verdict.NONE, 0, graded, None,
+                                None, "cut by an interrupt; a resume runs it again",
+                                free=free, trial=trial))
+            else:
+                rows.append(Row(tid, NotAttempted.NOT_RUN, Verdict.NONE, 0, graded, None, None,
+                                free=free, trial=trial))
     return rows
 
 
@@ -291,6 +385,39 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def task_rates(rows: Sequence[Row], trials: int = 1) -> list[TaskRate]:
+    """Per task, in row order: trials with a result and trials passed."""
+    grouped: dict[str, list[Row]] = {}
+    for r in rows:
+        grouped.setdefault(r.task_id, []).append(r)
+    return [TaskRate(tid, sum(isinstance(r.status, Status) for r in group),
+                     sum(r.verdict is Verdict.PASS for r in group), trials, group[0].free)
+            for tid, group in grouped.items()]
+
+
+def compute_stats(rows: Sequence[Row], headline: Headline, trials: int = 1) -> RunStats:
+    """pass@1 over each of the headline's denominators (those the run knows; "of all
+    selected" when it recorded none), pass@k and pass^k over the attempted tasks, the flaky
+    tasks. A denominator smaller than the tasks attempted (a hand-edited run.json) has no
+    estimate rather than a wrong one."""
+    tasks = task_rates(rows, trials)
+    counts = [t.count for t in tasks if t.run]
+    labels = headline.denominators()
+    if headline.official is None:
+        labels.append(("of all selected", headline.selected))
+    estimates = []
+    for label, size in labels:
+        try:
+            estimates.append((label, pass_at_1(counts, size)))
+        except ValueError:  # no tasks, or fewer than attempted
+            continue
+    return RunStats(
+        trials=trials, tasks=tuple(tasks), pass_at_1=tuple(estimates),
+        pass_k=tuple(pass_k_table(counts, trials)),
+        flaky=tuple(flaky_tasks({t.task_id: t.count for t in tasks})),
+        trials_run=sum(t.run for t in tasks), trials_planned=len(rows))
+
+
 def compute_headline(rows: Sequence[Row], rates: Rates,
                      denominators: Mapping[str, Any] | None) -> Headline:
     counts = denominators if isinstance(denominators, Mapping) else {}
@@ -308,7 +435,8 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
     return Headline(
         passed=rates.tasks_passed, official=_count(counts.get("official")),
         with_gold=_count(counts.get("with_gold")), runnable=_count(counts.get("runnable")),
-        attempted=rates.tasks_attempted, selected=rates.tasks_total,
+        attempted=len({r.task_id for r in rows if isinstance(r.status, Status)}),
+        selected=len({r.task_id for r in rows}),
         free_passes=sum(bool(r.free) for r in passes) if measured else None,
         suspect=rates.tasks_suspect, suspect_passes=rates.passed_suspect,
         interrupted=sum(r.status is NotAttempted.INTERRUPTED for r in rows),
@@ -343,30 +471,34 @@ def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
 
 
 def load_report(folder: RunFolder) -> RunReport:
-    """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials):
-    one row per selected task and trial (a run made before trials existed has one each)."""
-    results = folder.trial_results()
-    manifest = folder.read_manifest()
+    """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
+    return build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
+                        started=lambda tid: _started(folder, tid))
+
+
+def build_report(run_id: str, manifest: RunManifest | None,
+                 results: Mapping[TrialKey, TaskResult], *,
+                 started: Callable[[str], bool] = lambda tid: False) -> RunReport:
+    """The report of a run from its manifest and its trials' results (what
+    :func:`load_report` read from the folder); ``started`` says whether a task without a
+    result was begun."""
     interrupted = was_interrupted(manifest)
-    trials = max([manifest.trials if manifest else 1, *(k for _, k in results)])
-    firsts = {tid: r for (tid, k), r in results.items() if k == 1}
-    selection = _selection(manifest, firsts or {tid: r for (tid, _), r in results.items()})
-    rows: list[Row] = []
-    for trial in range(1, trials + 1):
-        found = {tid: r for (tid, k), r in results.items() if k == trial}
-        started = frozenset(str(t["id"]) for t in selection if str(t["id"]) not in found
-                            and _started(folder, str(t["id"]), trial))
-        rows += [replace(row, trial=trial) for row in
-                 build_rows(selection, found, interrupted=interrupted, started=started)]
-    rows.sort(key=lambda r: (r.task_id, r.trial))
+    selection = _selection(manifest, results)
+    done = {tid for tid, _ in results}
+    begun = frozenset(str(t["id"]) for t in selection
+                      if str(t["id"]) not in done and started(str(t["id"])))
+    trials = planned_trials(manifest, results)
+    rows = tuple(build_rows(selection, results, interrupted=interrupted, started=begun,
+                            trials=trials))
     rates = compute_rates(rows)
+    headline = compute_headline(rows, rates, manifest.denominators if manifest else None)
     return RunReport(
-        folder.run_id, tuple(rows), rates,
-        compute_headline(rows, rates, manifest.denominators if manifest else None),
+        run_id, rows, rates, headline,
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
         agent_command=agent_command_of(manifest),
         model=manifest.model if manifest else None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
-        dataset=manifest.dataset if manifest else None, trials=trials,
+        dataset=manifest.dataset if manifest else None,
+        stats=compute_stats(rows, headline, trials),
         not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0)

@@ -22,18 +22,27 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spider2local.exceptions import UserError
-from spider2local.run.layout import HISTORY, MANIFEST, RESULT, RESULT_DB, TRIALS
+from spider2local.run.layout import (
+    HISTORY,
+    MANIFEST,
+    QUERIES,
+    RESULT,
+    RESULT_DB,
+    TRANSCRIPT,
+    TRIALS,
+)
 from spider2local.run.manifest import RunManifest
 from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
+from spider2local.run.transcript import forget_cut
 from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
+from spider2local.workspace.copy import remove_tree
 
 
 def new_run_id(now: dt.datetime | None = None) -> str:
@@ -144,7 +153,9 @@ class RunFolder:
         folder = self.trial_dir(task_id, trial)
         if folder.exists():
             remove_stale_workspaces(folder)
-            shutil.rmtree(folder)
+            remove_tree(folder)  # iterative: whatever depth an earlier attempt left
+        for log in (TRANSCRIPT, QUERIES):
+            forget_cut(folder / log)
         folder.mkdir(parents=True)
         return folder
 

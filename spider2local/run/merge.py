@@ -53,7 +53,16 @@ def experiment_differences(first: RunManifest, other: RunManifest) -> list[str]:
              for name, get in same_experiment() if get(first) != get(other)]
     if _scorer(first) != _scorer(other):
         found.append("scorer sources (package code) differ")
+    seals = {_unsealed(first), _unsealed(other)}
+    if seals == {True, False}:  # said in words: the isolation line alone reads as a detail
+        found.append("an unsealed run (isolation none: its agents could reach gold and the "
+                     "scorer) joined to a sealed one")
     return found
+
+
+def _unsealed(manifest: RunManifest) -> bool:
+    """Made with ``--isolation none`` (recorded in run.json's settings)."""
+    return manifest.settings.get("isolation") == "none"
 
 
 def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],

@@ -29,7 +29,7 @@ from spider2local.dataset.audit import Denominators, denominators, free_passes
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
-from spider2local.integrity import guard
+from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
@@ -197,6 +197,8 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                                                  claim_run_id(plan.folder.root.parent)))
     folder, settings = plan.folder, plan.settings
     folder.create()
+    # every runs folder this machine used stays hidden from later runs' agents
+    await anyio.to_thread.run_sync(known.remember, known.Kind.RUNS_FOLDER, folder.root.parent)
     with run_lock(folder):
         results = folder.trial_results()
         _check_trials(folder, settings.trials, results)

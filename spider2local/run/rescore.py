@@ -48,7 +48,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
     A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
     from spider2local.db.header import duckdb_file_problem
-    from spider2local.evaluation import score_database
+    from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
     db, task = folder.result_db(old.task_id, old.trial), data.get(old.task_id)
     if not db.is_file():
@@ -63,7 +63,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
                                            "the recorded verdict stays", old.trial)
     try:
-        score = score_database(db, task.gold.db, task.gold.params)
+        score = score_sandboxed_sync(db, task.gold.db, task.gold.params)
     except Exception as exc:
         keep_traceback(folder.trial_dir(old.task_id, old.trial), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}",

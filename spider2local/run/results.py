@@ -54,6 +54,8 @@ class Stage(StrEnum):
     AGENT = "agent"
     CHECKPOINT = "checkpoint"
     SCORE = "score"
+    SCAN = "scan"
+    COLLECT = "collect"
 
 
 @dataclass(frozen=True)

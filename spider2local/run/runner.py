@@ -36,6 +36,7 @@ import anyio
 
 from spider2local.clock import warm
 from spider2local.dataset.task import TaskSpec
+from spider2local.exceptions import DeadlinePassed
 from spider2local.integrity import guard
 from spider2local.integrity.scan import (
     Evidence,
@@ -65,11 +66,14 @@ from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills, wants_warm_dbt
 from spider2local.run.transcript import Transcript
 from spider2local.run.verdict import Verdict
+from spider2local.run.watchdog import bounded
+from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
+from spider2local.workspace.tree import disk_usage
 
 AgentFactory = Callable[[], Agent]
 T = TypeVar("T")
@@ -113,12 +117,36 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
-async def _run_agent(agent: Agent, ctx: AgentContext) -> tuple[AgentOutcome, bool]:
-    """Run the agent under its deadline; returns (outcome, timed_out). Never raises except
-    for cancellation: an agent bug becomes an error outcome like any other agent failure."""
+SIZE_POLL = 5.0
+"""Seconds between two measurements of a workspace's disk use while its agent works (a walk
+of a few thousand files; a disk filled faster than this is caught by :func:`_filled`)."""
+
+
+async def _run_agent(agent: Agent, ctx: AgentContext,
+                     workspace_size: int) -> tuple[AgentOutcome, bool]:
+    """Run the agent under its deadline and its workspace size; returns (outcome, timed_out).
+    Never raises except for cancellation: an agent bug becomes an error outcome like any other
+    agent failure, and so does a workspace grown past ``workspace_size`` (its processes are
+    killed; the work is scored as it stands, once)."""
+    box: dict[str, Any] = {}
+    over: list[int] = []
     try:
         with anyio.fail_after(ctx.limits.timeout):
-            return await agent.run(ctx), False
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_size, ctx.workspace.root, workspace_size, tg.cancel_scope,
+                              over)
+                try:
+                    box["outcome"] = await agent.run(ctx)
+                except Exception as exc:  # raised below, outside the task group (no group)
+                    box["error"] = exc
+                tg.cancel_scope.cancel()
+        if over:
+            return AgentOutcome(usage=ctx.meter.usage, error=_too_big(over[0], workspace_size),
+                                acted=True), False
+        if "error" in box:
+            raise box["error"]
+        outcome: AgentOutcome = box["outcome"]
+        return outcome, False
     except TimeoutError:
         return AgentOutcome(usage=ctx.meter.usage,
                             error=f"deadline of {ctx.limits.timeout:g}s reached; "
@@ -141,6 +169,32 @@ async def _warm_server(ws: Ws, settings: RunSettings,
     except (OSError, KeyError, ValueError) as exc:
         transcript.append("warm_dbt", {"unavailable": f"cannot start the server: {exc}"})
         return None
+
+
+async def _watch_size(root: Path, limit: int, scope: anyio.CancelScope,
+                      over: list[int]) -> None:
+    """Stop the agent (cancel ``scope``) once its workspace holds more than ``limit`` bytes."""
+    while True:
+        await anyio.sleep(SIZE_POLL)
+        used = await in_thread(disk_usage, root)
+        if used > limit:
+            over.append(used)
+            scope.cancel()
+            return
+
+
+def _too_big(used: int, limit: int) -> str:
+    return (f"the workspace grew past --workspace-size ({used / 2**20:.0f} MiB > "
+            f"{limit / 2**20:.0f} MiB); the agent's processes were killed")
+
+
+def _filled(state: _Attempt, settings: RunSettings) -> str | None:
+    """Why a full disk is the agent's doing, if it is: its workspace holds more than
+    ``--workspace-size`` (a disk that fills while the workspace is smaller is ours)."""
+    if state.ws is None:
+        return None
+    used = disk_usage(state.ws.root)
+    return _too_big(used, settings.workspace_size) if used > settings.workspace_size else None
 
 
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
@@ -190,7 +244,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     with _Stopwatch(state, "agent"):
         server = await _warm_server(ws, settings, transcript)
         try:
-            outcome, timed_out = await _run_agent(factory(), ctx)
+            outcome, timed_out = await _run_agent(factory(), ctx, settings.workspace_size)
         finally:
             if server is not None:
                 await server.stop()
@@ -198,6 +252,8 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     if warm.SOCKET_ENV in ws.env:
         transcript.append("warm_dbt", await in_thread(warm.report, ws.root,
                                                       warm.runs_dir(ws.env)))
+    if outcome.infrastructure and (filled := await in_thread(_filled, state, settings)):
+        outcome = replace(outcome, infrastructure=False, error=f"{outcome.error} ({filled})")
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out
@@ -221,24 +277,27 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         await anyio.sleep(wait)
 
 
-async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> Verdict:
+async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
+                 watch: guard.Watch) -> Verdict:
     """Checkpoint and score the workspace database. What it is scored against is checked
-    first and its gold file once more after (see module doc)."""
-    from spider2local.evaluation import score_database
+    first and its gold file once more after (see module doc). Both stages run under
+    ``settings.stage_timeout`` (:mod:`.watchdog`; the scorer's sandboxed child is killed at
+    it)."""
+    from spider2local.evaluation.sandboxed import score_sandboxed
 
     task, ws = state.task, state.ws
     assert ws is not None
+    deadline = settings.stage_timeout
     if ws.database.exists() or ws.database.is_symlink():
         progress.stage(state.label, Stage.CHECKPOINT)
         try:
             with _Stopwatch(state, "checkpoint"):
-                await in_thread(ws_mod.checkpoint_database, ws.database, root=ws.root)
-        except OutsideWorkspace as exc:  # the agent's doing: no verdict from that file
-            return Verdict.refused(TaskError(Stage.CHECKPOINT, ErrorKind.AGENT, str(exc)),
-                                   tables_total=len(task.gold.params.condition_tabs)
-                                   if task.gold else 0)
+                await bounded("checkpoint", deadline, ws_mod.checkpoint_database,
+                              ws.database, root=ws.root)
+        except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
+            return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
-            return _error(state, Stage.CHECKPOINT, exc)
+            return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return Verdict.unscored()
     progress.stage(state.label, Stage.SCORE)
@@ -247,13 +306,39 @@ async def _score(state: _Attempt, progress: Progress, watch: guard.Watch) -> Ver
             check = await in_thread(guard.changes, watch.fingerprints, task)
             if check.changed:
                 return _integrity_error(check.changed)
-            score = await in_thread(score_database, ws.database, task.gold.db, task.gold.params)
+            try:
+                with anyio.fail_after(deadline):  # cancelling kills the scorer's child
+                    score = await score_sandboxed(ws.database, task.gold.db, task.gold.params,
+                                                  hidden=state.off_limits)
+            except TimeoutError:
+                raise DeadlinePassed("score", deadline) from None
             moved = await in_thread(guard.gold_moved, check, task)
             if moved is not None:
                 return _integrity_error((moved,))
+    except DeadlinePassed as exc:
+        return _agent_fault(task, Stage.SCORE, exc)
     except Exception as exc:
-        return _error(state, Stage.SCORE, exc)
+        return await _stage_error(state, settings, Stage.SCORE, exc)
     return Verdict.scored(score)
+
+
+async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
+                       exc: Exception) -> Verdict:
+    """:func:`_error`, except that a full disk with the workspace past ``--workspace-size``
+    is the agent's doing (a verdict: no usable result), not a fault of the machine that a
+    resume would run again (a free re-roll)."""
+    if is_machine_fault(exc) and (filled := await in_thread(_filled, state, settings)):
+        keep_traceback(state.artifacts, stage, exc)
+        return _agent_fault(state.task, stage, f"{describe_fault(exc)} ({filled})")
+    return _error(state, stage, exc)
+
+
+def _agent_fault(task: TaskSpec, stage: Stage, exc: Exception | str) -> Verdict:
+    """What the agent left cannot be read (a symlink, a FIFO, a file made unopenable) or makes
+    a stage hang: failed, with the reason, as the agent's doing (scored as no result; never
+    ``infrastructure``, which a resume would run again: a free re-roll)."""
+    return Verdict.refused(TaskError(stage, ErrorKind.AGENT, str(exc)),
+                           tables_total=len(task.gold.params.condition_tabs) if task.gold else 0)
 
 
 def _integrity_error(changed: Sequence[str]) -> Verdict:
@@ -275,12 +360,16 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     if nothing_done(outcome, timed_out):  # retries exhausted: no work to score
         return Verdict.errored(TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE,
                                          outcome.error or ""))
-    verdict = (await _score(state, progress, watch)).after_agent(
+    verdict = (await _score(state, settings, progress, watch)).after_agent(
         outcome.error, timed_out=timed_out, infrastructure=outcome.infrastructure)
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
-            await in_thread(ws_mod.collect_artifacts, state.ws, keep_db=settings.keep_db)
+            await bounded("collect", settings.stage_timeout, ws_mod.collect_artifacts,
+                          state.ws, keep_db=settings.keep_db, check=watchdog_check)
+        except DeadlinePassed as exc:  # the agent's tree made it hang: its doing
+            progress.note(state.task.id, f"artifacts not collected: {exc}")
+            verdict = _agent_fault(state.task, Stage.COLLECT, exc)
         except Exception as exc:
             progress.note(state.label, f"artifacts not collected: {exc}")
     return verdict
@@ -299,7 +388,21 @@ def _scan(state: _Attempt, watch: guard.Watch) -> ScanResult:
                                                        f"{type(exc).__name__}: {exc}"),), 1)
     return scan_task(transcript=state.artifacts / TRANSCRIPT,
                      queries=state.artifacts / QUERIES, project=project,
-                     baseline=state.baseline, prot=prot)
+                     baseline=state.baseline, prot=prot, check=watchdog_check)
+
+
+async def _bounded_scan(state: _Attempt, settings: RunSettings,
+                        watch: guard.Watch) -> tuple[ScanResult, Verdict | None]:
+    """The scan under its deadline: one that cannot finish is no "clean" (suspect, with the
+    reason) and fails the task as the agent's doing; returns the scan and those fields."""
+    try:
+        return await bounded("scan", settings.stage_timeout, _scan, state, watch), None
+    except DeadlinePassed as exc:
+        return (ScanResult(Integrity.SUSPECT, (Evidence("scanner", None, "scan did not finish",
+                                                        str(exc)),), 1),
+                _agent_fault(state.task, Stage.SCAN, exc))
+
+
 
 
 @dataclass(frozen=True)
@@ -379,7 +482,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         except Exception as exc:
             verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
-            scan = await in_thread(_scan, state, watch)
+            scan, hung = await _bounded_scan(state, settings, watch)
+        if hung is not None:
+            verdict = hung
         if scan.evidence:
             first = scan.evidence[0]
             progress.note(label, f"suspect ({scan.hits} hits): {first.rule} in {first.source}")

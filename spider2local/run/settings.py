@@ -50,6 +50,14 @@ class RunSettings:
     skills: tuple[str, ...] = ()
     keep: bool = False
     keep_db: bool = False
+    stage_timeout: float = 600.0
+    """Seconds for each stage after the agent (checkpoint, score, scan, collect): a stage the
+    agent's leftovers make hang fails the task with that reason (:mod:`.watchdog`). Far above
+    what the real tasks take (the largest gold scores in about a second)."""
+    workspace_size: int = 4 * 1024**3
+    """Bytes of disk a task's workspace may hold (``--workspace-size``): past it the agent's
+    processes are killed and the work is scored as it stands, and a full disk with the
+    workspace past it is the agent's doing, never ``infrastructure`` (:mod:`.runner`)."""
     retry_backoff: float = 5.0
     """Seconds before the first retry of an infrastructure failure; doubled each time."""
     workspace_parent: Path | None = None

@@ -27,6 +27,7 @@ workspace (mode 0700; absent inside the sandbox), then removed.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import re
 import shlex
@@ -45,8 +46,24 @@ from spider2local.sandbox.network import NetworkSeal, start_relay, unshare_flags
 
 INSIDE_FLAG = "--spider2local-inside"
 """The launcher re-runs itself with this first argument once inside the namespaces."""
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-"""Read-only in every sandbox (those that exist; merged-usr symlinks are recreated as links)."""
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""Read-only in every sandbox (those that exist; merged-usr symlinks are recreated as links).
+Not ``/opt`` (where datasets, old runs and zips end up; the runtime's own folders are bound by
+name when they lie there) and not ``/etc`` whole (see :data:`ETC_ALLOWED`)."""
+ETC_ALLOWED = (
+    # measured with strace (README, Isolation): the bundled Claude CLI and its Bash tool
+    "passwd", "group", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "localtime", "timezone", "machine-id", "gitconfig", "profile", "profile.d", "bash.bashrc",
+    "inputrc", "environment", "alternatives", "terminfo", "claude-code", "os-release",
+    # TLS and name resolution for the real API (unused against the loopback fake)
+    "ssl", "ca-certificates", "ca-certificates.conf", "pki", "resolv.conf", "hosts",
+    "host.conf", "gai.conf", "services", "protocols", "mime.types",
+    # a Debian system Python's own configuration (sitecustomize)
+    "python3*",
+)
+"""What of ``/etc`` a sandbox holds: what the CLI, its shell tools, Python and dbt open
+(dbt and Python alone: ``ld.so.cache`` and ``localtime``). Not ``shadow``, ``ssh``, ``sudoers``
+or any other host secret, nor anything a user may have put there."""
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 """The only device nodes inside: what shells, Python and the CLI open. Not the host's /dev."""
 TOOLS = ("unshare", "mount", "umount", "pivot_root")
@@ -64,6 +81,9 @@ class Kind(StrEnum):
     WRITABLE = "rw"
     HIDDEN = "hide"
     """An empty tmpfs over a path that lies under a bound folder."""
+    HIDDEN_FILE = "hidefile"
+    """``/dev/null`` over a file that lies under a bound folder (a zip, a suite file): it reads
+    as empty."""
     PRIVATE = "tmp"
     """A fresh, writable tmpfs (``/tmp``, ``/dev/shm``)."""
 
@@ -144,9 +164,22 @@ def _absolute(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
+def etc_paths(etc: Path = Path("/etc")) -> list[Path]:
+    """The entries of ``/etc`` in :data:`ETC_ALLOWED` that exist. They are COPIED into the new
+    root (``cp -a``: symlinks stay symlinks, ``localtime -> /usr/share/zoneinfo/...`` resolves
+    inside), not bound: one bind and one remount per entry were some 40 more ``mount`` calls
+    per sandbox, 1.7 s under a load average of 20 (measured); one ``cp`` is a few ms."""
+    try:
+        names = sorted(p.name for p in etc.iterdir())
+    except OSError:
+        return []
+    return [etc / name for name in names
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in ETC_ALLOWED)]
+
+
 def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
     """The host's system folders to bind read-only, and the top-level symlinks to recreate
-    (merged-usr systems have ``/bin -> usr/bin``)."""
+    (merged-usr systems have ``/bin -> usr/bin``); ``/etc`` is :func:`etc_paths`."""
     binds: list[Path] = []
     links: list[tuple[Path, str]] = []
     for name in SYSTEM_DIRS:
@@ -156,7 +189,8 @@ def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
         elif path.is_dir():
             binds.append(path)
     resolv = Path(os.path.realpath("/etc/resolv.conf"))
-    if resolv.exists() and not any(_under(resolv, b) for b in binds):
+    if resolv.exists() and resolv.parent != Path("/etc") \
+            and not any(_under(resolv, b) for b in binds):
         binds.append(resolv.parent)  # e.g. /run/systemd/resolve: DNS for the real API
     return binds, links
 
@@ -170,10 +204,12 @@ def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
     """
     ro = _absolute([*system, *spec.extra_system, *spec.read_only])
     rw = _absolute(spec.writable)
+    # Only what exists: a tmpfs needs a mount point, and a folder bound read-only cannot get
+    # a new one (the launcher would stop).
     hidden = [h for h in _absolute(spec.hidden)
-              if any(_under(h, b) and h != b for b in [*ro, *rw])]
+              if (h.is_dir() or h.is_file()) and any(_under(h, b) and h != b for b in [*ro, *rw])]
     mounts = [Mount(Path("/tmp"), Kind.PRIVATE)]
-    mounts += [Mount(p, Kind.HIDDEN) for p in hidden]
+    mounts += [Mount(p, Kind.HIDDEN if p.is_dir() else Kind.HIDDEN_FILE) for p in hidden]
     mounts += [Mount(p, Kind.WRITABLE) for p in rw]
     for path in ro:
         cover = [b for b in ro if b != path and _under(path, b)]
@@ -201,6 +237,8 @@ ro() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,ro,nosuid,no
 rw() { spot "$1"; $MOUNT --bind "$1" "$R$1"; $MOUNT -o remount,bind,nosuid,nodev "$R$1"; }
 tmp() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
 hide() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
+hidefile() { $MOUNT --bind /dev/null "$R$1"; }
+etc() { mkdir -p "$R/etc"; cp -a "$@" "$R/etc/" 2>/dev/null || :; }
 link() { mkdir -p "$(dirname "$R$1")"; ln -s "$2" "$R$1"; }
 dev() { if [ -e "/dev/$1" ]; then : > "$R/dev/$1"; $MOUNT --bind "/dev/$1" "$R/dev/$1"; fi; }
 $MOUNT -t tmpfs -o mode=0755 spider2local-root "$R"
@@ -282,6 +320,9 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
                          "mount": q(paths["mount"]), "deathsig": death_signal(paths),
                          "net": unshare_flags(spec.network)}]
     lines += [f"link {q(str(link))} {q(target)}" for link, target in links]
+    etc = etc_paths()
+    if etc:
+        lines.append("etc " + " ".join(q(str(p)) for p in etc))
     lines += [f"{m.kind.value} {q(str(m.path))}" for m in mounts]
     hidden = [m for m in mounts if m.kind is Kind.HIDDEN]
     names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]

@@ -146,6 +146,26 @@ class Positive:
         return number
 
 
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:I?B)?")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+@dataclass(frozen=True)
+class Size:
+    """Bytes, as a number or with a binary unit: ``4G``, ``512M``, ``4GiB``, ``1000``.
+    Hand-written: four units are all a setting needs, no library of sizes is a dependency."""
+
+    metavar: str = "SIZE"
+
+    def __call__(self, value: object, *, text: bool) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"must be a size such as 4G or 512M, not {_kind(value)}")
+        match = _SIZE.fullmatch(str(value).strip().upper())
+        if match is None or float(match[1]) <= 0:
+            raise ValueError(f"must be a size such as 4G or 512M, not {_shown(value)}")
+        return int(float(match[1]) * _UNITS[match[2]])
+
+
 @dataclass(frozen=True)
 class Text:
     metavar: str = "TEXT"
@@ -362,6 +382,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Give each declared model without SQL a starting file (its YML columns, its refs "
             "and a TODO), still listed as a stub.", Resume.MUST_MATCH, suite=False,
             compared=bool),
+    Setting("stage_timeout", Duration(), 600.0,
+            "Time for each stage after the agent (checkpoint, score, scan, collect); a task "
+            "whose leftovers make one hang fails with that reason."),
+    Setting("workspace_size", Size(), 4 * 2**30,
+            "Disk a task's workspace may hold (e.g. 4G): past it the agent is stopped and its "
+            "work scored; a disk it filled is its doing, not the machine's."),
     Setting("prompts_dir", Folder(), None,
             "A prompts folder to use instead of the bundled one (A/B of two kits).",
             flag="--prompts", suite=False),

@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from spider2local.exceptions import DatasetError
+from spider2local.workspace import tree
 
 FICLONE = 0x40049409
 """Linux ioctl: make ``dst`` a copy-on-write clone of ``src`` (btrfs, xfs, overlay on those)."""
@@ -58,14 +59,20 @@ def links_outside(root: Path, skip: Collection[str] = ()) -> list[str]:
     """
     found = []
     base = root.resolve()
-    for folder, dirs, files in os.walk(root):  # never follows symlinked folders
-        if Path(folder) == root:
-            dirs[:] = [d for d in dirs if d not in skip]
-            files = [f for f in files if f not in skip]
-        for name in [*dirs, *files]:
-            path = Path(folder) / name
-            if path.is_symlink() and (target := _outside(path, base)) is not None:
-                found.append(f"{path.relative_to(root).as_posix()} -> {target}")
+    stack = [root]  # iterative: a deep tree must not exhaust the recursion limit
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if folder == root and entry.name in skip:
+                continue
+            path = Path(entry.path)
+            if entry.is_symlink():
+                if (target := _outside(path, base)) is not None:
+                    found.append(f"{path.relative_to(root).as_posix()} -> {target}")
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(path)
     return sorted(found)
 
 
@@ -100,23 +107,30 @@ def copy_tree(src: Path, dst: Path, *, skip: Collection[str] = (),
 
 def _copy_dir(src: Path, dst: Path, skip: set[str], forbidden: tuple[Path, ...],
               seen: set[Path], counts: list[int]) -> None:
-    real = src.resolve()
-    if real in seen or _is_forbidden(real, forbidden):
-        return
-    seen.add(real)
-    dst.mkdir(parents=True, exist_ok=True)
-    with os.scandir(src) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name in skip:
+    """Iterative (a stack of folders, not recursion): a tree of any depth copies."""
+    stack = [(src, dst, skip)]
+    while stack:
+        source_dir, target_dir, skipped = stack.pop()
+        real = source_dir.resolve()
+        if real in seen or _is_forbidden(real, forbidden):
+            continue
+        seen.add(real)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        with os.scandir(source_dir) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        subdirs = []
+        for entry in entries:
+            if entry.name in skipped:
                 continue
-            source, target = Path(entry.path), dst / entry.name
+            source, target = Path(entry.path), target_dir / entry.name
             if entry.is_dir():
-                _copy_dir(source, target, set(), forbidden, seen, counts)
+                subdirs.append((source, target, set[str]()))
             elif entry.is_file() and not _is_forbidden(source.resolve(), forbidden):
                 if target.is_symlink() or target.is_dir():
                     _remove(target)
                 counts[1] += fast_copy(source, target)
                 counts[0] += 1
+        stack.extend(reversed(subdirs))  # depth-first in name order, as before
 
 
 def _is_forbidden(path: Path, forbidden: tuple[Path, ...]) -> bool:
@@ -124,20 +138,10 @@ def _is_forbidden(path: Path, forbidden: tuple[Path, ...]) -> bool:
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+    tree.remove_tree(path)
 
 
 def remove_tree(root: Path) -> None:
-    """Delete ``root`` even if something inside was made read-only (agents can chmod)."""
-    if not root.exists():
-        return
-    root.chmod(0o755)
-    for folder, dirs, _files in os.walk(root):
-        for name in dirs:
-            path = Path(folder) / name
-            if not path.is_symlink():
-                path.chmod(0o755)
-    shutil.rmtree(root)
+    """Delete ``root`` even if something inside was made read-only (agents can chmod), at
+    any depth (:func:`spider2local.workspace.tree.remove_tree`)."""
+    tree.remove_tree(root)

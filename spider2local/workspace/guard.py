@@ -60,6 +60,23 @@ def workspace_file(root: Path, path: Path) -> os.stat_result:
     return info
 
 
+WAL_SUFFIXES = (".wal", ".wal.recovery", ".wal.checkpoint")
+"""The files DuckDB itself opens beside a database (and allows its SQL to read, even with
+external access off): each one, where it exists, is held to the same rule as the database."""
+
+
+def database_files(root: Path, db: Path) -> os.stat_result:
+    """:func:`workspace_file` for ``db`` and each of its WAL siblings that exists (a symlink
+    ``<db>.wal.recovery -> <gold>`` would be opened by DuckDB, or read by the agent's SQL
+    through the one path DuckDB allows); returns the database's ``lstat``."""
+    info = workspace_file(root, db)
+    for suffix in WAL_SUFFIXES:
+        sibling = db.with_name(db.name + suffix)
+        if os.path.lexists(sibling):
+            workspace_file(root, sibling)
+    return info
+
+
 def is_workspace_file(root: Path, path: Path) -> bool:
     """:func:`workspace_file` as a yes/no (missing counts as no)."""
     try:

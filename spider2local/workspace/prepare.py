@@ -13,23 +13,22 @@ Everything here is synchronous file work; the runner calls it in a worker thread
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import secrets
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
-from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+from spider2local.db.locks import DatabaseLocked, LockWait
+from spider2local.db.sandboxed import checkpoint_sandboxed
 from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
@@ -52,13 +51,16 @@ from spider2local.run.layout import (
 )
 from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
+from spider2local.sandbox.reply import ReaderDuckDBError
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
     LockedOut,
     OutsideWorkspace,
+    database_files,
     is_workspace_file,
     workspace_file,
 )
+from spider2local.workspace.tree import Check, copy_regular, walk_files
 
 CONTEXT_DIR = ".spider2local"
 """Inside the project: scan.json and snapshot.json for the agent (dbt ignores the folder)."""
@@ -136,7 +138,8 @@ def prepare_workspace(task: TaskSpec, *, artifacts: Path, parent: Path | None = 
     try:
         return _fill(task, root, start_db, artifacts.resolve(), skill_dirs, templates)
     except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(root)
         raise
 
 
@@ -274,7 +277,8 @@ def cleanup_workspace(ws: Workspace) -> None:
     remove_tree(ws.root)
 
 
-def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
+def collect_artifacts(ws: Workspace, *, keep_db: bool,
+                      check: Check | None = None) -> CollectedArtifacts:
     """Copy the final project text files, the project's last dbt log and run_results (to
     ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts.
 
@@ -283,7 +287,7 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     it into the run folder), and a text file larger than :data:`ARTIFACT_MAX_BYTES` is left
     out (a sparse file the size of the disk would fill it)."""
     target = ws.artifacts / PROJECT_FILES
-    files = copy_text_files(ws.project_dir, target, root=ws.root)
+    files = copy_text_files(ws.project_dir, target, root=ws.root, check=check)
     _collect_dbt_files(ws, ws.artifacts / DBT_LOGS)
     database = None
     if keep_db and is_workspace_file(ws.root, ws.database):
@@ -293,6 +297,13 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool) -> CollectedArtifacts:
     return CollectedArtifacts(project=target, files=files, database=database)
 
 
+ARTIFACT_MAX_DEPTH = 32
+"""Path components below the project at most for a kept file: real projects nest models a few
+folders deep; a 1,200-level tree copied whole would make every later walk of the run folder
+pay for it."""
+ARTIFACT_MAX_TOTAL = 256 * 1024 * 1024
+"""Bytes of project text files kept per copy at most: 100,000 small .sql files must not fill
+the run folder (the files past it are left out, as a too-large file is)."""
 ARTIFACT_MAX_BYTES = 10 * 1024 * 1024
 """A project text file (or dbt log) larger than this is not kept: no real model, YML or log of
 one task comes near it, and a sparse file the size of the disk would fill the run folder."""
@@ -305,31 +316,26 @@ def _small_plain(root: Path, path: Path) -> bool:
         return False
 
 
-def copy_text_files(project: Path, target: Path, *, root: Path) -> int:
+def copy_text_files(project: Path, target: Path, *, root: Path,
+                    check: Check | None = None) -> int:
     """Copy the project's text files an agent may write (:data:`ARTIFACT_SUFFIXES`, outside
     :data:`ARTIFACT_SKIP`) into a fresh ``target``; returns how many. One rule for both copies
     kept in the run folder: the start project and the project as the agent left it, so the
     report diffs like with like. Only small plain files inside ``root`` are copied
-    (:func:`_small_plain`)."""
-    if target.exists():
-        shutil.rmtree(target)
-    files = 0
-    # os.walk follows a symlinked top: a project folder the agent swapped for a link to / is
-    # not walked at all (every file would be refused by the guard anyway, after a long walk)
-    tops = [] if project.is_symlink() else [project]
-    for folder, dirs, names in (step for top in tops for step in os.walk(top)):
-        here = Path(folder)
-        if here == project:
-            dirs[:] = [d for d in dirs if d not in ARTIFACT_SKIP]
-        dirs.sort()
-        for name in sorted(names):
-            path = here / name
-            if path.suffix not in ARTIFACT_SUFFIXES or not _small_plain(root, path):
-                continue
-            rel = path.relative_to(project)
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / rel, follow_symlinks=False)
-            files += 1
+    (:func:`_small_plain`), at most :data:`ARTIFACT_MAX_DEPTH` folders deep (what the run
+    folder keeps is walked again by reports). ``check``: the stage deadline, per entry."""
+    remove_tree(target)
+    files = total = 0
+    # walk_files: iterative, never through a symlink (nor a project folder swapped for one)
+    for path, info in walk_files(project, skip_top=ARTIFACT_SKIP, check=check):
+        rel = path.relative_to(project)
+        if (path.suffix not in ARTIFACT_SUFFIXES or len(rel.parts) > ARTIFACT_MAX_DEPTH
+                or total + info.st_size > ARTIFACT_MAX_TOTAL or not _small_plain(root, path)):
+            continue
+        total += info.st_size
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        copy_regular(path, target / rel)
+        files += 1
     return files
 
 
@@ -354,7 +360,7 @@ def _collect_dbt_files(ws: Workspace, target: Path) -> None:
         if kept >= MAX_DBT_RECORDS or not _small_plain(ws.root, path) or copy.exists():
             continue
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, copy, follow_symlinks=False)
+        copy_regular(path, copy)
         kept += 1
     for source, name in PROJECT_DBT_FILES:
         if kept and name == "run_results.json":
@@ -362,7 +368,7 @@ def _collect_dbt_files(ws: Workspace, target: Path) -> None:
         path = ws.project_dir / source
         if _small_plain(ws.root, path) and not (target / name).exists():
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / name, follow_symlinks=False)
+            copy_regular(path, target / name)
 
 
 def _record_order(name: str) -> tuple[int, str]:
@@ -383,7 +389,7 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result.
     """
     try:
-        workspace_file(root, db)
+        database_files(root, db)
         refused = _refused_to_us(db)
     except FileNotFoundError:
         raise ScoringError(f"{db}: result database missing") from None
@@ -392,13 +398,14 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     if refused is not None:
         raise LockedOut(f"{db}: the agent made its database unopenable ({refused}: a mode "
                         "or attribute changed in the workspace)")
-    try:
-        retry_on_lock(lambda: _checkpoint(db), CHECKPOINT_LOCK_WAIT)
-    except DatabaseLocked as locked:
-        raise ScoringError(f"{db}: still locked by another process after "
-                           f"{locked.waited:.1f}s; cannot checkpoint") from locked
-    except duckdb.Error as exc:  # corrupt or not DuckDB: waiting would not help
+    try:  # in a reader sandbox holding the database's folder alone (spider2local.db.sandboxed)
+        waited = checkpoint_sandboxed(db, CHECKPOINT_LOCK_WAIT.seconds)
+    except ReaderDuckDBError as exc:  # corrupt or not DuckDB: waiting would not help
         raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
+    if waited is not None:
+        raise ScoringError(f"{db}: still locked by another process after {waited:.1f}s; "
+                           "cannot checkpoint") from DatabaseLocked(
+                               RuntimeError("Could not set lock on file"), 0, waited)
 
 
 def _refused_to_us(db: Path) -> str | None:
@@ -416,14 +423,6 @@ def _refused_to_us(db: Path) -> str | None:
         except PermissionError as exc:  # EACCES, EPERM
             return exc.strerror or "Permission denied"
     return None
-
-
-def _checkpoint(db: Path) -> None:
-    con = duckdb.connect(str(db), config={"enable_external_access": False})
-    try:
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
 
 
 def _skill_sources(names: Sequence[str], root: Path | None) -> dict[str, Path]:

@@ -304,3 +304,14 @@ def test_doctor_check_api_makes_one_tiny_request(tmp_path: Path) -> None:
         in_process("--suite", str(suite), "doctor", "--no-clock-test",
                    env={**NO_KEYS, **fake.env()}, cwd=tmp_path)
         assert fake.requests == []
+
+
+def test_workspace_size_takes_binary_units_and_refuses_nonsense() -> None:
+    from spider2local.suite.options import setting
+    size = setting("workspace_size")
+    assert size.parse("4G", text=True) == 4 * 2**30
+    assert size.parse("512MiB", text=True) == 512 * 2**20
+    assert size.parse(1000, text=False) == 1000
+    for bad in ("12q", "0", "-1G", ""):
+        with pytest.raises(ValueError, match="must be a size"):
+            size.parse(bad, text=True)

@@ -282,3 +282,16 @@ def test_a_3mb_cell_comes_back_cut_with_a_note(tmp_path: Path) -> None:
     assert "cells) longer" in many or "cell(s) longer" in many
     assert "result cut" in many or "(100 rows)" in many
     assert audit_lines(ws)[0]["error"] is None
+
+
+def test_the_query_log_is_capped_with_a_note(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from spider2local.dbtools import query as dbtools
+    monkeypatch.setattr(dbtools, "MAX_QUERIES", 32 * 1024)
+    log = tmp_path / "queries.jsonl"
+    for i in range(500):
+        audit(log, "query", f"SELECT {i}, '{'q' * 200}'", QueryResult(columns=("x",)))
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert log.stat().st_size < 32 * 1024 + 1024
+    assert lines[-1]["kind"] == "cut" and sum("kind" in x for x in lines) == 1
+    assert lines[0]["sql"].startswith("SELECT 0")

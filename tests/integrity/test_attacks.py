@@ -159,7 +159,7 @@ def test_attacks_without_isolation_are_suspect_or_refused(
     report = load_report(folder)
     assert report.rates.tasks_suspect == 4 and report.rates.passed_suspect >= 1
     text = render_report(report)
-    assert "isolation: none)" in text and "4 suspect" in text
+    assert "isolation: none, UNSEALED)" in text and "4 suspect" in text
     assert sorted(report_json(report)["suspect"]) == sorted(ids[:4])
     # The run was tampered with: a re-score refuses it, in one line.
     with pytest.raises(UserError) as info:

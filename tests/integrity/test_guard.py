@@ -121,3 +121,37 @@ def test_off_limits_is_one_list_for_the_sandbox_and_the_scan(task: TaskSpec,
     prot = watch.protected(task, ws, ws, runs / "r" / task.id)
     for folder in limits:
         assert prot.outside(str(folder / "x.duckdb")), folder
+
+
+def test_poisoned_bytecode_and_planted_startup_hooks_are_changes(
+        task: TaskSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only ``.py`` files were fingerprinted: bytecode whose header claims the unchanged source
+    (Python loads it instead), or a ``.pth`` in site-packages, made later runs pass unnoticed."""
+    import importlib.util
+    import py_compile
+
+    from spider2local.integrity import startup
+    copy = tmp_path / "pkg"
+    shutil.copytree(guard.SOURCE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(guard, "SOURCE_ROOT", copy)
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    monkeypatch.setattr(startup, "site_dirs", lambda: [site_dir])
+    score = copy / "evaluation" / "score.py"
+    py_compile.compile(str(score), doraise=True)  # honest bytecode: no change
+    taken = guard.take([task])
+    assert guard.changes(taken, task).changed == ()
+    # the agent's bytecode, stamped with the real source's mtime and size
+    evil = tmp_path / "evil.py"
+    evil.write_text(score.read_text() + "\npassed = True\n")
+    pyc = Path(importlib.util.cache_from_source(str(score)))
+    stat = score.stat()
+    code = compile(evil.read_text(), str(score), "exec")
+    from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore[attr-defined]
+    pyc.write_bytes(bytes(_code_to_timestamp_pyc(code, int(stat.st_mtime), stat.st_size)))
+    (changed,) = guard.changes(taken, task).changed
+    assert changed == "scorer source changed: evaluation/score.py (bytecode)"
+    pyc.unlink()
+    (site_dir / "evil.pth").write_text("import os; os.environ['PASS'] = '1'\n")
+    (changed,) = guard.changes(taken, task).changed
+    assert changed == f"scorer source changed: site:{site_dir / 'evil.pth'}"

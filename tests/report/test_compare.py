@@ -36,15 +36,21 @@ def test_flips_status_changes_and_deltas(tmp_path: Path) -> None:
     save_result(path, dataclasses.replace(old, status=Status.ERROR, passed=None, error=TaskError(
         Stage.AGENT, ErrorKind.AGENT, "gave up")))
     c = compare_runs(a, b)
-    assert [d.task_id for d in c.changed(Change.TO_PASS)] == ["new", "up"]
-    assert [d.task_id for d in c.changed(Change.TO_FAIL)] == ["down", "gone"]
+    # A task only one run selected is listed apart, never as a flip (it used to be: "new"
+    # counted as fail -> pass, "gone" as pass -> fail).
+    assert [d.task_id for d in c.changed(Change.TO_PASS)] == ["up"]
+    assert [d.task_id for d in c.changed(Change.TO_FAIL)] == ["down"]
+    assert [d.task_id for d in c.changed(Change.ONLY_A)] == ["gone"]
+    assert [d.task_id for d in c.changed(Change.ONLY_B)] == ["new"]
     assert [d.task_id for d in c.changed(Change.STATUS)] == ["err"]
     assert [d.task_id for d in c.changed(Change.SAME)] == ["same"]
+    assert c.paired.tasks == 4 and (c.paired.b_better, c.paired.a_better) == (1, 1)
     text = render_compare(c)
-    assert "pass -> fail: 2" in text and "fail -> pass: 2" in text
-    assert "(not selected)" in text
+    assert "pass -> fail: 1" in text and "fail -> pass: 1" in text
+    assert "attempted only in A (not paired, not a flip): 1" in text and "(not selected)" in text
+    assert "no difference detectable: with 4 tasks and 1 trial" in text
     md = render_compare_markdown(c)
-    assert "### pass → fail: 2" in md and "| down | passed (pass) | failed (fail) |" in md
+    assert "### pass → fail: 1" in md and "| down | passed (pass) | failed (fail) |" in md
 
 
 def test_runs_of_two_datasets_are_refused(tmp_path: Path) -> None:
@@ -82,6 +88,103 @@ def test_compare_reports_the_flips_of_an_edited_copy(tmp_path: Path,
     c = compare_runs(RunFolder(a), RunFolder(b))
     fleet = next(d for d in c.tasks if d.task_id == "fleet001")
     assert fleet.change is Change.SAME and fleet.cost_usd is None  # A has no cost for it
+
+
+T0 = "2026-01-01T00:10:00+00:00"
+
+
+def _compare_cli(a: RunFolder, b: RunFolder, *args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli
+    out = CliRunner().invoke(cli, ["compare", str(a.root), str(b.root), *args])
+    return out.exit_code, out.output
+
+
+def _pair(root: Path, a_passes: dict[str, bool], b_passes: dict[str, bool]
+          ) -> tuple[RunFolder, RunFolder]:
+    return (make_run(root / "a" / "r", {t: (ok, T0) for t, ok in a_passes.items()}),
+            make_run(root / "b" / "r", {t: (ok, T0) for t, ok in b_passes.items()}))
+
+
+def test_fail_on_regression_exits_1_only_for_a_significant_regression(tmp_path: Path) -> None:
+    ids = [f"t{i:02d}" for i in range(20)]
+    base = {t: i < 12 for i, t in enumerate(ids)}
+    # 6 tasks fail in B that passed in A, none the other way: p = 2/64, significant
+    worse = {t: ok and i >= 6 for i, (t, ok) in enumerate(base.items())}
+    a, b = _pair(tmp_path / "worse", base, worse)
+    code, text = _compare_cli(a, b, "--fail-on-regression")
+    assert code == 1, text
+    assert "B is worse by 30.0 points [" in text and "p = 0.0312" in text
+    assert _compare_cli(a, b)[0] == 0  # without the flag a regression is only reported
+    # the reverse is an improvement: never a failure
+    code, text = _compare_cli(b, a, "--fail-on-regression")
+    assert code == 0 and "B is better by 30.0 points" in text
+    # 5 flips all one way cannot be significant (p = 0.0625): no failure, no claim
+    five = {t: ok and i >= 5 for i, (t, ok) in enumerate(base.items())}
+    a, b = _pair(tmp_path / "five", base, five)
+    code, text = _compare_cli(a, b, "--fail-on-regression")
+    assert code == 0 and "no difference detectable" in text and "p = 0.0625" in text
+    assert "worse by" not in text
+
+
+def test_compare_json_lists_tasks_of_one_run_apart(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, {"x": True, "y": True, "gone": True},
+                 {"x": False, "y": True, "new": False})
+    code, out = _compare_cli(a, b, "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["schema_version"] == 1 and data["paired"]["tasks"] == 2
+    assert data["only_a"] == ["gone"] and data["only_b"] == ["new"]
+    assert data["paired"]["test"] == "McNemar's exact test"
+    assert (data["paired"]["a_better"], data["paired"]["b_better"]) == (1, 0)
+    assert data["paired"]["p_value"] == 1.0 and not data["paired"]["regression"]
+    assert data["paired"]["difference"] == -0.5
+    changes = {t["id"]: t["change"] for t in data["tasks"]}
+    assert changes == {"gone": "only in A", "new": "only in B", "x": "pass -> fail",
+                       "y": "same"}
+
+
+def test_a_task_one_run_selected_but_never_ran_is_not_a_flip(tmp_path: Path) -> None:
+    """B selected "late" but was stopped before it ran: it is in B's selection, without a
+    result. Not paired, not a flip, listed apart (it used to count as pass -> fail)."""
+    a, b = _pair(tmp_path, {"x": True, "late": True}, {"x": True})
+    manifest = json.loads(b.manifest_path.read_text())
+    manifest["tasks"].append({"id": "late", "fake_date": "2024-01-01", "tables": 1,
+                              "skipped": None})
+    b.write_manifest(manifest)
+    c = compare_runs(a, b)
+    late = next(t for t in c.tasks if t.task_id == "late")
+    assert late.change is Change.ONLY_A and c.paired.tasks == 1
+    assert not c.changed(Change.TO_FAIL)
+
+
+@pytest.mark.slow
+def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
+                                               reference_run: ReferenceRun) -> None:
+    """The real runs: two reference runs say no difference; reference against noop on the 4
+    sample tasks is 4 flips, p = 0.125, not significant, so --fail-on-regression passes."""
+    copy = tmp_path / "again"
+    shutil.copytree(reference_run.run_dir, copy)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spider2local", *args],
+                              capture_output=True, text=True, check=False, cwd=tmp_path,
+                              timeout=300)
+
+    same = cli("compare", str(reference_run.run_dir), str(copy), "--fail-on-regression")
+    assert same.returncode == 0, same.stderr
+    assert "no difference detectable: with 4 tasks and 1 trial" in same.stdout
+    assert "+0.0 points" in same.stdout
+    noop = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "noop")
+    assert noop.returncode == 0, noop.stderr
+    worse = cli("compare", str(reference_run.run_dir), str(tmp_path / "runs" / "noop"),
+                "--fail-on-regression", "--format", "json")
+    assert worse.returncode == 0, worse.stderr
+    paired = json.loads(worse.stdout)["paired"]
+    assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
+    assert paired["p_value"] == pytest.approx(0.125) and not paired["significant"]
+    assert "p = 0.125" in paired["sentence"] and "worse by" not in paired["sentence"]
 
 
 def test_runs_of_two_agents_or_two_commands_are_refused_unless_forced(tmp_path: Path) -> None:

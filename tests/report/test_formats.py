@@ -94,7 +94,13 @@ def test_junit_survives_characters_xml_cannot_hold(tmp_path: Path) -> None:
 
 def test_json_has_a_schema_version_and_the_headline(tmp_path: Path) -> None:
     data = json.loads(json.dumps(report_json(load_report(hostile_run(tmp_path)))))
-    assert data["schema_version"] == REPORT_SCHEMA == 1
+    assert data["schema_version"] == REPORT_SCHEMA == 2
+    assert data["trials"] == 1 and [t["trial"] for t in data["tasks"]] == [1] * 5
+    official = data["stats"]["pass_at_1"]["official"]
+    assert official["value"] == 1 / 68 and official["tasks"] == 68
+    assert official["interval"]["low"] <= 1 / 68 <= official["interval"]["high"]
+    assert data["stats"]["per_task"][0] == {"id": "a", "trials_run": 1, "trials_passed": 1,
+                                            "trials_planned": 1, "rate": 1.0, "flaky": False}
     assert data["headline"]["official"] == 68 and data["headline"]["interrupted"] == 1
     assert data["headline"]["tokens"]["total"] == 0
     assert [t["status"] for t in data["tasks"]] == ["passed", "failed", "error", "interrupted",

@@ -195,6 +195,34 @@ def test_a_task_folder_that_is_a_link_is_not_a_result_of_the_run(tmp_path: Path)
     assert not (merged.into.root / "t2").exists()
 
 
+def test_an_unsealed_run_is_refused_next_to_a_sealed_one_unless_forced(tmp_path: Path) -> None:
+    sealed = {"settings": {**MANIFEST["settings"], "isolation": "namespace"},
+              "isolation": {"requested": "auto", "mode": "namespace", "reason": "works"}}
+    unsealed = {"settings": {**MANIFEST["settings"], "isolation": "none"},
+                "isolation": {"requested": "none", "mode": "none", "reason": "asked"}}
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")}, **sealed)
+    b = make_run(tmp_path / "b" / "r", {"t2": (True, "2026-01-01T00:10:00+00:00")}, **unsealed)
+    with pytest.raises(UserError, match=r"an unsealed run .* joined to a sealed one"):
+        merge_runs([a, b], RunFolder(tmp_path / "m" / "r"))
+    merged = merge_runs([a, b], RunFolder(tmp_path / "m" / "r"), force=True)
+    assert any("unsealed" in note for note in merged.notes)
+    # two unsealed shards are one (unsealed) experiment, and every report format says so
+    c = make_run(tmp_path / "c" / "r", {"t3": (True, "2026-01-01T00:10:00+00:00")}, **unsealed)
+    joined = merge_runs([b, c], RunFolder(tmp_path / "n" / "r"))
+    from spider2local.report.jsonout import report_json
+    from spider2local.report.junit import render_junit
+    from spider2local.report.markdown import render_markdown
+    from spider2local.report.text import run_line
+    report = load_report(joined.into)
+    assert report.unsealed and "UNSEALED" in run_line(report)
+    assert report_json(report)["unsealed"] is True
+    assert '<property name="sealed" value="false"' in render_junit(report)
+    assert "UNSEALED" in render_markdown(report)
+    from spider2local.report.html import render_html
+    assert "UNSEALED" in render_html(report)
+    assert not load_report(a).unsealed and "UNSEALED" not in run_line(load_report(a))
+
+
 def test_runs_of_two_commands_are_not_merged_unless_forced(tmp_path: Path) -> None:
     t = "2026-01-01T00:10:00+00:00"
     runs = [make_run(tmp_path / name / "r", {tid: (True, t)}, agent="command",

@@ -77,7 +77,7 @@ def test_trials_are_interleaved_fresh_and_addressed_by_task_and_trial(data: Data
     assert saved["trial"] == 3 and saved["task_id"] == "t2"
     rows = load_report(folder).rows
     assert [(r.task_id, r.trial) for r in rows] == sorted(outcome.ran)
-    assert [r.label for r in rows][:3] == ["t1", "t1#2", "t1#3"]
+    assert [r.name for r in rows][:3] == ["t1#1", "t1#2", "t1#3"]
     # a result copied into another trial's folder is not that trial's result
     shutil.copy(folder.result_path("t1", 2), folder.result_path("t1", 3))
     assert ("t1", 3) not in folder.trial_results()
@@ -182,7 +182,7 @@ def test_a_run_made_before_trials_reads_as_a_1_trial_run(tmp_path: Path) -> None
                                               ("bakery001", "fleet001", "gym001", "library001")]
     report = load_report(folder)
     assert report.trials == 1 and report.rates.tasks_passed == 4
-    assert [r.label for r in report.rows] == ["bakery001", "fleet001", "gym001", "library001"]
+    assert [r.task_id for r in report.rows] == ["bakery001", "fleet001", "gym001", "library001"]
     manifest = folder.read_manifest()
     assert manifest is not None and manifest.manifest_version == 3 and manifest.trials == 1
     # merged from two halves (as two shards would be), it is the same run

@@ -26,10 +26,14 @@ needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sand
 
 def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path: Path) -> None:
     venv, ws = tmp_path / "venv", tmp_path / "ws"
+    for folder in (venv / "lib", venv / "pkg" / "shim", ws, tmp_path / "gold"):
+        folder.mkdir(parents=True)
+    (venv / "dbt_gold.zip").write_bytes(b"PK")
     spec = SandboxSpec(program=Path("/bin/sh"),
                        read_only=(venv, venv / "lib", venv / "pkg" / "shim"),
                        writable=(ws,),
-                       hidden=(venv / "pkg", tmp_path / "gold", venv))
+                       hidden=(venv / "pkg", tmp_path / "gold", venv, venv / "dbt_gold.zip",
+                               venv / "not-there"))
     mounts = plan_mounts(spec, [Path("/usr")])
     assert mounts[0] == Mount(Path("/tmp"), Kind.PRIVATE)
     kinds = {m.path: m.kind for m in mounts}
@@ -38,6 +42,8 @@ def test_plan_binds_parents_first_and_hides_only_what_a_bind_would_show(tmp_path
     assert kinds[venv / "pkg"] is Kind.HIDDEN  # under a bind: covered by an empty tmpfs
     assert kinds[venv / "pkg" / "shim"] is Kind.READ_ONLY  # needed again under the hidden one
     assert tmp_path / "gold" not in kinds  # under no bind: simply absent from the new root
+    assert kinds[venv / "dbt_gold.zip"] is Kind.HIDDEN_FILE  # a file: /dev/null over it
+    assert venv / "not-there" not in kinds  # nothing to cover (and no mount point for it)
     order = [m.path for m in mounts]
     assert order.index(venv) < order.index(venv / "pkg") < order.index(venv / "pkg" / "shim")
 
@@ -224,6 +230,31 @@ def test_a_service_runs_inside_beside_the_program_and_dies_with_it(tmp_path: Pat
     assert not any(f"sleep\0{nap}\0".encode() in p.read_bytes()
                    for p in Path("/proc").glob("[0-9]*/cmdline")
                    if p.exists())  # died with the sandbox
+
+
+@needs_namespaces
+def test_etc_holds_the_allow_list_only_and_opt_is_absent(
+        box: tuple[Launcher, Path, Path, Path]) -> None:
+    """``/etc`` is a copy of the allowed entries (no shadow, no ssh keys), ``/opt`` not bound."""
+    launcher, ws, _, _ = box
+    done = inside(launcher, ws, """
+        head -1 /etc/passwd | cut -d: -f1
+        test -e /etc/shadow || echo no-shadow
+        test -e /etc/ssh || echo no-ssh
+        test -e /opt || echo no-opt
+        echo x >> /etc/passwd 2>/dev/null || echo etc-read-only
+        """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["root", "no-shadow", "no-ssh", "no-opt", "etc-read-only"]
+
+
+def test_etc_paths_follow_the_allow_list(tmp_path: Path) -> None:
+    from spider2local.sandbox.launcher import etc_paths
+
+    for name in ("passwd", "shadow", "python3.11", "sudoers"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "ssl").mkdir()
+    assert [p.name for p in etc_paths(tmp_path)] == ["passwd", "python3.11", "ssl"]
 
 
 def _serve_unix(path: Path, answer: bytes) -> socket.socket:

@@ -1,0 +1,117 @@
+"""The one place that opens a DuckDB file of a task: an agent's result, a workspace database,
+the start copy, the gold scored against it. Every ``duckdb.connect`` on such a file is here
+(tests/test_layout.py checks that no other module calls it).
+
+Why one owner: DuckDB allows its temp directory even with ``enable_external_access=false``, and
+by default that is ``<database>.tmp`` beside the file. An agent that leaves a symlink
+``<database>.tmp -> /`` gets ``/`` into the allowed directories of every reader the runner opens
+on its database: views over ``read_duckdb('<gold>')`` or ``glob('/...')`` then read the host
+(measured on duckdb 1.5.6; issue 19). So each connection here names its temp directory itself,
+a private empty folder of this process (mode 0700, outside every workspace), in the
+configuration it is opened with, before the configuration is locked; and, for an untrusted
+file, turns external access and extension loading off and locks the configuration, then checks
+what DuckDB says it allows (:func:`allowed`) and refuses the connection if it is more than the
+opened files and our temp folder. Nothing of the agent's ``.tmp``, ``.wal.recovery`` or
+``.wal.checkpoint`` siblings is ever ours to trust: callers open copies or run inside a reader
+sandbox (:mod:`spider2local.sandbox.readers`) where those paths do not exist.
+
+A single temp folder per process, not one per connection: DuckDB refuses a second connection to
+one file with another configuration (the gold scored against itself opens it twice).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+
+from spider2local.db.locks import is_lock_error
+from spider2local.db.sql import literal
+from spider2local.proc.tempdirs import make_owned_dir
+
+__all__ = ["UnsafeConnection", "allowed", "open_database", "private_temp"]
+
+Setting = str | bool | int | float | list[str]
+LOCKED_DOWN: Mapping[str, Setting] = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+}
+"""An untrusted file's settings: no file outside the opened ones, no extension fetched or
+loaded (``LOAD '<path>'`` and ``INSTALL`` fail with external access off; autoloading too)."""
+
+
+class UnsafeConnection(duckdb.Error):
+    """DuckDB allows more than the opened files and our temp folder: never used."""
+
+
+@functools.cache
+def private_temp() -> Path:
+    """This process's DuckDB temp folder: made on first use, removed at exit."""
+    folder = make_owned_dir("duckdb")  # a kill -9 leaves it: the next command removes it
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def open_database(path: Path, *, untrusted: bool, write: bool = False,
+                  attach: Mapping[str, Path] | None = None) -> duckdb.DuckDBPyConnection:
+    """Open ``path`` (read-only unless ``write``) with our temp folder.
+
+    ``untrusted``: external access and extensions off, configuration locked, allowed paths
+    checked (raises :class:`UnsafeConnection`). ``attach``: ``{name: file}`` attached read-only
+    first (ATTACH needs external access; it is turned off right after, the order that works on
+    duckdb 1.5). A trusted file (the dataset's gold) keeps external access, as upstream reads it.
+    """
+    config: dict[str, Setting] = {}
+    if untrusted:
+        config.update({k: v for k, v in LOCKED_DOWN.items()
+                       if not attach or k != "enable_external_access"})
+    # Last: DuckDB applies the settings in order, and with the temp folder given before
+    # ``enable_external_access`` it refuses the connection ("Modifying the temp_directory has
+    # been disabled"; duckdb 1.5.6, measured).
+    config["temp_directory"] = str(private_temp())
+    con = duckdb.connect(str(path), read_only=not write, config=config)
+    if not untrusted:
+        return con
+    try:
+        for name, file in (attach or {}).items():
+            try:
+                con.execute(f"ATTACH {literal(str(file))} AS {name} (READ_ONLY)")
+            except duckdb.Error as exc:
+                if is_lock_error(exc):
+                    raise
+                # e.g. the task database is itself named so: queries go on without the copy
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        _check(con, [path, *(attach or {}).values()])
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def allowed(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
+    """What DuckDB lets this connection's SQL reach: (allowed paths, allowed directories)."""
+    row = con.execute("SELECT current_setting('allowed_paths'), "
+                      "current_setting('allowed_directories')").fetchone()
+    assert row is not None
+    return [str(p) for p in row[0] or []], [str(d) for d in row[1] or []]
+
+
+def _check(con: duckdb.DuckDBPyConnection, opened: list[Path]) -> None:
+    """Refuse a connection that allows more than ``opened`` (and their WAL siblings, which
+    DuckDB itself names) and our temp folder: a DuckDB release that adds another place to the
+    allow-list must not widen what an agent's SQL reaches unnoticed."""
+    paths, dirs = allowed(con)
+    temp = str(private_temp()).rstrip("/")
+    bad_dirs = [d for d in dirs if d.rstrip("/") != temp]
+    names = tuple(str(p) for p in opened)
+    bad_paths = [p for p in paths if not any(p == n or p.startswith(n + ".wal") for n in names)]
+    if bad_dirs or bad_paths:
+        raise UnsafeConnection(f"DuckDB allows more than the opened files: "
+                               f"{', '.join([*bad_dirs, *bad_paths])}")

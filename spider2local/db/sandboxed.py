@@ -1,0 +1,85 @@
+"""The checkpoint and the database snapshot, each run by ``python -I -m
+spider2local.db.sandboxed`` in a reader sandbox of its own (:mod:`spider2local.sandbox.readers`).
+
+The checkpoint opens the agent's database read-write (it folds the WAL into the file before
+scoring): its sandbox holds that database's folder and nothing else of the host. The snapshot
+reads a workspace copy of the start database (a dataset file: untrusted input too): its sandbox
+holds that one file. The callers check the path first (:mod:`spider2local.workspace.guard`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+MODULE = "spider2local.db.sandboxed"
+CHECKPOINT_TIMEOUT = 600.0
+SNAPSHOT_TIMEOUT = 300.0
+"""Generous: a reader that takes longer is stuck (a checkpoint of the largest Spider2-DBT files
+takes seconds), and the task must not wait for ever."""
+
+
+def checkpoint_sandboxed(db: Path, lock_seconds: float) -> float | None:
+    """CHECKPOINT ``db`` in its sandbox, retrying ``lock_seconds`` on a lock; ``None`` when done,
+    else the seconds waited on a lock that stayed. Raises what the child raised."""
+    from spider2local.sandbox.readers import ReaderFiles, ask_reader_sync
+    from spider2local.sandbox.reply import result_of
+
+    folder = Path(os.path.realpath(db.parent))
+    answer = ask_reader_sync(MODULE, {"job": "checkpoint", "db": str(folder / db.name),
+                                      "lock_seconds": lock_seconds},
+                             ReaderFiles(writable=(folder,)), timeout=CHECKPOINT_TIMEOUT)
+    waited = result_of(answer)
+    return None if waited is None else float(waited)
+
+
+def snapshot_sandboxed(db: Path) -> dict[str, Any]:
+    """The snapshot's JSON data of ``db``, read in its sandbox."""
+    from spider2local.sandbox.readers import ReaderFiles, ask_reader_sync, bound
+    from spider2local.sandbox.reply import result_of
+
+    real = Path(os.path.realpath(db))
+    answer = ask_reader_sync(MODULE, {"job": "snapshot", "db": str(real), "label": db.name},
+                             ReaderFiles(read_only=bound([real])), timeout=SNAPSHOT_TIMEOUT)
+    data = result_of(answer)
+    assert isinstance(data, dict)
+    return data
+
+
+def _checkpoint(db: Path, lock_seconds: float) -> float | None:
+    from spider2local.db.connect import open_database
+    from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
+
+    def once() -> None:
+        con = open_database(db, untrusted=True, write=True)
+        try:
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+
+    try:
+        retry_on_lock(once, LockWait(seconds=lock_seconds, max_delay=0.5))
+    except DatabaseLocked as locked:
+        return locked.waited
+    return None
+
+
+def _job(request: dict[str, Any]) -> Any:
+    import dataclasses
+
+    from spider2local.db.snapshot import read_snapshot
+
+    db = Path(request["db"])
+    if request["job"] == "checkpoint":
+        return _checkpoint(db, float(request["lock_seconds"]))
+    if request["job"] == "snapshot":
+        found = read_snapshot(db, str(request["label"]))
+        return found if isinstance(found, dict) else dataclasses.asdict(found)
+    raise ValueError(f"unknown job {request['job']!r}")
+
+
+if __name__ == "__main__":
+    from spider2local.sandbox.reply import serve
+
+    serve(_job)

@@ -1,0 +1,146 @@
+"""Sandboxes for the runner's own DuckDB readers: the query tool's child, the checkpoint, the
+start-database snapshot and the scorer each run as a child process in a sandbox of their own.
+
+Why, when :mod:`spider2local.db.connect` already locks every connection down: a reader runs SQL
+the agent wrote (its views, its queries) with the runner's rights, outside the agent's sandbox.
+One DuckDB setting that allows more than it should (the temp directory did: issue 19) hands
+the agent the host. So the reader's whole process sees only what it needs: the Python runtime
+and the package, read-only, and the files of its job (the result; the gold file for the
+scorer; the workspace and the start copy for the query tool). A view over any host path, a
+``<database>.tmp`` symlink, ``read_*``, ``glob``, ``ATTACH``, ``COPY`` or an extension then
+finds nothing of the host to read even if DuckDB let it through: the second line of defence.
+
+The sandbox is the agent's launcher (:mod:`.launcher`, user/mount/PID namespaces through
+util-linux ``unshare``) around ``python -I -m <module>``; it is used wherever
+:func:`.probe.probe` says namespaces work, whatever ``--isolation`` the agent got (a reader's
+cost is a few tens of ms: ``benchmarks/bench_readers.py``). Where they do not work (macOS, a
+restricted container), readers run as plain children, locked down by their configuration
+alone, and the first one says so on stderr: visibly, never silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import spider2local
+from spider2local.proc.run import ProcessResult, run_process
+from spider2local.sandbox.launcher import Launcher, SandboxSpec
+from spider2local.sandbox.probe import probe
+
+log = logging.getLogger(__name__)
+
+READER_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+              "HOME": "/nonexistent"}
+"""A reader's whole environment unless the caller gives one (the query tool gives the task's
+clock): nothing of the runner's (API keys, tokens) reaches a process that runs agent SQL."""
+
+
+@dataclass(frozen=True)
+class ReaderFiles:
+    """What one reader may see besides the runtime: each path bound at its own path."""
+
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    """What must stay absent where it lies under a bound folder (the run's off-limits list)."""
+
+
+def package_root() -> Path:
+    return Path(spider2local.__file__).resolve().parent
+
+
+def reader_spec(program: Path, files: ReaderFiles) -> SandboxSpec:
+    """The sandbox of one reader: the runtime and the package read-only, then its files."""
+    from spider2local.sandbox.spec import always_hidden, runtime_paths
+
+    package = package_root()
+    hidden = [p for p in (*always_hidden(), *files.hidden) if p != package]
+    return SandboxSpec(program=program,
+                       read_only=(*runtime_paths(), package, *files.read_only),
+                       writable=files.writable, hidden=tuple(hidden))
+
+
+@functools.cache
+def unsandboxed_reason() -> str | None:
+    """Why readers run without a sandbox here (``None``: they are sandboxed); said once."""
+    found = probe()
+    if found.ok:
+        return None
+    reason = f"DuckDB readers run WITHOUT a sandbox ({found.reason}); only their locked-down " \
+             f"configuration keeps agent SQL off the host. To sandbox them: {found.fix}"
+    print(f"warning: {reason}", file=sys.stderr)
+    return found.reason
+
+
+def python_module(module: str) -> list[str]:
+    """``-I``: isolated mode (no cwd, no user site, no PYTHON* variables on the path)."""
+    return [sys.executable, "-I", "-m", module]
+
+
+async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,
+                     timeout: float | None,  # noqa: ASYNC109 (run_process's API)
+                     env: Mapping[str, str] | None = None,
+                     output_limit: int | None = None) -> ProcessResult:
+    """Run ``argv`` (a Python reader child) in its own sandbox holding ``files``; without
+    namespaces here, as a plain child (see the module docstring)."""
+    env = dict(READER_ENV if env is None else env)
+    extra: dict[str, Any] = {} if output_limit is None else {"output_limit": output_limit}
+    if unsandboxed_reason() is not None:
+        return await run_process(argv, cwd="/", env=env, timeout=timeout, input=input, **extra)
+    launcher = Launcher(reader_spec(Path(argv[0]), files))
+    try:
+        return await run_process([str(launcher.path), *argv[1:]], cwd="/", env=env,
+                                 timeout=timeout, input=input, **extra)
+    finally:
+        launcher.remove()
+
+
+class ReaderFailed(Exception):
+    """A reader child ended without its answer (killed, crashed, timed out)."""
+
+
+async def ask_reader(module: str, request: Mapping[str, Any], files: ReaderFiles, *,
+                     timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
+    """Send ``request`` as JSON to ``python -I -m module`` in its sandbox and return the one
+    JSON object it prints last. Raises :class:`ReaderFailed` when there is none."""
+    done = await run_reader(python_module(module), files, input=json.dumps(request).encode(),
+                            timeout=timeout)
+    if done.timed_out:
+        raise ReaderFailed(f"{module} ran longer than {timeout:g} s and was stopped")
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ReaderFailed(f"{module} failed (exit {done.returncode}): {tail}")
+    return answer
+
+
+def ask_reader_sync(module: str, request: Mapping[str, Any], files: ReaderFiles, *,
+                    timeout: float | None) -> dict[str, Any]:
+    """:func:`ask_reader` from synchronous code (the CLI's ``score``, a worker thread)."""
+    return anyio.run(functools.partial(ask_reader, module, request, files, timeout=timeout))
+
+
+def bound(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """Each existing path and its ``.wal`` (DuckDB reads committed data from it), absolute as
+    given: the launcher binds both that and the real path (a gold file opened through the
+    dataset's ``evaluation_suite`` symlink keeps its name, which its views are bound to)."""
+    found: list[Path] = []
+    for path in paths:
+        for p in (path, path.with_name(path.name + ".wal")):
+            if p.exists():
+                found.append(Path(os.path.abspath(p)))  # noqa: PTH100 (links not resolved)
+    return tuple(dict.fromkeys(found))
