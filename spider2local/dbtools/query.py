@@ -100,7 +100,9 @@ def child_command() -> list[str]:
     """``-I`` (isolated mode): the child runs in the agent's project folder, and plain
     ``python -m`` puts that folder first on ``sys.path``; a ``spider2local/`` (or ``json.py``)
     the agent left there would then run as the runner, outside the sandbox (measured)."""
-    return [sys.executable, "-I", "-m", "spider2local.dbtools.query"]
+    from spider2local.sandbox.readers import python_module
+
+    return python_module("spider2local.dbtools.query")
 
 
 def child_request(database: Path, sql: str, max_rows: int, lock_wait: float,

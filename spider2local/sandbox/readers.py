@@ -82,9 +82,24 @@ def unsandboxed_reason() -> str | None:
     return found.reason
 
 
+def import_root() -> Path:
+    """The ``sys.path`` entry this process imported spider2local from (a checkout's root for an
+    editable install, site-packages for a wheel)."""
+    return package_root().parent
+
+
+_RUN_MODULE = ("import runpy, sys; sys.path.insert(0, {root!r}); "
+               "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+
+
 def python_module(module: str) -> list[str]:
-    """``-I``: isolated mode (no cwd, no user site, no PYTHON* variables on the path)."""
-    return [sys.executable, "-I", "-m", module]
+    """``python -m module`` in isolated mode (``-I``: no cwd, no user site, no PYTHON* variables
+    on the path), importing the spider2local this runner runs: its :func:`import_root` goes
+    first on the child's path. ``-I`` alone left the child to find the package through
+    site-packages, which is another copy (or none: "No module named 'spider2local'") when the
+    runner's came from ``PYTHONPATH`` or from a venv whose ``lib`` is a symlink."""
+    return [sys.executable, "-I", "-c",
+            _RUN_MODULE.format(root=str(import_root()), module=module)]
 
 
 async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,

@@ -4,6 +4,7 @@ its workspace writable, and the runner's own secrets hidden wherever they lie un
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,8 +25,17 @@ def runtime_paths() -> list[Path]:
     libfaketime."""
     shim = faketime_dir()
     return [Path(p) for p in dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix,
-                                            sys.base_exec_prefix])] + [
+                                            sys.base_exec_prefix, *_site_packages()])] + [
         shim, find_library().parent, find_real_dbt(shim).parent]
+
+
+def _site_packages() -> list[str]:
+    """The real folders of the environment's site-packages: under the prefix as a rule, but a
+    venv whose ``lib`` is a symlink keeps them elsewhere, and binding the prefix alone left
+    that link dangling in the sandbox (no duckdb, no spider2local for a reader child)."""
+    import site
+
+    return [os.path.realpath(p) for p in site.getsitepackages() if Path(p).is_dir()]
 
 
 def always_hidden() -> list[Path]:

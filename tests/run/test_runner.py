@@ -176,13 +176,15 @@ def test_agent_crash_is_recorded_and_the_database_still_scored(tasks: list[TaskS
 
 def test_an_unexpected_scoring_failure_keeps_its_traceback(
         tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*_: object) -> None:
+    async def broken(*_: object, **__: object) -> None:
         raise ZeroDivisionError("a scorer bug")
 
     folder = RunFolder.at(tmp_path, "r")
     good = run(tasks[1:2], folder, WriterAgent)["t2"]
     assert good.passed and not (folder.task_dir("t2") / "error.txt").exists()
-    monkeypatch.setattr("spider2local.evaluation.score_database", broken)
+    # Scoring runs in a sandboxed child (score_sandboxed, which the runner imports when it
+    # scores): the failure is injected there, where the runner meets it.
+    monkeypatch.setattr("spider2local.evaluation.sandboxed.score_sandboxed", broken)
     result = run(tasks[:1], folder, WriterAgent)["t1"]
     assert result.status is Status.ERROR and result.error is not None
     assert result.error.stage is Stage.SCORE and result.error.message == "a scorer bug"
