@@ -178,8 +178,9 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert "+0.0 points" in same.stdout
     noop = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "noop")
     assert noop.returncode == 0, noop.stderr
+    # two agents: compared on purpose (--force), as compare refuses that by default
     worse = cli("compare", str(reference_run.run_dir), str(tmp_path / "runs" / "noop"),
-                "--fail-on-regression", "--format", "json")
+                "--fail-on-regression", "--format", "json", "--force")
     assert worse.returncode == 0, worse.stderr
     paired = json.loads(worse.stdout)["paired"]
     assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
