@@ -295,3 +295,18 @@ def manifest_json(folder: Any) -> dict[str, Any] | None:
 def by_task(results: Any) -> dict[str, Any]:
     """Trial 1 of each task of ``{(task id, trial): result}``, by task id (1-trial runs)."""
     return {tid: r for (tid, trial), r in sorted(results.items()) if trial == 1}
+
+
+def host_secrets(root: Path, secret: str) -> dict[str, Path]:
+    """``secret`` in a text, CSV, JSON, Parquet and DuckDB file under ``root/host``: files
+    outside the agent's folder that no reader of an agent's database may reach (by name)."""
+    outside = root / "host"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(secret)
+    (outside / "secret.csv").write_text(f"a\n{secret}\n")
+    (outside / "secret.json").write_text(f'{{"a": "{secret}"}}')
+    con = duckdb.connect(str(outside / "gold.duckdb"))
+    con.execute(f"CREATE TABLE t AS SELECT '{secret}' AS a")
+    con.execute(f"COPY t TO '{outside / 'secret.parquet'}' (FORMAT parquet)")
+    con.close()
+    return {p.name: p for p in outside.iterdir()}

@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from spider2local.db.connect import UnsafeConnection, allowed, open_database, private_temp
+from tests.helpers import host_secrets
 
 SECRET = "HOST-SECRET-7f3a"
 
@@ -18,16 +19,7 @@ SECRET = "HOST-SECRET-7f3a"
 @pytest.fixture
 def host(tmp_path: Path) -> dict[str, Path]:
     """A secret text file, a CSV, a Parquet and a DuckDB file outside the agent's folder."""
-    outside = tmp_path / "host"
-    outside.mkdir()
-    (outside / "secret.txt").write_text(SECRET)
-    (outside / "secret.csv").write_text(f"a\n{SECRET}\n")
-    (outside / "secret.json").write_text(f'{{"a": "{SECRET}"}}')
-    con = duckdb.connect(str(outside / "gold.duckdb"))
-    con.execute(f"CREATE TABLE t AS SELECT '{SECRET}' AS a")
-    con.execute(f"COPY t TO '{outside / 'secret.parquet'}' (FORMAT parquet)")
-    con.close()
-    return {p.name: p for p in outside.iterdir()}
+    return host_secrets(tmp_path, SECRET)
 
 
 def _agent_db(tmp_path: Path, host: dict[str, Path], link: str | None) -> Path:

@@ -18,6 +18,7 @@ from spider2local.evaluation.sandboxed import score_sandboxed_sync
 from spider2local.sandbox import readers
 from spider2local.sandbox.probe import Probe, probe
 from spider2local.sandbox.readers import ReaderFiles, run_reader
+from tests.helpers import host_secrets
 
 SECRET = "HOST-SECRET-91c2"
 needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: "
@@ -38,16 +39,7 @@ print(json.dumps(seen))
 
 @pytest.fixture
 def host(tmp_path: Path) -> dict[str, Path]:
-    outside = tmp_path / "host"
-    outside.mkdir()
-    (outside / "secret.txt").write_text(SECRET)
-    (outside / "secret.csv").write_text(f"a\n{SECRET}\n")
-    (outside / "secret.json").write_text(f'{{"a": "{SECRET}"}}')
-    con = duckdb.connect(str(outside / "gold.duckdb"))
-    con.execute(f"CREATE TABLE t AS SELECT '{SECRET}' AS a")
-    con.execute(f"COPY t TO '{outside / 'secret.parquet'}' (FORMAT parquet)")
-    con.close()
-    return {p.name: p for p in outside.iterdir()}
+    return host_secrets(tmp_path, SECRET)
 
 
 def _result(tmp_path: Path, host: dict[str, Path]) -> Path:
