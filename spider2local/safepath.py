@@ -25,6 +25,15 @@ class UnsafePath(UserError):
     """A name from data would make a path outside the folder it belongs in."""
 
 
+def is_within(path: Path, root: Path) -> bool:
+    """``path`` is ``root`` or lies under it, compared by name (no symlink is followed: callers
+    pass real paths where links matter). The one containment test; by string because
+    ``root in path.parents`` builds every parent as a Path, and the sandbox plans run it over
+    hundreds of hidden paths times every bound folder (2.6 s per reader sandbox, measured)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
+
+
 def name_problem(name: object) -> str | None:
     """Why ``name`` cannot be a folder name of ours (one phrase), or ``None`` when it can."""
     if not isinstance(name, str) or not name:

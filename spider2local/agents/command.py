@@ -50,6 +50,7 @@ from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import READERS, read_usage
 from spider2local.exceptions import UserError
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.safepath import is_within
 from spider2local.sandbox.isolation import IsolationMode
 
 OUTPUT_LIMIT = 1 << 20
@@ -128,7 +129,7 @@ class CommandAgent:
             real = Path(os.path.realpath(folder))
             for hidden in off_limits:
                 h = Path(os.path.realpath(hidden))
-                if real == h or h in real.parents:
+                if is_within(real, h):
                     return f"read-only folder {folder} lies in {hidden}, which must stay hidden"
             if real == Path("/"):
                 return "read-only folder / would show everything"

@@ -26,6 +26,7 @@ from spider2local.agents.registry import (
     tool_version,
 )
 from spider2local.exceptions import Spider2LocalError
+from spider2local.safepath import is_within
 from spider2local.suite.model import Suite
 
 
@@ -207,8 +208,7 @@ def _command_agents(suite: Suite, chosen: str) -> list[Check]:
             continue
         real = Path(os.path.realpath(found))
         shown = [Path(d) for d in SYSTEM_DIRS] + runtime_paths() + list(agent.read_only)
-        visible = any(real == Path(os.path.realpath(d)) or Path(os.path.realpath(d))
-                      in real.parents for d in shown)
+        visible = any(is_within(real, Path(os.path.realpath(d))) for d in shown)
         detail = str(found) + ("" if visible else
                                f" (not visible in the sandbox: add {real.parent} to "
                                f"[agents.{name}] read_only)")

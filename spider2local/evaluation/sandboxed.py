@@ -12,6 +12,7 @@ is in the sandbox because it is scored against; the result's connection cannot n
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,11 @@ the caller's deadline, when it has one, cancels the child (killed with its sandb
 
 
 def _request(result: Path, gold: Path, params: EvalParams) -> dict[str, Any]:
-    return {"result": str(result), "gold": str(gold), "params": dataclasses.asdict(params)}
+    """Absolute paths (links not resolved: gold's views are bound to its name, see
+    :func:`~spider2local.sandbox.readers.bound`): the child runs in ``/``, so a relative path
+    given on the command line (``score runs/x``) would name nothing there."""
+    return {"result": os.path.abspath(result), "gold": os.path.abspath(gold),  # noqa: PTH100
+            "params": dataclasses.asdict(params)}
 
 
 def _files(result: Path, gold: Path, hidden: Iterable[Path]) -> Any:

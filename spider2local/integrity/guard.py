@@ -48,6 +48,7 @@ from spider2local.evaluation.params import EvalConfigError, parse_eval
 from spider2local.integrity import known
 from spider2local.integrity.scan import Protected
 from spider2local.integrity.startup import SITE_PREFIX, bytecode_mismatches, startup_hooks
+from spider2local.safepath import is_within
 from spider2local.workspace.tree import walk_files
 
 FINGERPRINTS_VERSION = 1
@@ -386,7 +387,7 @@ def linked_from(root: Path) -> tuple[Path, ...]:
             seen += 1
             if entry.is_symlink():
                 target = Path(os.path.realpath(entry.path))
-                if target != real_root and real_root not in target.parents:
+                if not is_within(target, real_root):
                     found.append(target)
             elif entry.is_dir(follow_symlinks=False):
                 todo.append(Path(entry.path))

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.exceptions import DeadlinePassed
+from spider2local.safepath import is_within
 from spider2local.workspace.tree import Check, read_regular, walk_files
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
@@ -141,7 +142,7 @@ class Protected:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    return is_within(path, root)
 
 
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|md:|motherduck:)", re.IGNORECASE)

@@ -42,6 +42,7 @@ from pathlib import Path
 from spider2local.exceptions import Spider2LocalError
 from spider2local.proc.run import pdeathsig_wrapper
 from spider2local.proc.tempdirs import make_owned_dir
+from spider2local.safepath import is_within
 from spider2local.sandbox.network import NetworkSeal, start_relay, unshare_flags
 
 INSIDE_FLAG = "--spider2local-inside"
@@ -147,21 +148,17 @@ def tools() -> dict[str, str]:
     return found
 
 
-def _under(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents
-
-
 def _absolute(paths: Iterable[Path]) -> list[Path]:
     """Each path as given (made absolute, not resolved) and its real path when they differ:
     scripts name the venv through its own path (shebangs), the kernel binds the real one."""
-    found: list[Path] = []
+    found: dict[Path, None] = {}  # ordered and O(1) per test: hidden lists run to hundreds
     for raw in paths:
         given = Path(os.path.abspath(raw))  # noqa: PTH100 (resolve() would follow links)
         real = Path(os.path.realpath(raw))
         for p in (given, real):
-            if p not in found and p != Path("/"):
-                found.append(p)
-    return found
+            if p != Path("/"):
+                found.setdefault(p)
+    return list(found)
 
 
 def etc_paths(etc: Path = Path("/etc")) -> list[Path]:
@@ -190,7 +187,7 @@ def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
             binds.append(path)
     resolv = Path(os.path.realpath("/etc/resolv.conf"))
     if resolv.exists() and resolv.parent != Path("/etc") \
-            and not any(_under(resolv, b) for b in binds):
+            and not any(is_within(resolv, b) for b in binds):
         binds.append(resolv.parent)  # e.g. /run/systemd/resolve: DNS for the real API
     return binds, links
 
@@ -206,14 +203,15 @@ def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
     rw = _absolute(spec.writable)
     # Only what exists: a tmpfs needs a mount point, and a folder bound read-only cannot get
     # a new one (the launcher would stop).
+    bound = [*ro, *rw]
     hidden = [h for h in _absolute(spec.hidden)
-              if (h.is_dir() or h.is_file()) and any(_under(h, b) and h != b for b in [*ro, *rw])]
+              if any(is_within(h, b) and h != b for b in bound) and (h.is_dir() or h.is_file())]
     mounts = [Mount(Path("/tmp"), Kind.PRIVATE)]
     mounts += [Mount(p, Kind.HIDDEN if p.is_dir() else Kind.HIDDEN_FILE) for p in hidden]
     mounts += [Mount(p, Kind.WRITABLE) for p in rw]
     for path in ro:
-        cover = [b for b in ro if b != path and _under(path, b)]
-        between = [h for h in hidden if any(_under(h, b) for b in cover) and _under(path, h)]
+        cover = [b for b in ro if b != path and is_within(path, b)]
+        between = [h for h in hidden if any(is_within(h, b) for b in cover) and is_within(path, h)]
         if cover and not between:
             continue
         mounts.append(Mount(path, Kind.READ_ONLY))

@@ -124,7 +124,8 @@ def test_rescore_refuses_changed_gold_unless_accepted(data: Dataset, tmp_path: P
     with pytest.raises(UserError, match=r"changed since it ran: t1: gold file"):
         rescore_run(folder, data)
     done = rescore_run(folder, data, accept_changes=True)
-    assert {d.task_id for d in done if d.result is not None} == {"t1", "t2"}
+    assert {d.task_id for d in done if d.result is not None} == {"t1", "t2"}, \
+        [(d.task_id, d.reason) for d in done]
     manifest = manifest_json(folder)
     assert manifest is not None and "accepted_changes_at" in manifest["integrity"]
     assert rescore_run(folder, data)  # today's files are now the reference

@@ -15,6 +15,7 @@ from spider2local.report.stats import (
     compare_counts,
     fewest_to_reject,
     flaky_tasks,
+    mcnemar_p,
     min_detectable_difference,
     pass_at_1,
     pass_at_k_task,
@@ -226,3 +227,18 @@ def test_mismatched_or_empty_pairs() -> None:
         compare_counts([T(0, 0)], [T(1, 1)])
     empty = compare_counts([], [])
     assert not empty.significant and empty.sentence.startswith("nothing to compare")
+
+
+def test_hand_written_exact_tests_equal_scipy_stats() -> None:
+    """McNemar's p-value is summed by hand and the Clopper-Pearson bounds come from
+    scipy.special (scipy.stats costs every report seconds to import): both equal scipy.stats's
+    own answers, including the edges (no discordant task, all on one side, a tie)."""
+    from scipy.stats import beta, binomtest
+
+    for b, a in [(0, 1), (1, 0), (3, 3), (12, 2), (0, 30), (7, 8), (40, 28), (1, 67)]:
+        assert mcnemar_p(b, a) == pytest.approx(binomtest(b, a + b, 0.5).pvalue, rel=1e-12)
+    assert mcnemar_p(0, 0) == 1.0
+    for x, m in [(0, 4), (4, 4), (3, 4), (38.4, 64), (1, 1), (63, 64)]:
+        low, high = clopper_pearson(x, m)
+        assert low == (0.0 if x == 0 else pytest.approx(beta.ppf(0.025, x, m - x + 1)))
+        assert high == (1.0 if x == m else pytest.approx(beta.ppf(0.975, x + 1, m - x)))

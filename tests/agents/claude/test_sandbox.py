@@ -59,12 +59,17 @@ def attack_script(root: Path, gold: Path, eval_file: Path, outside_pid: int) -> 
     ])
 
 
+# The value of gold's only row: long and odd, so that no path or id printed beside it (temp folders
+# carry random hex) can contain it by chance.
+GOLD_VALUE = "7306158249"
+
+
 @pytest.fixture
 def hostile_dataset(tiny_dataset: Callable[..., Path]) -> Path:
     tiny_dataset("t1", instruction="Build the orders model for task t1.",
-                        gold_tables={"orders": "SELECT 42 AS id"})
+                        gold_tables={"orders": f"SELECT {GOLD_VALUE} AS id"})
     return tiny_dataset("t2", instruction="Build the orders model for task t2.",
-                        gold_tables={"orders": "SELECT 42 AS id"})
+                        gold_tables={"orders": f"SELECT {GOLD_VALUE} AS id"})
 
 
 def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
@@ -115,7 +120,7 @@ def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
         assert str(root) not in section["find"]
         for name in ("cat gold", "cat eval", "dataset"):
             assert "No such file" in section[name], (name, section[name])
-        assert "42" not in section["python attach"] and "Error" in section["python attach"]
+        assert GOLD_VALUE not in section["python attach"] and "Error" in section["python attach"]
         assert "runner-key-xyz" not in attack
         assert "UNMOUNTED" not in attack and "REMOUNTED" not in attack
         # the query tool's start copy: neither visible nor replaceable from inside
@@ -184,7 +189,7 @@ def test_what_the_agent_leaves_behind_never_reaches_outside_through_the_runner(
     assert not marker.exists(), "the agent's code ran outside the sandbox"
     scan_answer, query_answer = seen[1], seen[2]
     assert "condition_tabs" not in scan_answer, scan_answer
-    assert "42" not in query_answer, query_answer
+    assert GOLD_VALUE not in query_answer, query_answer
     kept = [p for p in task_dir.rglob("*") if p.is_file()]
     assert not any("RUNNER-SECRET-42" in p.read_text(errors="replace") for p in kept
                    if p.suffix != ".duckdb")
