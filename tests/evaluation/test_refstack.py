@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -300,9 +301,13 @@ def _compare(gold_db: Path, result_db: Path, tables: list[dict[str, Any]],
     """Assert ours equals the reference table by table (each table read once, graded six
     ways); count the verdicts the installed duckdb's raw reading would have got wrong."""
     flips = 0
+    # The raw readings open copies: one process cannot hold a file under two configurations,
+    # and ours is locked down (spider2local.db.connect) where the raw one is DuckDB's default.
+    raw_gold_db, raw_result_db = (shutil.copy(p, p.with_name("raw-" + p.name))
+                                  for p in (gold_db, result_db))
     with Database(gold_db) as gold, Database(result_db) as result, \
-            duckdb.connect(str(gold_db), read_only=True) as raw_gold, \
-            duckdb.connect(str(result_db), read_only=True) as raw_result:
+            duckdb.connect(str(raw_gold_db), read_only=True) as raw_gold, \
+            duckdb.connect(str(raw_result_db), read_only=True) as raw_result:
         for table, theirs in zip(tables, reference, strict=True):
             name, where = table["name"], table["sql"]
             ours = {"gold": gold.read(name, classify=True), "result": result.read(name)}
