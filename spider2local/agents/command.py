@@ -215,7 +215,7 @@ class CommandAgent:
         launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
                                        hidden=hidden, read_only=self.read_only,
                                        services=services))
-        return [str(launcher.path), "-c", self.command], launcher
+        return [*launcher.argv, "-c", self.command], launcher
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         from spider2local.proc.run import run_process

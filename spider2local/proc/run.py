@@ -132,6 +132,19 @@ async def _supervise(process: anyio.abc.Process, out: _Tail, err: _Tail,
 
 
 @functools.cache
+def text_file_busy(exc: BaseException) -> bool:
+    """Did starting a program fail with ETXTBSY: a script we had just written, still open for
+    writing in a child that another thread forked meanwhile (it closes it at its own exec, a
+    moment later)? Retrying is the fix; see :attr:`spider2local.sandbox.launcher.Launcher.argv`
+    for how our own starts avoid it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ETXTBSY:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def pdeathsig_wrapper() -> tuple[str, ...]:
     """The argv prefix that makes a child die with the runner (empty when unavailable)."""
     setpriv = shutil.which("setpriv")

@@ -16,11 +16,12 @@ Everything here works on :class:`TaskCount` (per task: trials run ``n``, trials 
   one plain sentence).
 
 Libraries: numpy draws the resamples (a seeded ``Generator``, so a report is the same every
-time it is rebuilt) and scipy.special gives the beta quantiles of the Clopper-Pearson bounds, imported only
-where used since importing scipy costs every report up to 1 s (McNemar's exact test at
-p = 1/2 is a sum of binomial coefficients, by hand: scipy.stats would cost 2 s more); the power formula's normal quantiles
-come from the standard library's ``statistics.NormalDist``. The percentile bootstrap and the
-sign-flip test are written with numpy rather than through ``scipy.stats.bootstrap`` /
+time it is rebuilt) and scipy.special gives the beta quantiles of the Clopper-Pearson bounds,
+imported only where used since importing scipy costs every report up to 1 s (McNemar's exact
+test at p = 1/2 is a sum of binomial coefficients, by hand: scipy.stats would cost 2 s more);
+the power formula's normal quantiles come from the standard library's
+``statistics.NormalDist``. The percentile bootstrap and the sign-flip test are written with
+numpy rather than through ``scipy.stats.bootstrap`` /
 ``permutation_test``: they are a few vectorised lines each, and the edge cases below need
 their own exact answers, which scipy's versions answer with NaN and a warning (a zero-width
 bootstrap distribution) or not at all.
@@ -44,6 +45,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -259,7 +261,7 @@ def mcnemar_p(b_better: int, a_better: int) -> float:
     # two): at p = 1/2 the distribution is symmetric, so the two-sided p-value is twice the
     # smaller tail, capped at 1. Importing scipy.stats for it cost every compare 1.6-2.5 s.
     n, low = b_better + a_better, min(b_better, a_better)
-    tail = sum(math.comb(n, x) for x in range(low + 1)) / 2 ** n
+    tail = float(Fraction(sum(math.comb(n, x) for x in range(low + 1)), 2 ** n))
     return min(1.0, 2 * tail)
 
 

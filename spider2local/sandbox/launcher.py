@@ -354,6 +354,16 @@ class Launcher:
             self.remove()
             raise
 
+    @property
+    def argv(self) -> tuple[str, str]:
+        """How our own code starts it: ``/bin/sh <script>``, what its ``#!/bin/sh`` line makes
+        the kernel run anyway, except that nothing executes the file just written. Exec-ing
+        it failed under load with "Text file busy" (ETXTBSY): a child another thread forked
+        while the script was open for writing holds that descriptor until its own exec. A
+        shell that reads the script does not care. (The SDK can only exec a ``cli_path``;
+        its start retries instead: :func:`spider2local.proc.run.text_file_busy`.)"""
+        return ("/bin/sh", str(self.path))
+
     def remove(self) -> None:
         """Delete the folder (the new root was only ever mounted inside the namespace, so
         what is left on the host is an empty folder and the script)."""

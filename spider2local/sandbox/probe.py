@@ -68,7 +68,7 @@ def _try(spec: SandboxSpec) -> subprocess.CompletedProcess[str] | Probe:
     except SandboxError as exc:
         return Probe(False, str(exc), "install util-linux (unshare, mount, pivot_root)")
     try:
-        return subprocess.run([str(launcher.path), "-c", "exit 0"], capture_output=True,
+        return subprocess.run([*launcher.argv, "-c", "exit 0"], capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT, check=False, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Probe(False, f"the namespace sandbox could not start: {exc}",

@@ -114,7 +114,7 @@ async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,
         return await run_process(argv, cwd="/", env=env, timeout=timeout, input=input, **extra)
     launcher = Launcher(reader_spec(Path(argv[0]), files))
     try:
-        return await run_process([str(launcher.path), *argv[1:]], cwd="/", env=env,
+        return await run_process([*launcher.argv, *argv[1:]], cwd="/", env=env,
                                  timeout=timeout, input=input, **extra)
     finally:
         launcher.remove()

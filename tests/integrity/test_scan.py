@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spider2local.integrity.scan import (
     Integrity,
@@ -13,6 +16,7 @@ from spider2local.integrity.scan import (
     find_hits,
     project_baseline,
     scan_task,
+    trie_pattern,
 )
 from spider2local.run.folder import RunFolder
 from tests.helpers import ReferenceRun, by_task
@@ -209,3 +213,32 @@ def test_a_fifo_or_a_linked_project_left_by_the_agent_never_blocks_the_scan(
     linked = tmp_path / "linked-project"
     linked.symlink_to("/")
     assert project_baseline(linked) == {}
+
+
+@given(st.lists(st.text(alphabet="/ab.-", min_size=1, max_size=6), min_size=1, max_size=12),
+       st.text(alphabet="/ab.-x", max_size=60))
+def test_trie_pattern_finds_every_needle_a_plain_search_finds(needles: list[str],
+                                                             text: str) -> None:
+    """The needles' trie, searched zero-width, starts at exactly the positions where some
+    needle starts, and captures the longest one there: what one search per needle found."""
+    pattern = re.compile(f"(?=({trie_pattern(needles)}))")
+    found = {m.start(): m.group(1) for m in pattern.finditer(text)}
+    naive: dict[int, str] = {}
+    for needle in needles:
+        for pos in range(len(text)):
+            if text.startswith(needle, pos) and len(needle) > len(naive.get(pos, "")):
+                naive[pos] = needle
+    assert found == naive
+
+
+def test_hundreds_of_off_limits_paths_each_still_hit_with_its_own_rule(tmp_path: Path) -> None:
+    """A task's off-limits list holds every remembered runs folder (hundreds, some nested in
+    others): each is still found with its boundaries, the nested pair both."""
+    ws = tmp_path / "spider2local-t1-abc"
+    (ws / "t1").mkdir(parents=True)
+    many = [Path(f"/old/runs-{i}") for i in range(600)] + [Path("/old/runs-7/inner")]
+    prot = Protected.for_task(workspace=ws, cwd=ws / "t1", dataset_root=None, gold=None,
+                              start_db=None, off_limits=many)
+    hits = list(find_hits("cat /old/runs-7/inner/x; ls /old/runs-599 /old/runs-6000", prot))
+    assert all("/old/runs-" in excerpt for _, _, excerpt in hits)
+    assert sum(rule == "off limits" for rule, _, _ in hits) == 3  # runs-7, its inner, 599

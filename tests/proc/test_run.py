@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from spider2local.proc.run import (
     kill_process_group,
     pdeathsig_wrapper,
     run_process,
+    text_file_busy,
 )
 
 pytestmark = pytest.mark.anyio
@@ -195,3 +197,24 @@ def test_children_die_with_a_runner_killed_by_sigkill(tmp_path: Path) -> None:
 async def test_kill_process_group_on_finished_group_is_a_noop() -> None:
     result = await run_process(["true"], timeout=10)
     assert await kill_process_group(result.pid) is True
+
+
+def test_a_script_open_for_writing_cannot_be_executed_but_can_be_run_by_its_shell(
+        tmp_path: Path) -> None:
+    """Why the launcher is started as ``/bin/sh <script>``: while any process holds the file
+    open for writing (a child forked by another thread while it was written), exec fails with
+    ETXTBSY, which :func:`text_file_busy` recognises through the SDK's wrapping; reading it
+    through its shell works."""
+    script = tmp_path / "launch"
+    script.write_text("#!/bin/sh\necho ran \"$@\"\n")
+    script.chmod(0o700)
+    with script.open("a"):  # the descriptor a concurrent fork would have inherited
+        with pytest.raises(OSError) as raised:
+            subprocess.run([str(script)], check=False)
+        assert raised.value.errno == errno.ETXTBSY
+        wrapped = RuntimeError("Failed to start Claude Code")
+        wrapped.__cause__ = raised.value
+        assert text_file_busy(wrapped) and not text_file_busy(RuntimeError("other"))
+        done = subprocess.run(["/bin/sh", str(script), "x"], capture_output=True, text=True,
+                              check=True)
+        assert done.stdout == "ran x\n"

@@ -62,6 +62,7 @@ from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
 from spider2local.gateway.budget import Budget
 from spider2local.gateway.server import open_gateway
+from spider2local.proc.run import text_file_busy
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import API_RECORD
 from spider2local.run.transcript import Transcript
@@ -82,6 +83,8 @@ DISALLOWED = ("WebFetch", "WebSearch")
 MAX_BUFFER = 64 * 1024 * 1024
 """A tool result with a wide table can exceed the SDK's default 1 MB message buffer (measured)."""
 DISCONNECT_WAIT = 15.0
+CONNECT_RETRIES: tuple[float | None, ...] = (0.05, 0.2, 0.5, None)
+"""Seconds before each new try to start the CLI after "Text file busy" (None: give up)."""
 API_RETRY = "api_retry"
 """Subtype of the CLI's system message announcing a retry of a failed API call (measured)."""
 
@@ -249,7 +252,15 @@ class ClaudeAgent:
         client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
         finished = False
         try:
-            await client.connect()
+            for wait in CONNECT_RETRIES:
+                try:
+                    await client.connect()
+                    break
+                except sdk.CLIConnectionError as exc:
+                    if not text_file_busy(exc) or wait is None:
+                        raise
+                await anyio.sleep(wait)  # the launcher just written: see text_file_busy
+                client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
             await self._converse(client, ctx, state)
             finished = True
         except sdk.ClaudeSDKError as exc:
