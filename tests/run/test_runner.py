@@ -375,7 +375,10 @@ def test_claude_agent_hung_api_stopped_at_deadline_nothing_survives(
         answered_hang = any(r.answer == "hang" for r in fake.requests)
     assert answered_hang, "the second API call never happened"
     assert result.durations["agent"] < 12.0 + 5.0, result.durations
-    assert elapsed < 12.0 + 5.0 + 3.0, elapsed  # + workspace, checkpoint and scoring
+    # The whole task is its agent stage plus the other stages it records (workspace,
+    # checkpoint, scoring: each a sandboxed child, seconds under load), and nothing unrecorded.
+    others = sum(v for k, v in result.durations.items() if k not in ("agent", "total"))
+    assert elapsed < result.durations["agent"] + others + 3.0, (elapsed, result.durations)
     assert result.status is Status.TIMEOUT and result.tables_total == 1
     assert result.usage.input_tokens == 77
     survivors = [e.name for e in Path("/proc").iterdir() if e.name.isdigit()
