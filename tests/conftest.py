@@ -103,7 +103,6 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
 
 KNOWN_FAILING = {
     "tests/cli/test_hostile.py::test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes",
-    "tests/cli/test_run_command.py::test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again",
     "tests/run/test_merge.py::test_three_reference_shards_merge_into_the_unsharded_report",
     "tests/run/test_trials.py::test_a_run_made_before_trials_resumes_and_takes_more_trials",
 }
