@@ -103,8 +103,6 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
 
 KNOWN_FAILING = {
     "tests/cli/test_hostile.py::test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes",
-    "tests/run/test_merge.py::test_three_reference_shards_merge_into_the_unsharded_report",
-    "tests/run/test_trials.py::test_a_run_made_before_trials_resumes_and_takes_more_trials",
 }
 """Tests that fail on main after the session that merged issues 18-23's branches together
 (each passed on its own branch; they fail in combination: the sandboxed readers with the stage

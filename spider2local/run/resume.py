@@ -28,13 +28,32 @@ def _compared(setting: options.Setting) -> _Getter:
     return lambda m: setting.compare_value(m.setting(setting.name))
 
 
+def _uses(agent: str | None, capability: str) -> bool:
+    """Does ``agent`` read that part of the kit? An agent that cannot be found now (a plugin
+    since uninstalled) is taken to read it all: its hashes are compared as recorded."""
+    from spider2local.agents.registry import capabilities
+    from spider2local.exceptions import Spider2LocalError
+
+    try:
+        return bool(getattr(capabilities(agent or ""), capability))
+    except Spider2LocalError:
+        return True
+
+
+def _kit(field: str, capability: str) -> _Getter:
+    """A kit hash as it bears on the run: ``None`` for an agent that does not read that part
+    of the kit (the reference and noop agents read no prompt: editing one must not make their
+    runs impossible to resume or merge)."""
+    return lambda m: getattr(m, field) if _uses(m.agent, capability) else None
+
+
 KIT: tuple[tuple[str, _Getter], ...] = (
     ("suite file hash", lambda m: m.suite_sha256),
-    ("prompts hash", lambda m: m.prompts_sha256),
-    ("skills hash", lambda m: m.skills_sha256),
+    ("prompts hash", _kit("prompts_sha256", "model")),
+    ("skills hash", _kit("skills_sha256", "skills")),
 )
 """What a resume must keep besides the settings table's must-match ones: the files that
-shape the agent's behaviour, by hash."""
+shape the agent's behaviour, by hash (each only for an agent that reads it)."""
 
 
 def must_match() -> tuple[tuple[str, _Getter], ...]:

@@ -375,7 +375,8 @@ def test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes(
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         assert shell.stderr is not None
-        assert shell.stderr.readline().startswith(b"workspace: ")
+        first = shell.stderr.readline()
+        assert first.startswith(b"workspace: "), first + shell.stderr.read(4000)
         shell.kill()
         shell.wait(timeout=30)
     finally:

@@ -21,7 +21,7 @@ from spider2local.run.resume import remembered
 from tests.helpers import ReferenceRun, by_task, manifest_json
 
 MANIFEST: dict[str, Any] = {
-    "run_id": "r", "agent": "noop", "model": None, "suite": {"path": "/s", "sha256": "s"},
+    "run_id": "r", "agent": "claude", "model": "m1", "suite": {"path": "/s", "sha256": "s"},
     "prompts_sha256": "p", "skills_sha256": "k", "dataset": "/d", "dataset_sha256": "D",
     "settings": {"timeout": 60.0, "max_turns": 10, "isolation": "not-needed"},
     "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T01:00:00+00:00",

@@ -50,7 +50,10 @@ BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s
 def test_each_setting_that_must_match_is_compared(tmp_path: Path, change: dict[str, Any],
                                                   name: str) -> None:
     current = {**BASE, **change}
-    assert [d.split(" (")[0].rsplit(" ", 1)[0] for d in differences(M(BASE), M(current))] == [name]
+    # noop reads no kit, so the kit's hashes no longer bear on the run: they differ too
+    expected = [name, "prompts hash", "skills hash"] if change.get("agent") == "noop" else [name]
+    assert [d.split(" (")[0].rsplit(" ", 1)[0]
+            for d in differences(M(BASE), M(current))] == expected
     with pytest.raises(UserError, match=f"cannot be resumed with different settings: {name}"):
         check_resumable(M(BASE), M(current), RunFolder.at(tmp_path, "r"))
     assert name in [n for n, _ in must_match()]
@@ -99,7 +102,8 @@ def data(tiny_dataset: Callable[..., Path], tmp_path: Path) -> Dataset:
 
 def execute(data: Dataset, folder: RunFolder, ids: list[str], sha: str = "sha",
             **kw: Any) -> RunOutcome:
-    plan = RunPlan(folder, select_tasks(data, ids), RunSettings(agent="noop", **kw), NoopAgent,
+    plan = RunPlan(folder, select_tasks(data, ids), RunSettings(**{"agent": "noop", **kw}),
+                   NoopAgent,
                    data.suite.path, sha, data.root)
     return anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
 
@@ -142,15 +146,32 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
     shutil.copytree(skills_dir(), kit / "skills")
     (kit / "prompts" / "agent.md").write_text("Another kit.\n")
     folder = RunFolder.at(tmp_path / "runs", "r")
-    execute(data, folder, ["t1"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
+    # recorded as claude's run (the noop agent's code runs): an agent that reads the kit
+    claude = {"agent": "claude"}
+    execute(data, folder, ["t1"], prompts_dir=kit / "prompts", skills_dir=kit / "skills",
+            **claude)
     manifest = manifest_json(folder)
     assert manifest is not None
     assert manifest["prompts_sha256"] == tree_sha256(kit / "prompts") != tree_sha256(prompts_dir())
     assert manifest["skills_sha256"] == tree_sha256(skills_dir())  # same content, same hash
     assert manifest["settings"]["prompts_dir"] == str(kit / "prompts")
     with pytest.raises(UserError, match="prompts hash"):
-        execute(data, folder, ["t1", "t2"])
-    execute(data, folder, ["t2"], prompts_dir=kit / "prompts", skills_dir=kit / "skills")
+        execute(data, folder, ["t1", "t2"], **claude)
+    execute(data, folder, ["t2"], prompts_dir=kit / "prompts", skills_dir=kit / "skills",
+            **claude)
+    assert sorted(by_task(folder.trial_results())) == ["t1", "t2"]
+
+
+def test_an_agent_that_reads_no_kit_resumes_whatever_the_kit(data: Dataset,
+                                                            tmp_path: Path) -> None:
+    """The noop and reference agents read neither prompts nor skills: a run of theirs made
+    before a prompt was edited (or with another --prompts) still resumes and merges."""
+    kit = tmp_path / "prompts"
+    kit.mkdir()
+    (kit / "agent.md").write_text("Another kit.\n")
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    execute(data, folder, ["t1"], prompts_dir=kit)
+    execute(data, folder, ["t2"])
     assert sorted(by_task(folder.trial_results())) == ["t1", "t2"]
 
 
