@@ -282,17 +282,31 @@ def setting_options(fn: F) -> F:
                    "never deleted) and run them again; 'failed' means every task with a "
                    "trial that did not pass. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only each task's verdict line and the final report.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print every stage of every task, and debug logging.")
+@click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
-        **overrides: Any) -> None:
+        quiet: bool, verbose: bool, no_color: bool, **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
-    Exit 0 when the run completed whatever the verdicts, 130 when interrupted."""
+    Exit 0 when the run completed whatever the verdicts, 130 when interrupted.
+
+    On a terminal a live display shows the run (done/total, passes, ETA, tokens and cost so
+    far, one row per running task); piped, each task event is one plain line."""
     from spider2local.cli.commands import run_command
     from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
     from spider2local.run.plan import plan_run
+    from spider2local.run.progress import Progress
 
+    if quiet and verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
+    if verbose:
+        logging.getLogger("spider2local").setLevel(logging.DEBUG)
+    color = False if no_color else None
     g = _globals()
     if run_id is not None and g.suite is None and g.dataset is None:
         from spider2local.run.folder import RunFolder
@@ -312,7 +326,8 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)
-    sys.exit(run_command(plan, as_json))
+    progress = Progress(quiet=quiet, verbose=verbose, color=color)
+    sys.exit(run_command(plan, as_json, progress, color))
 
 
 @cli.command()

@@ -23,7 +23,7 @@ from spider2local.exceptions import ScoringError, UserError
 from spider2local.proc.kill import hurry
 from spider2local.report.jsonout import report_json
 from spider2local.report.summary import load_report
-from spider2local.report.terminal import render_terminal
+from spider2local.report.terminal import render_terminal, write_terminal
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import STOP_SIGNALS, RunPlan, run_plan_sync, stop_requested
 from spider2local.run.progress import Progress
@@ -38,12 +38,14 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def print_report(folder: RunFolder, as_json: bool) -> None:
+def print_report(folder: RunFolder, as_json: bool, color: bool | None = None) -> None:
+    """The final report on stdout: JSON, or the table fitted to the terminal and coloured
+    there (``color=False``: ``--no-color``; rich also honours ``NO_COLOR``)."""
     report = load_report(folder)
     if as_json:
         _out(json.dumps(report_json(report), indent=2, default=str, allow_nan=False))
     else:
-        _out(render_terminal(report))
+        write_terminal(report, sys.stdout, color=color)
 
 
 @contextlib.contextmanager
@@ -71,13 +73,14 @@ def _late_signals_hurry() -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN if stop_requested() else old)
 
 
-def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None) -> int:
+def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None,
+                color: bool | None = None) -> int:
     """Run ``plan``, print the final report; returns the exit code."""
     if plan.isolation is not None and plan.isolation.warning:
         _err(plan.isolation.warning)
     with _late_signals_hurry():
-        outcome = run_plan_sync(plan, progress or Progress())
-    print_report(outcome.folder, as_json)
+        outcome = run_plan_sync(plan, progress or Progress(color=color))
+    print_report(outcome.folder, as_json, color)
     if not as_json:
         _out(f"run folder: {outcome.folder.root}")
     if outcome.interrupted:

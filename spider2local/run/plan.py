@@ -224,7 +224,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                         sum(r.usage.cost_usd or 0.0 for r in kept.values()))
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
                              skipped=plan.selection.skipped, trials=settings.trials,
-                             spent_usd=budget.spent)
+                             spent_usd=budget.spent, jobs=settings.jobs)
         ran: dict[tuple[str, int], TaskResult] = {}
         _, interrupted = await until_signal(
             lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
