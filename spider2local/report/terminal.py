@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from typing import TYPE_CHECKING, TextIO
 
 from spider2local.report.printable import printable
@@ -72,7 +73,11 @@ def terminal_text(report: RunReport, *, note_width: int = 100,
         out.append(render_table(RATE_HEADERS, rates, width=width) + "\n\n")
         out.append(render_table(PASS_K_HEADERS, pass_k_cells(report), max_width=80,
                                 width=width) + "\n\n")
-    out.append_text(Text("\n".join(printable(line) for line in headline_lines(report))))
+    lines = [printable(line) for line in headline_lines(report)]
+    if width is not None:  # a terminal wraps mid-word; wrap at words, continued indented
+        lines = [textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False) for line in lines]
+    out.append_text(Text("\n".join(lines)))
     return out
 
 
