@@ -174,3 +174,39 @@ def test_a_scripted_claude_run_shows_its_cost_so_far_and_projected(
     verdicts = [x for x in texts[-1].splitlines() if re.match(r"^fleet001#\d: ", x)]
     assert [x.split(":")[0] for x in verdicts] == ["fleet001#1", "fleet001#2", "fleet001#3"]
     assert all(", $3.00" in x for x in verdicts)
+
+
+@pytest.mark.parametrize(("flags", "quiet", "verbose", "color"),
+                         [((), False, False, None), (("-q",), True, False, None),
+                          (("-v", "--no-color"), False, True, False)])
+def test_the_flags_reach_the_progress_and_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], quiet: bool,
+        verbose: bool, color: bool | None) -> None:
+    """-q, -v and --no-color as the run command hands them over (the run itself replaced):
+    -v also turns spider2local's debug logging on, and nothing else's."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from spider2local.cli import commands
+    from spider2local.cli.app import cli as app
+    from spider2local.run.progress import Progress
+
+    seen: list[tuple[Progress | None, bool | None]] = []
+
+    def fake(plan: object, as_json: bool, progress: Progress | None = None,
+             color: bool | None = None) -> int:
+        seen.append((progress, color))
+        return 0
+
+    monkeypatch.setattr(commands, "run_command", fake)
+    ours = logging.getLogger("spider2local")
+    monkeypatch.setattr(ours, "level", ours.level)  # restored after the test
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(app, ["run", "bakery001", "--agent", "noop", *flags])
+    assert out.exit_code == 0, out.output
+    [(progress, given)] = seen
+    assert progress is not None and given == color
+    assert (progress.quiet, progress.verbose, progress.color) == (quiet, verbose, color)
+    assert (ours.getEffectiveLevel() == logging.DEBUG) is verbose
+    assert logging.getLogger("httpx").getEffectiveLevel() > logging.DEBUG
