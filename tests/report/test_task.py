@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
@@ -96,33 +97,47 @@ def test_agent_text_cannot_drive_the_terminal(tmp_path: Path) -> None:
     assert "\\x1b]0;pwned" in text
 
 
+def in_process(*args: str) -> Result:
+    """The command line run in this process (click's runner): the quick way to check what a
+    command prints and returns; the subprocess form is checked once below."""
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli as app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
 def test_an_unknown_task_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    folder = debugged_task(tmp_path / "runs" / "r")
+    debugged_task(tmp_path / "runs" / "r")
     proc = cli("report", "r", "--runs-dir", "runs", "--task", "nope", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "has no task 'nope' (its tasks: t1)" in proc.stderr
+
+
+def test_task_flags_misused_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    folder = debugged_task(tmp_path / "runs" / "r")
     for extra, why in ((["--trial", "2"], "--trial needs --task"),
                        (["--task", "t1", "--format", "json"], "--task prints text")):
-        proc = cli("report", str(folder.root), *extra, cwd=tmp_path)
-        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
-    proc = cli("report", "latest", "--runs-dir", "runs", "--task", "t1", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert PARSER_ERROR in proc.stdout and "VERDICT: FAIL again" in proc.stdout
+        done = in_process("report", str(folder.root), *extra)
+        assert done.exit_code == 2 and why in done.stderr, done.stderr
+    done = in_process("report", "latest", "--runs-dir", str(tmp_path / "runs"), "--task", "t1")
+    assert done.exit_code == 0, done.stderr
+    assert PARSER_ERROR in done.stdout and "VERDICT: FAIL again" in done.stdout
 
 
 def test_report_rebuilds_the_runs_html_page_and_a_failure_only_warns(tmp_path: Path) -> None:
     folder = debugged_task(tmp_path / "runs" / "r")
-    proc = cli("report", str(folder.root), cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    done = in_process("report", str(folder.root))
+    assert done.exit_code == 0 and done.stderr == "", done.stderr
     page = folder.root / "report.html"
     assert page.is_file() and "syntax error at or near" in page.read_text()
     page.unlink()
     page.mkdir()  # report.html cannot be written: one warning, the report still printed
-    proc = cli("report", str(folder.root), cwd=tmp_path)
-    assert proc.returncode == 0 and "t1" in proc.stdout
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("warning: ")
-    assert "report.html not written" in proc.stderr
+    done = in_process("report", str(folder.root))
+    assert done.exit_code == 0 and "t1" in done.stdout
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("warning: ")
+    assert "report.html not written" in done.stderr
 
 
 # --- end to end: real dbt, the replay agent, a model with a syntax error --------------------
