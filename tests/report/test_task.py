@@ -133,6 +133,10 @@ def test_report_rebuilds_the_runs_html_page_and_a_failure_only_warns(tmp_path: P
     page = folder.root / "report.html"
     assert page.is_file() and "syntax error at or near" in page.read_text()
     page.unlink()
+    done = in_process("report", str(folder.root), "--format", "html", "-o",
+                      str(tmp_path / "copy.html"))
+    assert done.exit_code == 0 and page.read_text() == (tmp_path / "copy.html").read_text()
+    page.unlink()
     page.mkdir()  # report.html cannot be written: one warning, the report still printed
     done = in_process("report", str(folder.root))
     assert done.exit_code == 0 and "t1" in done.stdout
