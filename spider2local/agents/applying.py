@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from spider2local.clock.dbt import DbtResult, run_dbt
+from spider2local.clock.dbt import DbtResult, decisive_line, run_dbt
 from spider2local.exceptions import DbtError
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.faults import is_machine_failure
@@ -62,9 +62,12 @@ def describe_failure(result: DbtResult) -> str | None:
         return f"dbt {' '.join(result.args)} timed out after {result.duration:.0f}s"
     if result.ok:
         return None
-    failed = [f"{m.name}: {(m.message or m.status).strip()}" for m in result.errored()]
-    details = failed or result.error_messages() or [result.stderr_tail.strip()[-300:]]
-    text = "; ".join(d.splitlines()[0] for d in details if d) or "no details"
+    # the decisive line of each (decisive_line): "Runtime Error in model x" alone said nothing
+    failed = [line if f" {m.name} " in f" {line} " else f"{m.name}: {line}"
+              for m in result.errored() for line in (m.error_line,)]
+    details = failed or [decisive_line(m) for m in result.error_messages()] \
+        or [decisive_line(result.stderr_tail.strip()[-300:])]
+    text = "; ".join(d for d in details if d) or "no details"
     return f"dbt {' '.join(result.args)} failed (exit {result.returncode}): {text}"
 
 

@@ -450,14 +450,27 @@ def merge(runs: tuple[str, ...], runs_dir: Path, into: Path, force: bool,
                    "is one self-contained file.")
 @click.option("--output", "-o", type=click.Path(path_type=Path, dir_okay=False),
               help="Write to this file instead of stdout.")
-def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None) -> None:
+@click.option("--task", "task_id", metavar="ID",
+              help="Print this one task whole instead: verdict per trial, per-table "
+                   "diagnostics, dbt errors, files changed, the verifier's last report and "
+                   "where its transcript, logs and database are.")
+@click.option("--trial", type=click.IntRange(min=1), metavar="N",
+              help="With --task: only this trial (default: every trial of the task).")
+def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id: str | None,
+           trial: int | None) -> None:
     """The report of RUN (a folder, a run id or 'latest'), rebuilt from its folder alone (no
     dataset, no credentials): the honest headline (passed over the official, with-gold,
     runnable and attempted denominators; free and suspect passes; tokens, cost, time) and one
-    row per task."""
+    row per task. Also rewrites RUN/report.html. With --task ID: that task whole."""
     from spider2local.cli.commands import report_command
 
-    sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output))
+    if trial is not None and task_id is None:
+        raise UserError("--trial needs --task", fix="add --task ID")
+    if task_id is not None and fmt != "terminal":
+        raise UserError(f"--task prints text; --format {fmt} is for the whole run's report",
+                        fix="drop --format, or drop --task")
+    sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output, task_id=task_id,
+                            trial=trial))
 
 
 @cli.command()

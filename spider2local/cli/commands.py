@@ -81,8 +81,11 @@ def run_command(plan: RunPlan, as_json: bool, progress: Progress | None = None,
     with _late_signals_hurry():
         outcome = run_plan_sync(plan, progress or Progress(color=color))
     print_report(outcome.folder, as_json, color)
+    page = write_html_report(outcome.folder)
     if not as_json:
         _out(f"run folder: {outcome.folder.root}")
+        if page is not None:
+            _out(f"report: {page}")
     if outcome.interrupted:
         _err(f"interrupted: run the same command with --run-id {outcome.folder.run_id} "
              "to resume")
@@ -130,10 +133,41 @@ def render_format(folder: RunFolder, fmt: str) -> str:
     return render_terminal(report) + "\n"
 
 
-def report_command(folder: RunFolder, fmt: str, output: Path | None) -> int:
+def write_html_report(folder: RunFolder, page: str | None = None) -> Path | None:
+    """Write ``<run>/report.html`` (what a person opens after a run; ``page`` when it is
+    rendered already); returns its path, or None after one warning line on stderr when it
+    cannot be written: the run's results are on disk whatever happens to their page, and
+    ``report RUN`` rebuilds it."""
+    from spider2local.report.html import render_html
+    from spider2local.run.layout import REPORT_HTML
+    from spider2local.run.results import write_text_atomic
+
+    path = folder.root / REPORT_HTML
+    try:
+        write_text_atomic(path, page if page is not None
+                          else render_html(load_report(folder), folder))
+    except Exception as exc:  # any failure of the page must not fail the run
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        _err(f"warning: {path} not written ({type(exc).__name__}: {why}); "
+             f"`spider2local report {folder.root}` rebuilds it")
+        return None
+    return path
+
+
+def report_command(folder: RunFolder, fmt: str, output: Path | None, *,
+                   task_id: str | None = None, trial: int | None = None) -> int:
     """``spider2local report``: print the report, or write it to ``output`` (atomically, so a
-    CI step never uploads half a file)."""
-    text = render_format(folder, fmt)
+    CI step never uploads half a file); with ``task_id``, that one task whole
+    (:mod:`spider2local.report.task`). The run's report.html is rebuilt too (a folder that
+    cannot take it, a read-only CI artifact, gets one warning line)."""
+    if task_id is not None:
+        from spider2local.report.task import render_task
+
+        text = render_task(folder, load_report(folder), task_id, trial)
+    else:
+        text = render_format(folder, fmt)
+        if folder.read_manifest() is not None:
+            write_html_report(folder, text if fmt == "html" else None)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -14,8 +14,9 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,45 @@ ERROR_STATUSES = frozenset({"error", "fail", "runtime error"})
 """run_results statuses that mean a node did not do its job (``warn`` and ``skipped`` do not)."""
 
 
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""A terminal escape sequence (CSI colours, OSC titles, two-byte escapes): dbt colours its
+messages (``\x1b[31mERROR\x1b[0m``) even in its JSON log."""
+_ERROR_HEADER = re.compile(r"^(?:[A-Z][A-Za-z]* )+Error(?: in .+)?$")
+"""dbt's header line of an error, which names where but not what: ``Runtime Error in model
+daily_revenue (models/daily_revenue.sql)``, ``Compilation Error``, ``Database Error in ...``."""
+_ERROR_DETAIL = re.compile(r"^(?:[A-Z][A-Za-z]* )+Error: \S")
+"""A line naming the actual error: DuckDB's ``Parser Error: syntax error at or near "by"``,
+``Catalog Error: Table with name x does not exist!``, ``Binder Error: ...``."""
+_PREAMBLE = frozenset({"Encountered an error:"})
+"""Lines dbt puts before the header of a failure that stopped the whole invocation."""
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+def decisive_line(message: str) -> str:
+    """The one line of a dbt error message that says what went wrong.
+
+    dbt's messages span lines: a header naming where (``Runtime Error in model x (path)``),
+    then the database's or Jinja's own message, then the SQL around it. The header alone says
+    nothing a person can act on, so it is joined with the first line that names the actual
+    error (DuckDB's ``X Error: ...``), or else with the line after it (a Compilation Error's
+    detail): ``Runtime Error in model x (path): Parser Error: syntax error at or near "by"``.
+    A message of one line comes back as it is (stripped of colours and blanks).
+    """
+    lines = [line.strip() for line in strip_ansi(message).splitlines()]
+    lines = [line for line in lines if line and line not in _PREAMBLE]
+    if not lines:
+        return ""
+    head, rest = lines[0], lines[1:]
+    if not rest or not _ERROR_HEADER.match(head):
+        return head
+    detail = next((line for line in rest if _ERROR_DETAIL.match(line)), rest[0])
+    return f"{head}: {detail}"
+
+
 @dataclass(frozen=True)
 class NodeResult:
     """One node of ``run_results.json``: a model, test, seed or snapshot."""
@@ -47,6 +87,11 @@ class NodeResult:
     @property
     def failed(self) -> bool:
         return self.status in ERROR_STATUSES
+
+    @property
+    def error_line(self) -> str:
+        """What went wrong with this node, in one line (:func:`decisive_line`)."""
+        return decisive_line(self.message or "") or self.status
 
 
 @dataclass(frozen=True)
@@ -100,6 +145,33 @@ def _json_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def log_as_text(lines: Iterable[str]) -> Iterator[str]:
+    """dbt's JSON-event log (``DBT_LOG_FORMAT=json``: one event a line) as the plain text log
+    dbt writes without it: ``HH:MM:SS.ffffff [level] message`` per event, a message's further
+    lines indented below it, a rule with the invocation's id where a new dbt invocation
+    starts, and no terminal escapes (dbt colours its messages even in JSON). A line that is
+    not a JSON event (a text-format log, a line cut short) is kept as it is, escapes removed.
+    Each item yielded ends with a newline."""
+    invocation = None
+    for raw in lines:
+        event = _json_line(raw.strip())
+        info = event.get("info") if event else None
+        if not isinstance(info, dict):
+            text = strip_ansi(raw).rstrip("\r\n")
+            if text:
+                yield text + "\n"
+            continue
+        ts = str(info.get("ts") or "")
+        clock = ts[11:26] if len(ts) >= 19 else ts
+        if info.get("invocation_id") != invocation:
+            invocation = info.get("invocation_id")
+            yield f"{'=' * 30} {ts[:10]} {clock} | {invocation} {'=' * 30}\n"
+        first, *rest = strip_ansi(str(info.get("msg") or "")).rstrip().splitlines() or [""]
+        yield f"{clock} [{info.get('level') or '?'!s:<5}] {first}\n"
+        for line in rest:
+            yield f"    {line}\n"
 
 
 def parse_run_results(path: Path) -> tuple[NodeResult, ...]:

@@ -244,8 +244,14 @@ def transcript_entries(path: Path) -> tuple[tuple[Entry, ...], tuple[Entry, ...]
 
 
 def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
-    out = []
-    for path in sorted((task_dir / DBT_LOGS).glob("*run_results*.json")):
+    """Each distinct node error of the trial's dbt calls, once, in call order. The plain
+    ``run_results.json`` is a copy of the last call's (collected beside the numbered records)
+    and is read only when there are no records; an error that several calls repeat is shown
+    once too: it is one thing to fix."""
+    paths = sorted((task_dir / DBT_LOGS).glob("*run_results*.json"))
+    numbered = [p for p in paths if p.name != "run_results.json"]
+    out: list[str] = []
+    for path in numbered or paths:
         if not _plain(task_dir, path):
             continue
         try:
@@ -255,7 +261,9 @@ def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
         for item in results if isinstance(results, list) else []:
             if isinstance(item, dict) and item.get("status") in ("error", "fail",
                                                                   "runtime error"):
-                out.append(_cut(f"{item.get('unique_id', '?')}: {item.get('message') or ''}"))
+                text = _cut(f"{item.get('unique_id', '?')}: {item.get('message') or ''}")
+                if text not in out:
+                    out.append(text)
     return tuple(out)
 
 

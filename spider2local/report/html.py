@@ -156,11 +156,13 @@ def _grid(report: RunReport) -> str:
     return "<h2>trials</h2>" + "".join(out)
 
 
-def _bar_chart(title: str, items: Sequence[tuple[str, float, str]], unit: str,
+def _bar_chart(title: str, items: Sequence[tuple[str, float | None, str]], unit: str,
                fmt: str = "{:.1f}") -> str:
-    """A horizontal bar chart as inline SVG: ``(label, value, colour)`` per bar."""
+    """A horizontal bar chart as inline SVG: ``(label, value, colour)`` per bar. A value of
+    ``None`` (not known: no cost recorded) is no bar and reads ``-``, as in the table, never
+    a made-up zero."""
     label_w, bar_w, row_h = 160, 260, 16
-    peak = max((v for _, v, _ in items), default=0.0) or 1.0
+    peak = max((v for _, v, _ in items if v is not None), default=0.0) or 1.0
     height = row_h * len(items) + 24
     parts = [f'<svg class="chart" role="img" aria-label="{_e(title)}" '
              f'xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 80}" '
@@ -169,7 +171,7 @@ def _bar_chart(title: str, items: Sequence[tuple[str, float, str]], unit: str,
     for i, (label, value, colour) in enumerate(items):
         y = 22 + i * row_h
         width = max(1.0, bar_w * value / peak) if value else 0.0
-        text = fmt.format(value) + unit
+        text = "-" if value is None else fmt.format(value) + unit
         parts.append(f'<g><title>{_e(label)}: {_e(text)}</title>'
                      f'<text x="0" y="{y + 11}" font-size="11">{_e(label[:24])}</text>'
                      f'<rect x="{label_w}" y="{y}" width="{width:.1f}" height="{row_h - 3}" '
@@ -214,7 +216,7 @@ def _charts(report: RunReport) -> str:
     several = report.trials > 1
     timed = [(r.name if several else r.task_id, r.seconds or 0.0,
               COLOURS.get(str(r.status), "#757575")) for r in rows]
-    costs = [(r.name if several else r.task_id, r.cost_usd or 0.0,
+    costs = [(r.name if several else r.task_id, r.cost_usd,
               COLOURS.get(str(r.status), "#757575")) for r in rows]
     stages = sorted(report.headline.stage_seconds.items(), key=lambda kv: -kv[1])
     stage_bars = [(name, secs, STAGE_COLOURS[i % len(STAGE_COLOURS)])
@@ -302,7 +304,9 @@ def _task(row: Row, details: TaskDetails, several: bool = False) -> str:
     if row.error_stage:
         facts.append(f"error: {row.error_stage} ({row.error_kind}): {row.error_message}")
     body = "<ul>" + "".join(f"<li>{_e(f)}</li>" for f in facts) + "</ul>"
-    if row.note:
+    if row.note and not row.error_stage and not row.diagnostics:
+        # the note repeats the error line and the first diagnostic, both shown here already:
+        # only a trial without either (skipped, not run) is explained by its note alone
         body += f"<p><b>note:</b> {_e(row.note)}</p>"
     body += _section("per-table diagnostics", _pre(row.diagnostics) if row.diagnostics else "",
                      "not scored")

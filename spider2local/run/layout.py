@@ -14,9 +14,12 @@ Layout::
     <runs-dir>/<run-id>/<task>/reference_snapshot.json  START_SNAPSHOT: the start database
     <runs-dir>/<run-id>/<task>/dbt/               DBT_LOGS: dbt logs and run_results
     <runs-dir>/<run-id>/<task>/dbt/NNN-<command>.run_results.json  each agent dbt call's results
+    <runs-dir>/<run-id>/<task>/dbt/dbt.log        DBT_LOG: dbt's own log (JSON events)
+    <runs-dir>/<run-id>/<task>/dbt/dbt.txt        DBT_TEXT: the same log as plain text, no colours
     <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
     <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
+    <runs-dir>/<run-id>/report.html               REPORT_HTML: the HTML report, rebuilt by `report`
     <runs-dir>/<run-id>/_trials/<k>/<task>/...    TRIALS: trial k >= 2 of the task, the same files
     <runs-dir>/<run-id>/_history/<n>/...          HISTORY: trials discarded by `run --rerun`,
                                                   each set in the layout above (never results)
@@ -47,11 +50,14 @@ WORKSPACE_RECORD = "workspace.json"
 SCAN = "scan.json"
 START_SNAPSHOT = "reference_snapshot.json"
 DBT_LOGS = "dbt"
+DBT_LOG = "dbt.log"
+DBT_TEXT = "dbt.txt"
 DBT_RUNS = "dbt-runs"
 RUN_RESULTS_SUFFIX = ".run_results.json"
 PROJECT_FILES = "project"
 START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"
+REPORT_HTML = "report.html"
 TRIALS = "_trials"
 HISTORY = "_history"
 WORKSPACE_PREFIX = "spider2local-"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local.clock.dbt import log_as_text
 from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait
@@ -38,8 +40,10 @@ from spider2local.dbtproject.templates import templates as model_templates
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir, skills_dir
 from spider2local.run.layout import (
+    DBT_LOG,
     DBT_LOGS,
     DBT_RUNS,
+    DBT_TEXT,
     PROJECT_FILES,
     RESULT_DB,
     RUN_RESULTS_SUFFIX,
@@ -69,7 +73,7 @@ SKIP_TOP = frozenset({"target", "logs", "dbt_modules", ".git", ".user.yml", "__p
 ARTIFACT_SUFFIXES = frozenset({".sql", ".yml", ".yaml", ".md", ".py", ".csv"})
 ARTIFACT_SKIP = frozenset({"target", "logs", "dbt_packages", "dbt_modules", CONTEXT_DIR,
                            ".claude", ".git", "__pycache__"})
-PROJECT_DBT_FILES = (("logs/dbt.log", "dbt.log"), ("target/run_results.json", "run_results.json"))
+PROJECT_DBT_FILES = (("logs/dbt.log", DBT_LOG), ("target/run_results.json", "run_results.json"))
 """What an agent's own ``dbt`` calls leave in the project (kept small: no manifest)."""
 DBT_RECORD = re.compile(r"^[0-9]{3,}-[A-Za-z0-9_-]+\.json$")
 """A run_results record the dbt shim kept (``NNN-<command>.json``, see faketime/README.md)."""
@@ -294,6 +298,7 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool,
         checkpoint_database(ws.database, root=ws.root)
         database = ws.artifacts / RESULT_DB
         fast_copy(ws.database, database)
+    write_dbt_text(ws.artifacts / DBT_LOGS)  # last: a convenience must not cost the database
     return CollectedArtifacts(project=target, files=files, database=database)
 
 
@@ -369,6 +374,37 @@ def _collect_dbt_files(ws: Workspace, target: Path) -> None:
         if _small_plain(ws.root, path) and not (target / name).exists():
             target.mkdir(parents=True, exist_ok=True)
             copy_regular(path, target / name)
+
+
+def write_dbt_text(logs: Path) -> bool:
+    """Write ``logs/dbt.txt``: ``logs/dbt.log`` (JSON events, coloured) as plain text a person
+    reads (:func:`spider2local.clock.dbt.log_as_text`); returns whether it was written. Only a
+    plain log file is read (the built-in agents' dbt writes it here directly), line by line,
+    and at most :data:`ARTIFACT_MAX_BYTES` of text is written (the rest is named, not kept)."""
+    source, target = logs / DBT_LOG, logs / DBT_TEXT
+    if not is_workspace_file(logs, source):
+        return False
+    written = 0
+    try:
+        target.unlink(missing_ok=True)  # a link in its place is removed, never written through
+        with source.open(encoding="utf-8", errors="replace") as fh, \
+                target.open("x", encoding="utf-8") as out:
+            for line in log_as_text(iter(functools.partial(fh.readline, MAX_LOG_LINE), "")):
+                if written + len(line) > ARTIFACT_MAX_BYTES:
+                    out.write(f"... [the rest of {DBT_LOG} is not kept here]\n")
+                    break
+                out.write(line)
+                written += len(line)
+    except OSError:  # a full disk: the JSON log is still there; the report says dbt.txt is not
+        with contextlib.suppress(OSError):
+            target.unlink(missing_ok=True)
+        return False
+    return True
+
+
+MAX_LOG_LINE = 1 << 20
+"""Characters read of one dbt log line at a time: a longer line comes in pieces, never whole
+into memory."""
 
 
 def _record_order(name: str) -> tuple[int, str]:

@@ -15,7 +15,14 @@ import anyio
 import duckdb
 import pytest
 
-from spider2local.clock.dbt import DbtResult, parse_run_results, resolve_dbt, run_dbt
+from spider2local.clock.dbt import (
+    DbtResult,
+    decisive_line,
+    log_as_text,
+    parse_run_results,
+    resolve_dbt,
+    run_dbt,
+)
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt, strip_fake_clock
 from spider2local.exceptions import DbtError
 from spider2local.resources import faketime_dir
@@ -210,3 +217,65 @@ async def test_a_parse_cache_of_another_date_is_never_reused(tmp_path: Path) -> 
                                            "select table_name from information_schema.tables")}
         assert f"m_{clock.date.year}" in tables, (env, tables)
     assert f"m_{datetime.date.today().year}" not in tables
+
+
+@pytest.mark.parametrize(("message", "line"), [
+    ('Runtime Error in model daily_revenue (models/daily_revenue.sql)\n'
+     '  Parser Error: syntax error at or near "by"\n  \n  LINE 5:     select 1 group by by\n'
+     '                                     ^',
+     'Runtime Error in model daily_revenue (models/daily_revenue.sql): '
+     'Parser Error: syntax error at or near "by"'),
+    ("  Runtime Error in model m (models/m.sql)\n  Catalog Error: Table with name t does not "
+     "exist!\n  Did you mean \"s\"?\n",
+     "Runtime Error in model m (models/m.sql): Catalog Error: Table with name t does not "
+     "exist!"),
+    ("Database Error in model m (models/m.sql)\n  some words first\n  Binder Error: no col x",
+     "Database Error in model m (models/m.sql): Binder Error: no col x"),
+    ("Encountered an error:\nCompilation Error\n  Model 'model.p.m' (models/m.sql) depends on "
+     "a node named 'missing' which was not found",
+     "Compilation Error: Model 'model.p.m' (models/m.sql) depends on a node named 'missing' "
+     "which was not found"),
+    ("Encountered an error:\nCompilation Error in model m (models/m.sql)\n  unexpected 'end of "
+     "print statement'\n    line 1\n      select {{ 1 + }}",
+     "Compilation Error in model m (models/m.sql): unexpected 'end of print statement'"),
+    ("\x1b[31mFailure in model m (models/m.sql)\x1b[0m", "Failure in model m (models/m.sql)"),
+    ("Runtime Error in model m (models/m.sql)", "Runtime Error in model m (models/m.sql)"),
+    ("Parser Error: plain", "Parser Error: plain"),
+    ("\n \n", ""),
+])
+def test_decisive_line_names_the_actual_error(message: str, line: str) -> None:
+    assert decisive_line(message) == line
+
+
+def _event(msg: str, level: str = "info", invocation: str = "inv-1",
+           ts: str = "2024-02-29T12:00:01.123456Z") -> str:
+    return json.dumps({"data": {}, "info": {"level": level, "msg": msg, "name": "X",
+                                            "invocation_id": invocation, "ts": ts}}) + "\n"
+
+
+def test_the_json_log_reads_as_plain_text() -> None:
+    lines = [_event("Running with dbt=1.11.16"),
+             _event("\x1b[31mFailure in model m\x1b[0m", "error"),
+             _event("  Runtime Error in model m\n  Parser Error: syntax error", "error"),
+             "not json \x1b[0m\n", '{"cut short\n', "\n",
+             _event("Running with dbt=1.11.16", invocation="inv-2")]
+    text = "".join(log_as_text(lines))
+    assert "\x1b" not in text and "{" not in text.replace('{"cut short', "")
+    assert text.splitlines() == [
+        f"{'=' * 30} 2024-02-29 12:00:01.123456 | inv-1 {'=' * 30}",
+        "12:00:01.123456 [info ] Running with dbt=1.11.16",
+        "12:00:01.123456 [error] Failure in model m",
+        "12:00:01.123456 [error]   Runtime Error in model m",
+        "      Parser Error: syntax error",
+        "not json ",
+        '{"cut short',
+        f"{'=' * 30} 2024-02-29 12:00:01.123456 | inv-2 {'=' * 30}",
+        "12:00:01.123456 [info ] Running with dbt=1.11.16"]
+
+
+def test_a_hostile_log_event_cannot_break_the_text() -> None:
+    odd = ['{"info": "not a dict"}\n', '{"info": {"msg": null, "ts": 5}}\n', "[1, 2]\n",
+           '{"info": {"msg": "\\u001b]0;title\\u0007x", "level": "warn"}}\n']
+    text = "".join(log_as_text(odd))
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.splitlines()[-1].endswith("[warn ] x")

@@ -196,3 +196,35 @@ def test_links_and_special_files_in_a_task_folder_are_not_read(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     page = out.read_text()
     assert "TOP-SECRET" not in page
+
+
+def _dbt_failure(task: Path, message: str) -> None:
+    """What a built-in agent's failed ``dbt run`` leaves: the numbered record and the plain
+    copy of the last one (collected beside it), both with the same node error."""
+    results = json.dumps({"results": [{"unique_id": "model.t.orders", "status": "error",
+                                       "message": message}]})
+    (task / "dbt").mkdir(exist_ok=True)
+    (task / "dbt" / "dbt-001-run.run_results.json").write_text(results)
+    (task / "dbt" / "run_results.json").write_text(results)
+
+
+def test_each_dbt_error_appears_once(tmp_path: Path) -> None:
+    folder = _finished_task(tmp_path / "runs" / "r")
+    task = folder.task_dir("t1")
+    message = 'Runtime Error in model orders\n  Parser Error: syntax error at or near "by"'
+    _dbt_failure(task, message)
+    (task / "dbt" / "dbt-002-run.run_results.json").write_text(
+        (task / "dbt" / "run_results.json").read_text())  # a second call, failing the same way
+    assert load_details(task).dbt_errors == (f"model.t.orders: {message}",)
+    page = render_html(load_report(folder), folder)
+    assert page.count("syntax error at or near") == 1
+
+
+def test_the_cost_chart_says_dash_where_the_table_does(tmp_path: Path) -> None:
+    folder = _finished_task(tmp_path / "runs" / "r")  # a noop run: no cost recorded
+    page = render_html(load_report(folder), folder)
+    chart = page[page.index('aria-label="cost per task"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert "$0.00" not in page
+    assert "<title>t1: -</title>" in chart
+    assert '<td data-value="-1">-</td>' in page  # the table's cost cell

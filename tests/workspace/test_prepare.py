@@ -270,8 +270,10 @@ def test_collect_artifacts_keeps_the_projects_dbt_log_without_clobbering(
         (ws.project_dir / rel).write_text(text)
     collect_artifacts(ws, keep_db=False)
     dbt_dir = tmp_path / "a" / "dbt"
-    assert sorted(p.name for p in dbt_dir.iterdir()) == ["dbt.log", "run_results.json"]
+    assert sorted(p.name for p in dbt_dir.iterdir()) == ["dbt.log", "dbt.txt",
+                                                         "run_results.json"]
     assert (dbt_dir / "dbt.log").read_text() == "project log"
+    assert (dbt_dir / "dbt.txt").read_text() == "project log\n"  # not JSON: kept as it is
     (dbt_dir / "dbt.log").write_text("agent's own log")
     (dbt_dir / "run_results.json").unlink()
     (ws.project_dir / "target" / "run_results.json").write_text('{"second": 1}')
@@ -471,3 +473,46 @@ def test_dbt_records_over_the_cap_keep_the_first_calls(sample: Dataset, tmp_path
     assert sorted(p.name for p in (tmp_path / "a" / "dbt").iterdir()) == [
         "1000-show.run_results.json", "999-run.run_results.json"]
     cleanup_workspace(ws)
+
+
+def _dbt_event(msg: str, level: str = "info") -> str:
+    return json.dumps({"info": {"level": level, "msg": msg, "invocation_id": "i",
+                                "ts": "2024-01-15T12:00:00.000001Z"}}) + "\n"
+
+
+def test_the_dbt_log_is_kept_as_plain_text_too(tmp_path: Path) -> None:
+    logs = tmp_path / "dbt"
+    logs.mkdir()
+    (logs / "dbt.log").write_text(_dbt_event("\x1b[31mFailure in model m\x1b[0m", "error")
+                                  + _dbt_event("Parser Error: syntax error", "debug"))
+    assert wsmod.write_dbt_text(logs)
+    text = (logs / "dbt.txt").read_text()
+    assert "\x1b" not in text and '"info"' not in text
+    assert "[error] Failure in model m" in text and "[debug] Parser Error" in text
+
+
+def test_the_dbt_text_never_follows_a_link_nor_reads_one(tmp_path: Path) -> None:
+    logs, outside = tmp_path / "dbt", tmp_path / "outside.txt"
+    logs.mkdir()
+    outside.write_text("host file\n")
+    (logs / "dbt.log").symlink_to(outside)  # a log that is a link: not read
+    assert not wsmod.write_dbt_text(logs) and not (logs / "dbt.txt").exists()
+    (logs / "dbt.log").unlink()
+    (logs / "dbt.log").write_text(_dbt_event("ok"))
+    (logs / "dbt.txt").symlink_to(outside)  # a planted dbt.txt: replaced, never written through
+    assert wsmod.write_dbt_text(logs)
+    assert outside.read_text() == "host file\n"
+    assert not (logs / "dbt.txt").is_symlink() and "ok" in (logs / "dbt.txt").read_text()
+
+
+def test_a_huge_dbt_log_makes_a_bounded_text(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wsmod, "ARTIFACT_MAX_BYTES", 10_000)
+    logs = tmp_path / "dbt"
+    logs.mkdir()
+    with (logs / "dbt.log").open("w") as fh:
+        fh.write(_dbt_event("x" * 3_000) * 20)
+        fh.write("y" * 50_000 + "\n")  # one long line that is no event
+    assert wsmod.write_dbt_text(logs)
+    text = (logs / "dbt.txt").read_text()
+    assert len(text) < 10_200 and text.endswith("[the rest of dbt.log is not kept here]\n")
