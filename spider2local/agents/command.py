@@ -30,6 +30,7 @@ the session's marker.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -39,19 +40,32 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from spider2local.agents.claude.pricing import ApiUsage
 from spider2local.agents.claude.prompts import command_instruction
-from spider2local.agents.claude.support import MARKER_ENV, sweep
+from spider2local.agents.claude.support import (
+    CREDENTIAL_VARS,
+    MARKER_ENV,
+    PLACEHOLDER,
+    claude_upstream,
+    sweep,
+)
 from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import READERS, read_usage
 from spider2local.exceptions import UserError
+from spider2local.gateway.budget import Budget
+from spider2local.gateway.server import ApiCall, CallCounter, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.run.layout import API_RECORD
+from spider2local.run.results import Usage
 from spider2local.safepath import is_within
 from spider2local.sandbox.isolation import IsolationMode
+from spider2local.suite.model import COMMAND_APIS
 
 OUTPUT_LIMIT = 1 << 20
 """Bytes kept of the command's stdout and of its stderr (the tail), in files and transcript."""
@@ -72,14 +86,75 @@ def _now_utc(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def upstream_env(ctx: AgentContext) -> dict[str, str]:
-    """The base URLs the agent's API clients must use, as the sandbox's gateway gives them.
+API_KINDS = COMMAND_APIS
+OPENAI_API = "https://api.openai.com/v1"
+"""OpenAI's base URL (clients append ``/chat/completions``, ``/responses``...)."""
 
-    TODO(gateway): the network namespace and model gateway (h-gateway) are not on main yet.
-    Once they land, ask the gateway for this task's upstreams and return its variables
-    (``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL``, ...) pointing at it; until then the agent's
-    own variables (``pass_env``) decide, and the network is not cut (README, "Isolation")."""
-    return {}
+
+@dataclass(frozen=True)
+class Api:
+    """One declared API: where the gateway forwards it, and the variables that point the
+    agent's client at the gateway instead (base URL, placeholder credentials)."""
+
+    kind: str
+    upstream: Upstream
+    credentials: tuple[str, ...]
+    """The agent's credential variables, each given the placeholder (clients refuse to start
+    without a key; the gateway drops it and adds the runner's)."""
+
+    def env(self, base_url: str) -> dict[str, str]:
+        url_var = "ANTHROPIC_BASE_URL" if self.kind == "anthropic" else "OPENAI_BASE_URL"
+        return {url_var: base_url, **dict.fromkeys(self.credentials, PLACEHOLDER)}
+
+
+def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None) -> list[Api]:
+    """The upstreams of ``apis``, from the RUNNER's environment (the user's base URL and key;
+    the agent never sees either): Anthropic as the Claude session reaches it, and OpenAI's
+    API or an OpenAI-compatible server (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+    environ = os.environ if environ is None else environ
+    found: list[Api] = []
+    for kind in apis:
+        if kind == "anthropic":
+            creds = tuple(v for v in (*CREDENTIAL_VARS, "ANTHROPIC_AUTH_TOKEN")
+                          if environ.get(v, "").strip()) or ("ANTHROPIC_API_KEY",)
+            found.append(Api(kind, claude_upstream(environ), creds))
+        else:
+            key = environ.get("OPENAI_API_KEY", "").strip()
+            found.append(Api(kind, Upstream(
+                base_url=environ.get("OPENAI_BASE_URL") or OPENAI_API,
+                headers={"authorization": f"Bearer {key}"} if key else {},
+                drop=("authorization", "api-key"), paths=("/",)), ("OPENAI_API_KEY",)))
+    return found
+
+
+class _Meters:
+    """The gateway's meter of a command agent's session: Anthropic's Messages answers are read
+    as for the Claude session (tokens, model, cost, from the server's own events); any other
+    API's calls are counted, their cost unknown (:class:`CallCounter`)."""
+
+    def __init__(self, apis: Sequence[Api]) -> None:
+        self.by_upstream: list[Any] = [ApiUsage() if a.kind == "anthropic" else CallCounter()
+                                       for a in apis]
+
+    def begin(self, call: ApiCall) -> None:
+        self.by_upstream[call.upstream].begin(call)
+
+    def event(self, call: ApiCall, data: Mapping[str, Any]) -> None:
+        self.by_upstream[call.upstream].event(call, data)
+
+    def end(self, call: ApiCall, status: int) -> None:
+        self.by_upstream[call.upstream].end(call, status)
+
+    def cost(self) -> float | None:
+        costs = [m.cost() for m in self.by_upstream]
+        return None if any(c is None for c in costs) else sum(c for c in costs if c)
+
+    def usage(self) -> Usage | None:
+        """What the model servers said the session used; None when no Messages call passed
+        (then the agent's own report, if any, is what is known)."""
+        seen = [m.usage() for m in self.by_upstream if isinstance(m, ApiUsage)]
+        seen = [u for u in seen if u.turns or u.input_tokens or u.output_tokens]
+        return seen[0] if seen else None
 
 
 class CommandAgent:
@@ -90,7 +165,7 @@ class CommandAgent:
 
     def __init__(self, command: str | None = None, *, pass_env: Sequence[str] = (),
                  read_only: Sequence[Path | str] = (), usage: str | None = None,
-                 trajectory: str | None = None) -> None:
+                 trajectory: str | None = None, apis: Sequence[str] = ()) -> None:
         if command is None or not command.strip():
             raise UserError("the command agent needs a command",
                             fix="pass --agent-command '<shell command>', or define it in the "
@@ -104,6 +179,13 @@ class CommandAgent:
         if missing:
             raise UserError("a read-only folder of the command agent does not exist",
                             path=missing[0], fix="fix read_only in the suite's [agents] table")
+        unknown = [a for a in apis if a not in API_KINDS]
+        if unknown:
+            raise UserError(f"unknown API {unknown[0]!r} of the command agent",
+                            fix="apis lists some of: " + ", ".join(API_KINDS))
+        self.apis = tuple(dict.fromkeys(apis))
+        """The model APIs it calls, each through the gateway; under ``--isolation namespace``
+        nothing else of the network exists for it (none declared: no network at all)."""
         self.usage = usage
         self.trajectory = trajectory
         """For ``usage = "mini-swe-agent"``: the trajectory file, relative to the project
@@ -136,11 +218,14 @@ class CommandAgent:
         return None
 
     def contract_env(self, ctx: AgentContext, files: Mapping[str, Path], instruction: str,
-                     deadline: float, marker: str) -> dict[str, str]:
+                     deadline: float, marker: str,
+                     gateway: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``gateway``: the declared APIs' variables (:meth:`Api.env`), laid over ``pass_env``
+        so a key named there never reaches the agent for an API the gateway serves."""
         ws = ctx.workspace
         env = dict(ws.env)
         env.update({k: os.environ[k] for k in self.pass_env if k in os.environ})
-        env.update(upstream_env(ctx))
+        env.update(gateway or {})
         env.update({
             "SPIDER2_INSTRUCTION": instruction if len(instruction) <= MAX_ENV_TEXT else
             instruction[:MAX_ENV_TEXT] + "\n[cut: read $SPIDER2_INSTRUCTION_FILE]",
@@ -196,10 +281,12 @@ class CommandAgent:
             indent=2) + "\n", encoding="utf-8")
         return config
 
-    def _argv(self, ctx: AgentContext, env: dict[str, str]) -> tuple[list[str], Any]:
+    def _argv(self, ctx: AgentContext, env: dict[str, str],
+              socket: Path | None) -> tuple[list[str], Any]:
         if ctx.isolation != IsolationMode.NAMESPACE:
             return [SHELL, "-c", self.command], None
         from spider2local.sandbox.launcher import Launcher
+        from spider2local.sandbox.network import NetworkSeal
         from spider2local.sandbox.spec import agent_spec, warm_services
 
         hidden = list(ctx.off_limits)
@@ -212,27 +299,49 @@ class CommandAgent:
         # the marker so the sweep ends it: never the agent's pass_env credentials
         services = warm_services({**ctx.workspace.env, MARKER_ENV: env[MARKER_ENV]},
                                  ctx.workspace.root)
+        # the network cut, whatever it declared: its APIs through the relay to the gateway
         launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
                                        hidden=hidden, read_only=self.read_only,
-                                       services=services))
+                                       services=services,
+                                       network=NetworkSeal(socket) if socket else None))
         return [*launcher.argv, "-c", self.command], launcher
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
-        from spider2local.proc.run import run_process
-
+        """The command behind its own gateway (sealed under ``--isolation namespace``: the
+        only way out of the sandbox's network), serving the APIs it declared."""
         problem = self.check_read_only(ctx.off_limits)
         if problem is not None:
             ctx.transcript.append("error", {"read_only": problem})
             return AgentOutcome(error=f"not started: {problem}")
+        apis = declared_apis(self.apis)
+        meters = _Meters(apis)
+        budgets = [Budget(ctx.limits.max_budget_usd, "task"),
+                   *([ctx.budget] if ctx.budget is not None else [])]
+        async with open_gateway([a.upstream for a in apis], meters,
+                                sealed=ctx.isolation == IsolationMode.NAMESPACE, budgets=budgets,
+                                record=ctx.workspace.artifacts / API_RECORD) as served:
+            variables: dict[str, str] = {}
+            for api, base in zip(apis, served.base_urls, strict=True):
+                variables.update(api.env(base))
+            outcome = await self._run(ctx, variables, served.socket, meters)
+            if served.gateway.refused is not None and outcome.error is None:
+                outcome = dataclasses.replace(outcome, error=f"the gateway refused its calls: "
+                                                             f"{served.gateway.refused}")
+        return outcome
+
+    async def _run(self, ctx: AgentContext, gateway: Mapping[str, str], socket: Path | None,
+                   meters: _Meters) -> AgentOutcome:
+        from spider2local.proc.run import run_process
+
         started = time.time()
         deadline = started + ctx.limits.timeout
         marker = uuid.uuid4().hex
         files, instruction = self.write_contract(ctx, deadline)
-        env = self.contract_env(ctx, files, instruction, deadline, marker)
-        argv, launcher = self._argv(ctx, env)
+        env = self.contract_env(ctx, files, instruction, deadline, marker, gateway)
+        argv, launcher = self._argv(ctx, env, socket)
         ctx.transcript.append("command", {"command": self.command, "cwd": str(
             ctx.workspace.project_dir), "isolation": ctx.isolation.value,
-            "pass_env": [k for k in self.pass_env if k in os.environ]})
+            "pass_env": [k for k in self.pass_env if k in os.environ], "apis": list(self.apis)})
         result = None
         try:
             result = await run_process(argv, cwd=ctx.workspace.project_dir, env=env,
@@ -248,6 +357,9 @@ class CommandAgent:
                     launcher.remove()
                 self._keep(ctx, result, time.time() - started)
                 usage, source = self._usage(ctx, files, result.stdout if result else "")
+                metered = meters.usage()
+                if metered is not None:  # the model server's word beats the agent's
+                    usage, source = metered, "gateway"
                 if usage is not None:
                     ctx.meter.set(usage)
                 ctx.transcript.append("usage", {"source": source})

@@ -44,9 +44,12 @@ class Rescored:
     trial: int = 1
 
 
-def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
+def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult,
+                 watch: guard.Watch | None = None) -> Rescored:
     """Score ``<task>/result.duckdb`` again and rewrite the verdict fields of result.json.
-    A score or checkpoint error is replaced by the new verdict; an agent error is kept."""
+    A score or checkpoint error is replaced by the new verdict; an agent error is kept.
+    ``watch``: the run's off-limits list, hidden from the scorer's sandbox as the runner
+    hides it (the result's views are the agent's SQL, run again here)."""
     from spider2local.db.header import duckdb_file_problem
     from spider2local.evaluation.sandboxed import score_sandboxed_sync
 
@@ -63,7 +66,8 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult) -> Rescored:
         return Rescored(old.task_id, None, f"kept database damaged: {problem}; "
                                            "the recorded verdict stays", old.trial)
     try:
-        score = score_sandboxed_sync(db, task.gold.db, task.gold.params)
+        hidden = watch.off_limits(task) if watch is not None else ()
+        score = score_sandboxed_sync(db, task.gold.db, task.gold.params, hidden=hidden)
     except Exception as exc:
         keep_traceback(folder.trial_dir(old.task_id, old.trial), Stage.SCORE, exc)
         return Rescored(old.task_id, None, f"scoring failed: {type(exc).__name__}: {exc}",
@@ -99,7 +103,10 @@ def rescore_run(folder: RunFolder, data: Dataset, *,
             _record(folder, taken)
         else:
             _refuse_tampered(folder, results, taken)
-        return [rescore_task(folder, data, r) for _, r in sorted(results.items())]
+        manifest = folder.read_manifest()
+        suite = Path(manifest.suite_path) if manifest and manifest.suite_path else None
+        watch = guard.Watch(taken, runs_dir=folder.root.parent, suite_file=suite)
+        return [rescore_task(folder, data, r, watch) for _, r in sorted(results.items())]
 
 
 def _refuse_tampered(folder: RunFolder, results: Mapping[tuple[str, int], TaskResult],

@@ -23,6 +23,7 @@ from spider2local.safepath import NAME_FIX, name_problem
 from spider2local.suite import options, tomlerror
 from spider2local.suite.model import (
     BUILTIN_SUBSETS,
+    COMMAND_APIS,
     SAMPLE,
     CommandAgentSpec,
     Confidence,
@@ -190,7 +191,7 @@ def _parse_agent(r: _Reader, name: str, tbl: dict[str, Any]) -> CommandAgentSpec
         raise r.error(f"agents.{name}", "is a built-in agent's name or not a plain name",
                       "name it with letters, digits, '-' and '_', not "
                       + ", ".join(BUILT_IN_AGENTS))
-    r.keys(tbl, k, {"command", "pass_env", "read_only", "usage"})
+    r.keys(tbl, k, {"command", "pass_env", "read_only", "usage", "apis"})
     command = r.get(tbl, "command", str, None, key=k + "command")
     if command is None or not command.strip():
         raise r.error(k + "command", "is missing or empty",
@@ -206,9 +207,14 @@ def _parse_agent(r: _Reader, name: str, tbl: dict[str, Any]) -> CommandAgentSpec
     if usage is not None and usage not in USAGE_READERS:
         raise r.error(k + "usage", f"unknown usage reader {usage!r}",
                       "one of " + ", ".join(USAGE_READERS))
+    apis = r.strings(r.get(tbl, "apis", list, [], key=k + "apis"), k + "apis")
+    unknown = [a for a in apis if a not in COMMAND_APIS]
+    if unknown:
+        raise r.error(k + "apis", f"unknown API {unknown[0]!r}",
+                      "list some of: " + ", ".join(COMMAND_APIS))
     return CommandAgentSpec(command=command, pass_env=pass_env,
                             read_only=tuple(_resolve(r.path, p) for p in read_only),
-                            usage=usage)
+                            usage=usage, apis=tuple(apis))
 
 
 def _parse_subsets(r: _Reader, tbl: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -132,6 +132,11 @@ class TaskSettings:
     thinking_budget: int | None = None
 
 
+COMMAND_APIS = ("anthropic", "openai")
+"""The model APIs a command agent may declare (``apis``): each reached only through its
+session's gateway (:mod:`spider2local.gateway`), which holds the real credential."""
+
+
 @dataclass(frozen=True)
 class CommandAgentSpec:
     """A command-line agent the suite defines once (``[agents.NAME]``), run by
@@ -146,10 +151,12 @@ class CommandAgentSpec:
     usage: str | None = None
     """How its usage is read: ``file`` (the usage file), ``claude-json`` (``claude -p
     --output-format json`` on stdout) or ``mini-swe-agent`` (its trajectory); None: ``file``."""
+    apis: tuple[str, ...] = ()
+    """The model APIs it calls (``anthropic``, ``openai``), each only through the gateway."""
 
     def options(self) -> dict[str, Any]:
         return {"command": self.command, "pass_env": self.pass_env,
-                "read_only": self.read_only, "usage": self.usage}
+                "read_only": self.read_only, "usage": self.usage, "apis": self.apis}
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,8 @@ def _make_handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 return
             conversation = fake.route(body)
             answer, kind = fake.next_turn(conversation, body)
-            fake.record(RecordedRequest(conversation, "POST", self.path, body, kind))
+            fake.record(RecordedRequest(conversation, "POST", self.path, body, kind,
+                                        {k.lower(): v for k, v in self.headers.items()}))
             self._answer(answer, body, conversation)
 
         def _answer(self, answer: Answer, body: Mapping[str, Any],

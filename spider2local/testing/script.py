@@ -8,7 +8,7 @@ as a list of turns: ``reply("text", tool("Bash", command="dbt run"), input_token
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -108,6 +108,8 @@ class RecordedRequest:
     body: Mapping[str, Any]
     answer: str
     """``scripted``, ``fallback``, ``error <status>``, ``hang`` or ``other``."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The request's headers, names lower-cased (what credential reached the API)."""
 
     @property
     def tool_names(self) -> list[str]:

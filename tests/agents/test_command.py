@@ -308,8 +308,9 @@ def test_the_claude_code_cli_in_print_mode_as_a_command_agent(
         f'[dataset]\nroot = "{root}"\n\n[agents.claude-code]\n'
         f'command = "{cli_path} -p \\"$SPIDER2_INSTRUCTION\\" --output-format json '
         '--permission-mode bypassPermissions --allowedTools Bash"\n'
-        'pass_env = ["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "IS_SANDBOX", '
-        '"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]\n'
+        'pass_env = ["IS_SANDBOX", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", '
+        '"DISABLE_AUTOUPDATER"]\n'
+        'apis = ["anthropic"]\n'  # the gateway serves it; the network is otherwise cut
         'usage = "claude-json"\n')
     with FakeAnthropic(script) as fake:
         done = cli("--suite", str(suite), "run", "--agent", "claude-code", "--isolation",
@@ -327,8 +328,73 @@ def test_the_claude_code_cli_in_print_mode_as_a_command_agent(
     con = duckdb.connect(str(folder / "result.duckdb"), read_only=True)
     assert str(con.execute("SELECT built FROM orders").fetchone()[0]) == "2024-09-15"  # type: ignore[index]
     con.close()
+    # the gateway added the runner's key; the CLI itself held only the placeholder
+    assert {r.headers.get("x-api-key") for r in requests if r.answer == "scripted"} == \
+        {fake.env()["ANTHROPIC_API_KEY"]}
     row = json.loads(done.stdout)["tasks"][0]
     assert row["tokens"]["input"] >= 800 and row["tokens"]["output"] >= 65, row["tokens"]
     assert row["turns"] >= 1
     assert json.loads(done.stdout)["agent"] == "claude-code"
     assert "-p" in json.loads(done.stdout)["agent_command"]
+
+
+SEAL_PROBE = textwrap.dedent("""\
+    import json, os, socket, sys, urllib.request
+    print("base", os.environ.get("ANTHROPIC_BASE_URL"), "key", os.environ.get("ANTHROPIC_API_KEY"))
+    print("openai", os.environ.get("OPENAI_BASE_URL"), os.environ.get("OPENAI_API_KEY"))
+    if os.environ.get("ANTHROPIC_BASE_URL"):
+        body = {"model": "claude-sonnet-4-5", "max_tokens": 16,
+                "messages": [{"role": "user", "content": "hi"}]}
+        req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
+                                     data=json.dumps(body).encode(), headers={
+                                         "x-api-key": os.environ["ANTHROPIC_API_KEY"],
+                                         "content-type": "application/json"})
+        print("answered", json.load(urllib.request.urlopen(req, timeout=30))["usage"])
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+        print("DIRECT-REACHED")
+    except OSError as exc:
+        print("direct-refused", exc)
+    """)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason="namespaces unavailable here")
+@pytest.mark.parametrize("apis", [["anthropic", "openai"], []], ids=["declared", "none"])
+def test_a_command_agent_reaches_only_its_declared_apis_through_the_gateway(
+        tmp_path: Path, tiny_dataset: Callable[..., Path], apis: list[str]) -> None:
+    """The seal for any agent: under --isolation namespace its network is cut; each API it
+    declared is served by the gateway (placeholder credentials inside, the runner's key added
+    on the way, usage read from the server's answer); nothing else is reachable, not even the
+    API's own port on the host's loopback, and with nothing declared there is no network."""
+    from spider2local.testing import FakeAnthropic, reply
+
+    root = tiny_dataset("t1", gold_tables={"orders": "SELECT 1 AS id"})
+    tools = tmp_path / "agent-install"
+    tools.mkdir()
+    (tools / "probe.py").write_text(SEAL_PROBE)
+    with FakeAnthropic([reply("hello", input_tokens=321, output_tokens=12)]) as fake:
+        port = fake.base_url.rsplit(":", 1)[1]
+        suite = tmp_path / "tasks.toml"
+        suite.write_text(f'[dataset]\nroot = "{root}"\n\n[agents.probe]\n'
+                         f'command = "{sys.executable} {tools}/probe.py {port}"\n'
+                         f'read_only = ["{tools}"]\napis = {json.dumps(apis)}\n'
+                         'pass_env = ["ANTHROPIC_API_KEY"]\n')
+        done = cli("--suite", str(suite), "run", "--agent", "probe", "--isolation", "namespace",
+                   "--runs-dir", "runs", "--run-id", "s", "--json", cwd=tmp_path,
+                   env={**fake.env(), "OPENAI_API_KEY": "runner-openai-key"})
+        requests = fake.requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = task_folder(tmp_path, "s")
+    out = (folder / "agent.stdout").read_text()
+    err = (folder / "agent.stderr").read_text()
+    assert "direct-refused" in out and "DIRECT-REACHED" not in out, (out, err)
+    row = json.loads(done.stdout)["tasks"][0]
+    if apis:  # a key named in pass_env is still not handed over for an API the gateway serves
+        assert fake.env()["ANTHROPIC_API_KEY"] not in out and "runner-openai-key" not in out
+        assert "answered" in out, (out, err)
+        assert [r.headers.get("x-api-key") for r in requests] == [fake.env()["ANTHROPIC_API_KEY"]]
+        assert "openai http://" in out  # its base URL points at the gateway too
+        assert row["tokens"]["input"] == 321 and row["tokens"]["output"] == 12, row
+    else:
+        assert "base None" in out and "openai None" in out and requests == [], out

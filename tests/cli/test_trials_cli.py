@@ -137,3 +137,42 @@ def test_kill_9_in_trial_2_then_resume_gives_exactly_3_results_per_task(
     assert all(r["status"] == "passed" for r in final.values())
     for key, data in files.items():  # finished trials byte for byte as they were
         assert result_file(run_dir, *key).read_bytes() == data
+
+
+@pytest.mark.slow
+def test_the_workflow_matrix_of_shards_and_trials_merges_into_the_single_run(
+        tmp_path: Path) -> None:
+    """What .github/workflows/spider2-dbt.yml does, by the CLI: `list --shards 2 --trials 2
+    --json` plans the matrix, each cell runs its shard's trials under the shared run id in a
+    folder of its own (a job's), `merge` joins the cells; the merged run has every (task,
+    trial) once and the same report as one invocation of all of it."""
+    matrix = cli("list", "--shards", "2", "--trials", "2", "--json", cwd=tmp_path)
+    assert matrix.returncode == 0, matrix.stderr
+    cells = json.loads(matrix.stdout)["include"]
+    assert [c["shard"] for c in cells] == ["1/2", "2/2"] and {c["trials"] for c in cells} == {2}
+    for i, cell in enumerate(cells):
+        job = cli("run", "--agent", "noop", "--shard", cell["shard"], "--trials",
+                  str(cell["trials"]), "--run-id", "R", "--runs-dir", f"jobs/{i}/runs",
+                  cwd=tmp_path)
+        assert job.returncode == 0, job.stderr
+    merged = cli("merge", "jobs/0/runs/R", "jobs/1/runs/R", "--into", "runs/R", cwd=tmp_path)
+    assert merged.returncode == 0, merged.stderr
+    whole = cli("run", "--agent", "noop", "--trials", "2", "--run-id", "W", "--runs-dir", "runs",
+                cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    found = {run: trial_results(tmp_path / "runs" / run) for run in ("R", "W")}
+    expected = {(t, k) for c in cells for t in c["ids"] for k in (1, 2)}
+    assert set(found["R"]) == set(found["W"]) == expected
+
+    def report(run: str) -> dict[str, Any]:
+        proc = cli("report", run, "--runs-dir", "runs", "--format", "json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        data: dict[str, Any] = json.loads(proc.stdout)
+        return data
+
+    a, b = report("R"), report("W")
+    assert [(t["task_id"], t["trial"], t["status"], t["verdict"]) for t in a["tasks"]] == \
+        [(t["task_id"], t["trial"], t["status"], t["verdict"]) for t in b["tasks"]]
+    assert a["stats"]["trials_run"] == b["stats"]["trials_run"] == len(expected)
+    assert a["stats"]["per_task"] == b["stats"]["per_task"]
+    assert a["stats"]["pass_at_1"] == b["stats"]["pass_at_1"]
