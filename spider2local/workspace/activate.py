@@ -142,9 +142,9 @@ def activation_script(env: Mapping[str, str], *, task_id: str, date: dt.date,
         # filtered to [A-Za-z0-9_], so eval never sees anything but a plain name.
         "_SPIDER2LOCAL_DBT_VARS=$(env | sed -n 's/^\\(DBT_[A-Za-z0-9_]*\\)=.*/\\1/p' "
         "| sort -u | tr '\\n' ' ')",
-        "for _spider2local_v in $_SPIDER2LOCAL_DBT_VARS; do",
-        '    _spider2local_save "$_spider2local_v"; unset "$_spider2local_v"',
-        "done",
+        # eval: the parser splits the list in every shell (zsh does not split "$VAR" itself)
+        'eval "for _spider2local_v in $_SPIDER2LOCAL_DBT_VARS; do '
+        '_spider2local_save \\$_spider2local_v; unset \\$_spider2local_v; done"',
         *(f"_spider2local_save {name}" for name in touched),
         *(f"unset {name}" for name in CLOCK_VARS),
         # Only a libfaketime preload is taken out; the shim removes it from dbt's unfaked calls.
@@ -156,9 +156,8 @@ def activation_script(env: Mapping[str, str], *, task_id: str, date: dt.date,
         "deactivate() {",
         "    _spider2local_restore PATH",
         "    _spider2local_restore PS1",
-        "    for _spider2local_v in $_SPIDER2LOCAL_DBT_VARS " + " ".join(touched) + "; do",
-        '        _spider2local_restore "$_spider2local_v" export',
-        "    done",
+        '    eval "for _spider2local_v in $_SPIDER2LOCAL_DBT_VARS ' + " ".join(touched)
+        + '; do _spider2local_restore \\$_spider2local_v export; done"',
         "    unset _SPIDER2LOCAL_ACTIVE _SPIDER2LOCAL_DBT_VARS _spider2local_v",
         "    unset -f _spider2local_saved _spider2local_save _spider2local_restore deactivate",
         "    hash -r 2>/dev/null || true",
