@@ -371,7 +371,7 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
 @click.option("--force", is_flag=True,
-              help="Compare runs of different datasets or agents (commands) anyway.")
+              help="Compare runs of different datasets anyway.")
 @click.option("--fail-on-regression", is_flag=True,
               help="Exit 1 when B is significantly worse than A (p < 0.05; a CI gate).")
 def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
@@ -379,7 +379,8 @@ def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
     """Paired comparison of RUN_A and RUN_B on the tasks both attempted: the difference in
     pass@1 with its 95% interval, an exact p-value, the smallest difference the runs could
     detect, the flips and status changes, cost and time deltas. Tasks only one run attempted
-    are listed apart. Refuses runs of different datasets or agents unless --force."""
+    are listed apart. Runs of two agents are compared (each named); runs of two datasets are
+    refused unless --force."""
     from spider2local.report.compare import (
         compare_json,
         compare_runs,

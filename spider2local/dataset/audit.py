@@ -136,11 +136,12 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
 async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
     if task.start_db is None or task.gold is None:
         return None, f"cannot score: {_why_unscorable(task)}"
-    from spider2local.evaluation import score_database
+    # In a reader sandbox like every other scoring: the start database is the dataset's, and
+    # its views are SQL that untrusted input wrote (the snapshot of it is sandboxed too).
+    from spider2local.evaluation.sandboxed import score_sandboxed
 
     try:
-        score = await anyio.to_thread.run_sync(score_database, task.start_db, task.gold.db,
-                                               task.gold.params)
+        score = await score_sandboxed(task.start_db, task.gold.db, task.gold.params)
     except Exception as exc:  # a broken gold must not stop the audit of the other tasks
         return None, f"scoring failed: {str(exc).splitlines()[0]}"
     return score.passed, f"{score.tables_passed}/{score.tables_total} graded tables pass untouched"
@@ -182,8 +183,8 @@ def denominators(data: Dataset) -> Denominators:
 async def free_passes(tasks: Sequence[TaskSpec]) -> dict[str, bool | None]:
     """Per task, whether its untouched start database already passes (``None``: cannot tell,
     e.g. no gold). The same check as ``audit --baseline``, so a run can say how many of its
-    passes took no work; one task at a time in a worker thread (the scorer reads the start and
-    gold databases read-only)."""
+    passes took no work; one task at a time, each in its own reader sandbox (the scorer reads
+    the start and gold databases read-only)."""
     return {task.id: (await _baseline(task))[0] for task in tasks}
 
 

@@ -1,9 +1,11 @@
 """Guards: what a run scores against cannot change under it unnoticed.
 
 Without isolation an agent can write anything its user can: the gold database, the evaluation
-file, the installed scorer (an editable install is plain files). So before any agent starts the
-runner imports the scorer (:func:`import_scorer`: a module imported later would run whatever an
-agent left in its file) and takes :class:`Fingerprints`: every selected task's gold database
+file, the installed scorer (an editable install is plain files). The runner never scores in its
+own process once an agent has run (every scoring is a sandboxed child,
+:mod:`spider2local.evaluation.sandboxed`, which imports the scorer from disk at that moment),
+so what guards the scorer is its files' fingerprint, checked before each scoring. Before any
+agent starts the runner takes :class:`Fingerprints`: every selected task's gold database
 and its ``.wal``, the task's evaluation record (its parsed parameters as canonical JSON), and
 every ``.py`` file of the installed package (the scorer, and the code that turns a score into a
 verdict and a report: one rule with no list to forget a module from), with what runs before
@@ -21,8 +23,7 @@ gold file costs 1.5 s; the two real tasks' gold (4 MB) about 20 ms. A cheaper st
 fingerprint (size, mtime, inode) was rejected: an agent can set mtime back with ``touch -d``,
 and a run must be re-checkable later (``score RUN_DIR``), on another machine, where only the
 content means anything. Third-party libraries the scorer uses (pandas, numpy, duckdb) are
-imported before any agent starts but not hashed (hundreds of MB): namespace isolation makes
-them read-only.
+not hashed (hundreds of MB): namespace isolation makes them read-only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -54,17 +54,7 @@ from spider2local.workspace.tree import walk_files
 FINGERPRINTS_VERSION = 1
 SOURCE_ROOT = Path(spider2local.__file__).resolve().parent
 """The installed package whose ``.py`` files are fingerprinted (tests point it at a copy)."""
-SCORER_MODULES = ("spider2local.evaluation.score", "spider2local.evaluation.serialize",
-                  "spider2local.evaluation.verdicts")
-"""Imported before any agent starts; they import the rest of the scorer at module level."""
 HASH_THREADS = 4
-
-
-def import_scorer() -> None:
-    """Load the scorer now, while its files are the ones fingerprinted: ``evaluation`` loads its
-    public names on first use, which would otherwise be after the first agent ran."""
-    for name in SCORER_MODULES:
-        importlib.import_module(name)
 
 
 def sha256_file(path: Path) -> str:
@@ -227,7 +217,9 @@ def take(tasks: Iterable[TaskSpec], threads: int = HASH_THREADS) -> Fingerprints
 
     The recorded evaluation parameters are the ones the runner will score with (the loaded
     task's), so a file edited between loading and now is caught at the first check."""
-    import_scorer()
+    # The scorer is not imported here (pandas alone cost every run 1.5 s): nothing in this
+    # process scores an agent's database; the sandboxed scorer child loads it from the
+    # fingerprinted files.
     todo = [t for t in tasks if t.gold is not None]
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         found = dict(zip((t.id for t in todo), pool.map(_readable_fingerprint, todo),

@@ -25,7 +25,7 @@ from typing import Any
 from spider2local.exceptions import UserError
 from spider2local.report.printable import printable
 from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text, points
-from spider2local.report.summary import Row, RunReport, TaskRate, agent_command_of, load_report
+from spider2local.report.summary import Row, RunReport, TaskRate, load_report
 from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
@@ -147,23 +147,23 @@ def compare_reports(report_a: RunReport, report_b: RunReport) -> Comparison:
 
 
 def compare_runs(a: RunFolder, b: RunFolder, *, force: bool = False) -> Comparison:
-    """Both runs' reports side by side; refuses two datasets, or two agents (or two commands
-    of the command agent), unless ``force``."""
+    """Both runs' reports side by side; refuses two datasets unless ``force``. Two agents (or
+    two commands of the command agent) are compared: that is what a benchmark of agents is
+    for, and every form names each run's agent (only ``merge`` refuses to join them)."""
     first = a.read_manifest() or RunManifest(run_id=a.run_id)
     second = b.read_manifest() or RunManifest(run_id=b.run_id)
     if dataset_identity(first) != dataset_identity(second) and not force:
         raise UserError(f"runs {a.run_id} and {b.run_id} were made on different datasets "
                         f"({first.dataset} and {second.dataset})",
                         path=b.root, fix="compare runs of one dataset (or pass --force)")
-    agents = [(m.agent, agent_command_of(m)) for m in (first, second)]
-    if agents[0] != agents[1] and not force:
-        def who(agent: tuple[Any, str | None]) -> str:
-            return f"{agent[0]}" + (f" ({agent[1]!r})" if agent[1] else "")
-
-        raise UserError(f"runs {a.run_id} and {b.run_id} were made by different agents "
-                        f"({who(agents[0])} and {who(agents[1])})", path=b.root,
-                        fix="compare runs of one agent, or pass --force to compare agents")
     return compare_reports(load_report(a), load_report(b))
+
+
+def who(report: RunReport) -> str:
+    """A run as a comparison names it: its id and its agent (and command)."""
+    agent = report.agent or "unknown agent"
+    command = f" {report.agent_command!r}" if report.agent_command else ""
+    return f"{report.run_id} (agent {agent}{command})"
 
 
 def _money(value: float | None, sign: bool = False) -> str:
@@ -258,7 +258,7 @@ def _closing(c: Comparison) -> str:
 def render_compare(c: Comparison) -> str:
     """The terminal form: the statistics, the headline side by side, each kind of change,
     and (with several trials) every paired task's rates side by side."""
-    lines = [f"A = {c.a.run_id}, B = {c.b.run_id}", *statistics_lines(c), "",
+    lines = [f"A = {who(c.a)}, B = {who(c.b)}", *statistics_lines(c), "",
              render_table(("", "A", "B", "B - A"), _headline(c)), ""]
     for kind, title in _sections(c):
         found = c.changed(kind)
@@ -284,7 +284,7 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def render_compare_markdown(c: Comparison) -> str:
     """The same, in GitHub-flavoured markdown (a step summary, a pull-request comment)."""
-    parts = [f"## Compare `{_md_cell(c.a.run_id)}` (A) with `{_md_cell(c.b.run_id)}` (B)", "",
+    parts = [f"## Compare `{_md_cell(who(c.a))}` (A) with `{_md_cell(who(c.b))}` (B)", "",
              f"**{_md_cell(c.paired.sentence)}**", "",
              *(f"- {_md_cell(line)}" for line in statistics_lines(c)[:2]), "",
              _md_table(("", "A", "B", "B - A"), _headline(c)), ""]
@@ -313,6 +313,8 @@ def compare_json(c: Comparison) -> dict[str, Any]:
     return {
         "schema_version": COMPARE_SCHEMA,
         "a": c.a.run_id, "b": c.b.run_id,
+        "agents": {"a": {"agent": c.a.agent, "command": c.a.agent_command},
+                   "b": {"agent": c.b.agent, "command": c.b.agent_command}},
         "paired": {
             "tasks": p.tasks, "trials_a": list(p.trials_a), "trials_b": list(p.trials_b),
             "pass_at_1_a": p.pass_a, "pass_at_1_b": p.pass_b, "difference": p.difference,

@@ -300,19 +300,15 @@ class _Reader:
         return allowed(value)
 
     def date(self, tbl: dict[str, Any], name: str, key: str) -> dt.date | None:
+        """A task's date, by the settings table's one rule for dates (:class:`options.Date`)."""
         value = tbl.get(name)
         if value is None:
             return None
-        if isinstance(value, dt.datetime):
-            raise self.error(key, "must be a date, not a date-time", "write it as 2024-09-15")
-        if isinstance(value, dt.date):
-            return value
-        if isinstance(value, str):
-            try:
-                return dt.date.fromisoformat(value)
-            except ValueError:
-                pass
-        raise self.error(key, f"bad date {value!r}", "write it as YYYY-MM-DD, e.g. 2024-09-15")
+        try:
+            return options.Date()(value, text=False)
+        except ValueError as exc:
+            problem, _, fix = str(exc).partition(" (")
+            raise self.error(key, problem, fix.rstrip(")") or "write it as YYYY-MM-DD") from None
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list",

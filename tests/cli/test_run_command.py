@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,16 +120,6 @@ def wait_for(predicate: object, limit: float, what: str, poll: float = 0.1) -> N
             return
         time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture
-def kill_leftovers() -> Iterator[set[int]]:
-    """Pids a test deliberately orphans (SIGKILL of the runner); killed at the end."""
-    pids: set[int] = set()
-    yield pids
-    for pid in pids:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 # -- fast: no dbt ---------------------------------------------------------------------------

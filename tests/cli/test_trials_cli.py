@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from spider2local.dataset.sample import build as sample_build
 from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
-from tests.cli.test_run_command import alive, cli
+from tests.cli.test_run_command import cli
 
 SOLUTION = Path(sample_build.__file__).resolve().parent / "solutions" / "fleet001"
 
@@ -29,16 +28,6 @@ def trial_results(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     found |= {(p.parent.name, int(p.parent.parent.name)): p
               for p in run_dir.glob("_trials/*/*/result.json")}
     return {k: json.loads(p.read_text()) for k, p in sorted(found.items())}
-
-
-@pytest.fixture
-def kill_leftovers() -> Iterator[set[int]]:
-    """Pids the kill -9 test orphans; killed at the end (as in test_run_command)."""
-    pids: set[int] = set()
-    yield pids
-    for pid in pids:
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def result_file(run_dir: Path, task: str, trial: int) -> Path:

@@ -14,6 +14,7 @@ import pytest
 from spider2local.exceptions import UserError
 from spider2local.report.compare import (
     Change,
+    compare_json,
     compare_runs,
     render_compare,
     render_compare_markdown,
@@ -178,9 +179,9 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert "+0.0 points" in same.stdout
     noop = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "noop")
     assert noop.returncode == 0, noop.stderr
-    # two agents: compared on purpose (--force), as compare refuses that by default
+    # two agents: compared as they are (a benchmark of agents), each named
     worse = cli("compare", str(reference_run.run_dir), str(tmp_path / "runs" / "noop"),
-                "--fail-on-regression", "--format", "json", "--force")
+                "--fail-on-regression", "--format", "json")
     assert worse.returncode == 0, worse.stderr
     paired = json.loads(worse.stdout)["paired"]
     assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
@@ -188,7 +189,7 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert "p = 0.125" in paired["sentence"] and "worse by" not in paired["sentence"]
 
 
-def test_runs_of_two_agents_or_two_commands_are_refused_unless_forced(tmp_path: Path) -> None:
+def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Path) -> None:
     from tests.run.test_merge import MANIFEST
 
     t = "2026-01-01T00:10:00+00:00"
@@ -203,10 +204,12 @@ def test_runs_of_two_agents_or_two_commands_are_refused_unless_forced(tmp_path: 
     c = command_run("c", "claude", None)
     same = command_run("d", "command", "codex exec")
     for other in (b, c):
-        with pytest.raises(UserError, match="different agents") as caught:
-            compare_runs(a, other)
-        assert "codex exec" in str(caught.value)
-        assert compare_runs(a, other, force=True).changed(Change.SAME)
+        compared = compare_runs(a, other)
+        assert compared.changed(Change.SAME)
+        header = render_compare(compared).splitlines()[0]
+        assert "agent command 'codex exec'" in header and str(other.run_id) in header
+        assert compare_json(compared)["agents"]["a"] == {"agent": "command",
+                                                         "command": "codex exec"}
     assert compare_runs(a, same).changed(Change.SAME)
     from spider2local.report.jsonout import report_json
     from spider2local.report.summary import load_report

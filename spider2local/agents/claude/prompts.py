@@ -176,7 +176,9 @@ def render_setup_problems(problems: Sequence[str], shown: Sequence[str] = ()) ->
             "yourself):\n" + listed)
 
 
-def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
+def _task_facts(task: TaskSpec, ws: Workspace) -> dict[str, str]:
+    """What every agent's instruction says of the task: the text, the date, where it works,
+    the project scan, the start database, the setup problems (one owner for both templates)."""
     scan_text = _read(ws.scan_path)
     parsed = ProjectScan.from_json(scan_text) if scan_text else None
     snapshot_text = _read(ws.snapshot_path)
@@ -184,10 +186,13 @@ def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> st
     scan = render_scan(parsed, snapshot) if parsed is not None \
         else "(no project scan available: read the YML files under models/)"
     setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
-    return template("agent.md", root).substitute(
-        instruction=task.instruction.strip(), date=task.date.isoformat(),
-        project_dir=str(ws.project_dir), database_file=ws.database.name,
-        scan=scan, database=_database_text(ws), setup_problems=setup)
+    return {"instruction": task.instruction.strip(), "date": task.date.isoformat(),
+            "project_dir": str(ws.project_dir), "database_file": ws.database.name,
+            "scan": scan, "database": _database_text(ws), "setup_problems": setup}
+
+
+def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
+    return template("agent.md", root).substitute(**_task_facts(task, ws))
 
 
 COMMAND_TEMPLATE = "command.md"
@@ -199,18 +204,8 @@ def command_instruction(task: TaskSpec, ws: Workspace, deadline: str,
                         root: Path | None = None) -> str:
     """The instruction a command agent gets in ``$SPIDER2_INSTRUCTION`` and its file. A
     ``--prompts`` folder without ``command.md`` falls back to the bundled one."""
-    scan_text = _read(ws.scan_path)
-    parsed = ProjectScan.from_json(scan_text) if scan_text else None
-    snapshot_text = _read(ws.snapshot_path)
-    snapshot = DbSnapshot.from_json(snapshot_text) if snapshot_text else None
-    scan = render_scan(parsed, snapshot) if parsed is not None \
-        else "(no project scan available: read the YML files under models/)"
-    setup = render_setup_problems(ws.problems, parsed.problems if parsed is not None else ())
     use = root if root is not None and (root / COMMAND_TEMPLATE).is_file() else None
-    return template(COMMAND_TEMPLATE, use).substitute(
-        instruction=task.instruction.strip(), date=task.date.isoformat(),
-        project_dir=str(ws.project_dir), database_file=ws.database.name,
-        scan=scan, database=_database_text(ws), setup_problems=setup, deadline=deadline)
+    return template(COMMAND_TEMPLATE, use).substitute(**_task_facts(task, ws), deadline=deadline)
 
 
 def verifier_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
