@@ -101,9 +101,7 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
     return build_reference_run(session_folder(tmp_path_factory.getbasetemp()) / "reference-run")
 
 
-KNOWN_FAILING = {
-    "tests/cli/test_hostile.py::test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes",
-}
+KNOWN_FAILING: set[str] = set()
 """Tests that fail on main after the session that merged issues 18-23's branches together
 (each passed on its own branch; they fail in combination: the sandboxed readers with the stage
 deadlines, kill -9 recovery and the integrity fingerprints). Marked expected-to-fail, NOT

@@ -16,8 +16,8 @@ from spider2local.exceptions import DbtError
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.faults import is_machine_failure
 from spider2local.run.layout import DBT_LOGS
+from spider2local.workspace.activate import CONTEXT_DIR
 from spider2local.workspace.copy import copy_tree
-from spider2local.workspace.prepare import CONTEXT_DIR
 
 SKIP_FILES = frozenset({"target", "logs", "dbt_packages", CONTEXT_DIR, "__pycache__"})
 """Never applied from a files folder: build output and our own context are not solutions."""

@@ -492,19 +492,45 @@ def runs(runs_dir: Path, as_json: bool) -> None:
 
 @cli.command()
 @global_options
-@click.argument("task_id")
+@runs_dir_option
+@click.argument("target", nargs=-1, metavar="[TASK | RUN TASK]")
+@click.option("--workspace", "workspace", metavar="PATH", type=click.Path(path_type=Path),
+              help="Open this kept workspace (a folder `run --keep` or `shell --keep` "
+                   "printed) instead of preparing a fresh one.")
+@click.option("--trial", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With RUN TASK: the trial whose kept workspace to open.")
 @click.option("--command", "command", help="Run this one command instead of $SHELL; exit "
                                            "with its code.")
 @click.option("--agent", metavar="AGENT",
               help="Prepare the workspace as this agent gets it (default: the suite's).")
-@click.option("--keep", is_flag=True, help="Keep the workspace afterwards.")
-def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> None:
-    """Open a shell in a fresh workspace of TASK_ID, with the agent's PATH (dbt shim) and
-    fake clock, for debugging by hand."""
+@click.option("--keep", is_flag=True, help="Keep the fresh workspace afterwards (it is "
+                                           "marked kept and can be opened again).")
+def shell(runs_dir: Path, target: tuple[str, ...], workspace: Path | None, trial: int,
+          command: str | None, agent: str | None, keep: bool) -> None:
+    """Open a shell in a workspace with the agent's PATH (dbt shim) and fake clock, for
+    debugging by hand: a fresh workspace of TASK, the workspace RUN kept for TASK
+    (`run --keep`; RUN is a folder, a run id or 'latest'), or --workspace PATH. Inside,
+    `spider2local` is on PATH and the prompt names the task and its date; on exit one line
+    says whether the workspace was deleted or kept."""
+    from spider2local.run.shell import kept_workspace_of, open_kept, open_shell, shell_skills
+    from spider2local.workspace.activate import open_workspace
+
+    if workspace is not None or len(target) == 2:
+        if workspace is not None and target:
+            raise click.UsageError("pass either --workspace PATH or RUN TASK, not both")
+        if agent is not None or keep:
+            raise click.UsageError("--agent and --keep only apply to a fresh workspace "
+                                   "(a kept one is opened as it is, and stays)")
+        found = open_workspace(workspace) if workspace is not None else kept_workspace_of(
+            _open_run(target[0], runs_dir), target[1], trial)
+        sys.exit(open_kept(found, command=command, suite=_globals().suite))
+    if len(target) != 1:
+        raise click.UsageError("pass TASK (a fresh workspace), RUN TASK (a kept one) or "
+                               "--workspace PATH")
     from spider2local.dataset.load import load_dataset
     from spider2local.run.selection import select_tasks
-    from spider2local.run.shell import open_shell, shell_skills
 
+    task_id = target[0]
     suite = _globals().load_suite()
     selection = select_tasks(load_dataset(suite), [task_id])
     if not selection.tasks:
@@ -515,7 +541,7 @@ def shell(task_id: str, command: str | None, agent: str | None, keep: bool) -> N
 
         capabilities(agent)  # an unknown or broken agent: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
-    sys.exit(open_shell(task, skills=skills, command=command, keep=keep))
+    sys.exit(open_shell(task, skills=skills, command=command, keep=keep, suite=suite.path))
 
 
 @cli.command("derive-dates")

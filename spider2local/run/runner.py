@@ -205,7 +205,13 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     with anyio.CancelScope(shield=True):
         await areap(ws.root)
         if keep:
-            progress.note(state.label, f"workspace kept: {ws.project_dir}")
+            try:  # its marker and activation script, spider2local's own again
+                await in_thread(ws_mod.keep_workspace, ws)
+            except OSError as exc:  # the agent left something we cannot replace
+                progress.note(state.label, f"workspace kept unmarked: {_oserror(exc)}")
+            progress.note(state.label, f"workspace kept: {ws.project_dir} (its dbt runs on "
+                                       f"{state.task.date} after `. .spider2local/activate` "
+                                       "there, or use `spider2local shell --workspace`)")
         else:
             try:
                 await in_thread(ws_mod.cleanup_workspace, ws)

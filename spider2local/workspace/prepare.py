@@ -14,6 +14,7 @@ Everything here is synchronous file work; the runner calls it in a worker thread
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import functools
 import json
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spider2local.clock.dbt import log_as_text
-from spider2local.clock.faketime import RUNS_ENV, Clock, find_library
+from spider2local.clock.faketime import FAKE_DATE_ENV, RUNS_ENV, Clock, find_library
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait
 from spider2local.db.sandboxed import checkpoint_sandboxed
@@ -56,6 +57,7 @@ from spider2local.run.layout import (
 from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
 from spider2local.sandbox.reply import ReaderDuckDBError
+from spider2local.workspace.activate import CONTEXT_DIR, mark_kept, write_activation, write_marker
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
     LockedOut,
@@ -66,8 +68,6 @@ from spider2local.workspace.guard import (
 )
 from spider2local.workspace.tree import Check, copy_regular, walk_files
 
-CONTEXT_DIR = ".spider2local"
-"""Inside the project: scan.json and snapshot.json for the agent (dbt ignores the folder)."""
 SKIP_TOP = frozenset({"target", "logs", "dbt_modules", ".git", ".user.yml", "__pycache__"})
 """Build output, logs and caches dbt recreates; ``dbt_modules`` is dbt < 1.0's package folder."""
 ARTIFACT_SUFFIXES = frozenset({".sql", ".yml", ".yaml", ".md", ".py", ".csv"})
@@ -199,6 +199,10 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     start_copy = copy_start_database(project / start_db, root / START_DIR)
     env = {**workspace_env(task, os.environ, forbidden, root),
            RUNS_ENV: str(context / DBT_RUNS)}
+    # A person walking into the workspace later gets the same dbt (spider2local.workspace.activate)
+    write_marker(root, task_id=task.id, date=task.date, project=project.name)
+    write_activation(context, env, task_id=task.id, date=task.date,
+                     shim_dir=faketime_dir().resolve())
     _write_summary(artifacts / WORKSPACE_RECORD, task, root, stats, skill_dirs, problems,
                    time.monotonic() - started, written)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
@@ -267,11 +271,32 @@ def workspace_env(task: TaskSpec, base: Mapping[str, str], forbidden: Sequence[P
 
     With ``root`` (the workspace root), HOME and TMPDIR point inside it.
     """
+    return _dated_env(task.date, base, forbidden, root)
+
+
+def _dated_env(date: dt.date, base: Mapping[str, str], forbidden: Sequence[Path],
+               root: Path | None) -> dict[str, str]:
     clean = {k: v for k, v in base.items()
              if (k in PASS_ENV or k.startswith("LC_")) and not any(str(p) in v for p in forbidden)}
     if root is not None:
         clean.update(HOME=str(root / HOME_DIR), TMPDIR=str(root / TMP_DIR))
-    return Clock(task.date, find_library()).agent_env(clean, faketime_dir())
+    return Clock(date, find_library()).agent_env(clean, faketime_dir())
+
+
+def kept_env(date: dt.date, root: Path, project: Path) -> dict[str, str]:
+    """The environment of a kept workspace, built again as :func:`_fill` built it (never read
+    from the workspace, which the agent could write): for ``shell --workspace``."""
+    return {**_dated_env(date, os.environ, (), root),
+            RUNS_ENV: str(project / CONTEXT_DIR / DBT_RUNS)}
+
+
+def keep_workspace(ws: Workspace) -> Path:
+    """Mark ``ws`` kept, its marker and activation script written again as spider2local's own
+    (:func:`spider2local.workspace.activate.mark_kept`); returns the script's path. Called
+    once the workspace's processes are gone, instead of :func:`cleanup_workspace`."""
+    date = dt.date.fromisoformat(ws.env[FAKE_DATE_ENV])
+    return mark_kept(ws.root, ws.project_dir, ws.env, task_id=ws.project_dir.name, date=date,
+                     shim_dir=faketime_dir().resolve())
 
 
 def cleanup_workspace(ws: Workspace) -> None:

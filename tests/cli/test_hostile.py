@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -365,10 +367,12 @@ def test_the_next_command_on_a_run_removes_what_kill_9_left(finished_run: tuple[
 
 
 def test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes(
-        tiny_dataset: Build, tmp_path: Path) -> None:
+        tiny_dataset: Build, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     root = tiny_dataset("a001")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # A short TMPDIR: the sandbox probe binds a Unix socket in it (108 bytes at most), which
+    # a pytest tmp_path is too long for ("AF_UNIX path too long": the shell never started)
+    tmp = Path(tempfile.mkdtemp(prefix="s2l-k9-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "TMPDIR": str(tmp)}
     shell = subprocess.Popen([sys.executable, "-m", "spider2local", "--dataset", str(root),
                               "shell", "a001", "--command", "sleep 60"], cwd=tmp_path, env=env,

@@ -254,7 +254,8 @@ def test_keep_prints_the_workspace_and_leaves_it(tmp_path: Path) -> None:
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if "workspace kept:" in x)
-    kept = Path(line.split("workspace kept:", 1)[1].strip())
+    kept = Path(line.split("workspace kept:", 1)[1].split(" (", 1)[0].strip())
+    assert "2024-09-15" in line and ".spider2local/activate" in line  # the clock, said
     try:
         assert (kept / "dbt_project.yml").is_file()
     finally:
