@@ -86,7 +86,12 @@ def run_probe() -> Probe:
                      "run on Linux for isolation, or use --isolation none")
     with tempfile.TemporaryDirectory(prefix="spider2local-probe-") as folder, \
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        listener.bind(str(Path(folder) / "api.sock"))
+        try:
+            listener.bind(str(Path(folder) / "api.sock"))
+        except OSError as exc:  # a TMPDIR too long for a socket path (108 bytes on Linux)
+            return Probe(False, f"cannot bind the model gateway's Unix socket in {folder}: "
+                                f"{exc.strerror or exc}",
+                         "set TMPDIR to a shorter folder (e.g. /tmp), or use --isolation none")
         listener.listen(1)
         sealed = _try(SandboxSpec(program=Path("/bin/sh"),
                                   network=NetworkSeal(Path(folder) / "api.sock")))
