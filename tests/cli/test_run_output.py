@@ -52,7 +52,8 @@ def test_piped_output_has_no_control_code_and_quiet_keeps_verdicts_and_summary(
     assert [VERDICT.match(x) is not None for x in quiet.stderr.splitlines()] == [True]
     out = quiet.stdout.splitlines()
     assert out[0].split()[:3] == ["task", "status", "verdict"]
-    assert any(x.startswith("passed 0/") for x in out) and out[-1].startswith("run folder: ")
+    assert any(x.startswith("passed 0/") for x in out)
+    assert out[-2].startswith("run folder: ") and out[-1].startswith("report: ")
 
     narrow = cli(*noop("bakery001", "-q"), cwd=tmp_path, env={**env, "COLUMNS": "70"})
     assert max(len(x) for x in narrow.stdout.split("\n\n")[0].splitlines()) <= 70
