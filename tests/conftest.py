@@ -53,6 +53,13 @@ def tree_digest(root: Path) -> dict[str, str]:
     return found
 
 
+# xdist's workers export COLUMNS=80 and LINES=24 (execnet sets them); a piped `spider2local run`
+# (CI, a script) has neither, and the CLI fits its tables to $COLUMNS when set. The tests see
+# what a user's pipe sees; those about widths set COLUMNS themselves.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_dataset_untouched() -> Iterator[None]:
     """No test may change the real tasks: every file is hashed before the session and again

@@ -25,6 +25,10 @@ Style = Callable[[int, str], str | None]
 """Given a column index and a cell's text, the rich style of that cell (``None``: plain)."""
 
 
+KEY_WIDTH = 130
+"""Characters of the first column kept whole: a plain task id (128) and ``#k``."""
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
                  *, max_width: int = 60, width: int | None = None) -> str:
     """The table as text (see the module docstring for ``max_width`` and ``width``)."""
@@ -67,7 +71,9 @@ def _layout(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width:
             width: int | None) -> tuple[list[str], list[int], list[list[str]]]:
     """The headers, the column widths and the cells, cut to those widths."""
     limit = max_width if width is None else max(width, 1)
-    cells = [[_cell(v, limit) for v in row] for row in rows]
+    # the key column (task ids, 128 characters at most) is never cut: see fit()
+    cells = [[_cell(v, limit if k else max(limit, KEY_WIDTH)) for k, v in enumerate(row)]
+             for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -80,9 +86,10 @@ def _layout(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width:
 def fit(widths: Sequence[int], width: int) -> list[int]:
     """``widths`` narrowed so the row (with its gaps) fits ``width``: the widest column gives
     up characters first, none goes below :data:`MIN_COLUMN` (past that the row is as narrow
-    as it gets, and a terminal wraps it)."""
+    as it gets, and a terminal wraps it). The first column is the row's key (a task id,
+    ``task#trial``) and is never narrowed: "fleet00…" names no task."""
     out = list(widths)
-    floors = [min(w, MIN_COLUMN) for w in widths]
+    floors = [w if k == 0 else min(w, MIN_COLUMN) for k, w in enumerate(widths)]
     excess = sum(out) + GAP * (len(out) - 1) - width
     while excess > 0:
         shrinkable = [k for k in range(len(out)) if out[k] > floors[k]]

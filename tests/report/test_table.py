@@ -34,8 +34,9 @@ def test_without_a_width_each_cell_is_cut_at_max_width_as_before() -> None:
 
 def test_a_width_narrower_than_the_table_narrows_the_widest_columns_first() -> None:
     assert fit([10, 100], 40) == [10, 28]
-    assert fit([30, 30, 4], 40) == [16, 16, 4]  # 16 + 16 + 4 + two gaps of 2
-    assert fit([10, 10], 5) == [6, 6]  # no column below 6: as narrow as it gets
+    assert fit([4, 30, 30], 40) == [4, 16, 16]  # 4 + 16 + 16 + two gaps of 2
+    assert fit([30, 30, 4], 40) == [30, 6, 4]  # the key column stays whole
+    assert fit([10, 10], 5) == [10, 6]  # no column below 6 (nor the key's): as narrow as it gets
     assert fit([3, 4], 100) == [3, 4]
 
 
@@ -52,3 +53,13 @@ def test_the_styled_table_has_the_same_text_and_styles_only_the_asked_cells() ->
     assert text.plain == render_table(HEADERS, ROWS, width=120)
     styled = [text.plain[s.start:s.end] for s in text.spans if s.style == "red"]
     assert styled == ["failed"]
+
+
+def test_the_first_column_the_rows_key_is_never_narrowed() -> None:
+    """A task id cut to "fleet00…" names no task: at any width the first column stays whole
+    (the others give up their characters), as seen at xdist's COLUMNS=80."""
+    rows = [("fleet001#2", "passed", "pass", "x" * 70), ("library001#3", "failed", "fail", "y")]
+    for width in (80, 40, 8):
+        lines = render_table(("task", "status", "verdict", "note"), rows, width=width).splitlines()
+        assert lines[2].startswith("fleet001#2 ") and lines[3].startswith("library001#3 ")
+    assert fit([12, 6, 7, 70], 40)[0] == 12
