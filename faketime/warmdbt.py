@@ -501,13 +501,20 @@ def _reopen_stdio() -> None:
                                   line_buffering=True)
 
 
+def _next_message(conn: socket.socket) -> dict[str, object] | None:
+    """The next message on ``conn``; ``None`` at its end or when it broke (both sides treat a
+    broken connection as its end)."""
+    try:
+        message, _ = _recv(conn)
+    except (OSError, ValueError):
+        return None
+    return message
+
+
 def _watch(conn: socket.socket) -> None:
     """In the child: the caller's forwarded signals, and its end (end of file: kill us all)."""
     while True:
-        try:
-            message, _ = _recv(conn)
-        except (OSError, ValueError):
-            message = None
+        message = _next_message(conn)
         if message is None:
             os.killpg(0, signal.SIGKILL)
             os._exit(137)
@@ -672,10 +679,7 @@ def client(argv: list[str]) -> int:
     conn.settimeout(None)
     result: int | None = None
     while True:
-        try:
-            message, _ = _recv(conn)
-        except (OSError, ValueError):
-            message = None
+        message = _next_message(conn)
         if message is None:
             break
         kind, data = message.get("kind"), message.get("data")

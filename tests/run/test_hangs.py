@@ -175,20 +175,20 @@ def fifo_wal(ctx: AgentContext) -> None:
     os.mkfifo(wal)
 
 
-def endless_view(ctx: AgentContext) -> None:
+def _orders_as_view(ctx: AgentContext, select: str) -> None:
     con = duckdb.connect(str(ctx.workspace.database))
     con.execute("DROP TABLE orders")
-    con.execute("CREATE VIEW orders AS WITH RECURSIVE r(id) AS (SELECT 1 UNION ALL "
-                "SELECT id + 1 FROM r) SELECT id FROM r")
+    con.execute(f"CREATE VIEW orders AS {select}")
     con.close()
+
+
+def endless_view(ctx: AgentContext) -> None:
+    _orders_as_view(ctx, "WITH RECURSIVE r(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM r) "
+                         "SELECT id FROM r")
 
 
 def cross_join(ctx: AgentContext) -> None:
-    con = duckdb.connect(str(ctx.workspace.database))
-    con.execute("DROP TABLE orders")
-    con.execute("CREATE VIEW orders AS SELECT a.range AS id FROM range(100000000) a, "
-                "range(100000000) b")
-    con.close()
+    _orders_as_view(ctx, "SELECT a.range AS id FROM range(100000000) a, range(100000000) b")
 
 
 @pytest.mark.parametrize(("plant", "stage"), [(fifo_wal, Stage.CHECKPOINT),
