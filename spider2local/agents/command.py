@@ -86,7 +86,6 @@ def _now_utc(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-API_KINDS = COMMAND_APIS
 OPENAI_API = "https://api.openai.com/v1"
 """OpenAI's base URL (clients append ``/chat/completions``, ``/responses``...)."""
 
@@ -179,10 +178,10 @@ class CommandAgent:
         if missing:
             raise UserError("a read-only folder of the command agent does not exist",
                             path=missing[0], fix="fix read_only in the suite's [agents] table")
-        unknown = [a for a in apis if a not in API_KINDS]
+        unknown = [a for a in apis if a not in COMMAND_APIS]
         if unknown:
             raise UserError(f"unknown API {unknown[0]!r} of the command agent",
-                            fix="apis lists some of: " + ", ".join(API_KINDS))
+                            fix="apis lists some of: " + ", ".join(COMMAND_APIS))
         self.apis = tuple(dict.fromkeys(apis))
         """The model APIs it calls, each through the gateway; under ``--isolation namespace``
         nothing else of the network exists for it (none declared: no network at all)."""
