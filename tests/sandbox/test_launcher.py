@@ -248,6 +248,36 @@ def test_etc_holds_the_allow_list_only_and_opt_is_absent(
     assert done.stdout.split() == ["root", "no-shadow", "no-ssh", "no-opt", "etc-read-only"]
 
 
+@needs_namespaces
+def test_every_bind_carries_its_flags(box: tuple[Launcher, Path, Path, Path]) -> None:
+    """The binds and their flags (one ``mount --bind -o`` call each on util-linux 2.27+, two
+    calls before): read-only binds are ro,nosuid,nodev, the workspace nosuid,nodev, /etc and
+    /proc/sys read-only, as the kernel reports them inside."""
+    launcher, ws, lib, _ = box
+    done = inside(launcher, ws, "cat /proc/self/mountinfo")
+    assert done.returncode == 0, done.stderr
+    flags = {f[4]: set(f[5].split(",")) for f in (line.split() for line in
+                                                  done.stdout.splitlines())}
+    for path in (str(lib), "/usr", "/etc"):
+        assert {"ro", "nosuid", "nodev"} <= flags[path], (path, flags[path])
+    assert {"rw", "nosuid", "nodev"} <= flags[str(ws)]
+    assert {"ro", "noexec"} <= flags["/proc/sys"]
+    assert "ro" in flags["/"]
+
+
+def test_bind_in_one_call_only_where_util_linux_says_so(tmp_path: Path) -> None:
+    from spider2local.sandbox.launcher import BIND_IN_ONE, BIND_IN_TWO, bind_function
+
+    for version, expected in (("2.38.1", BIND_IN_ONE), ("2.27", BIND_IN_ONE),
+                              ("2.26.2", BIND_IN_TWO), ("", BIND_IN_TWO)):
+        fake = tmp_path / f"mount-{version or 'other'}"
+        fake.write_text(f"#!/bin/sh\necho 'mount from util-linux {version} (libmount)'\n"
+                        if version else "#!/bin/sh\necho 'mount: BusyBox'\n")
+        fake.chmod(0o755)
+        assert bind_function(str(fake)) == expected, version
+    assert bind_function(str(tmp_path / "absent")) == BIND_IN_TWO
+
+
 def test_etc_paths_follow_the_allow_list(tmp_path: Path) -> None:
     from spider2local.sandbox.launcher import etc_paths
 
