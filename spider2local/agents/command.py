@@ -18,8 +18,10 @@ names (``pass_env``, never the whole environment), and
   snapshot as JSON; ``SPIDER2_PROJECT_DIR``, ``SPIDER2_DATABASE``, ``SPIDER2_DATE``,
   ``SPIDER2_DEADLINE`` (Unix seconds) and ``SPIDER2_TIMEOUT`` (seconds);
 - ``SPIDER2_USAGE_FILE``: where it may write what it spent (:mod:`.usage`);
-- ``SPIDER2_MCP_CONFIG``: an MCP client config serving the governed database tools
-  (``spider2local mcp-server``), when the tools can run where the agent runs.
+- ``SPIDER2_MCP_CONFIG``: an MCP client config serving the governed database tools, the
+  Claude session's own (:mod:`spider2local.dbtools.endpoint`: the runner serves them on a
+  socket for the session's lifetime; the config starts a bridge to it, in or out of the
+  sandbox).
 
 Its exit status, stdout and stderr (the last :data:`OUTPUT_LIMIT` bytes of each) are kept in the
 task folder, and the output goes into the transcript too, so the integrity scan reads it like a
@@ -30,16 +32,16 @@ the session's marker.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import os
 import shlex
 import shutil
-import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,9 +248,10 @@ class CommandAgent:
             env["SPIDER2_MODEL"] = ctx.limits.model
         return env
 
-    def write_contract(self, ctx: AgentContext, deadline: float) -> tuple[dict[str, Path], str]:
+    def write_contract(self, ctx: AgentContext, deadline: float,
+                       tools: Path | None = None) -> tuple[dict[str, Path], str]:
         """The contract's files in ``<workspace>/agent-input/``; returns them and the
-        instruction text."""
+        instruction text. ``tools``: the runner's tool socket (None: no database tools)."""
         ws = ctx.workspace
         folder = ws.root / CONTRACT_DIR
         folder.mkdir(exist_ok=True)
@@ -261,27 +264,43 @@ class CommandAgent:
                 shutil.copyfile(source, files[key])
             else:
                 files[key].write_text("null\n", encoding="utf-8")
-        if ctx.isolation != IsolationMode.NAMESPACE:
-            # TODO(sandbox): inside the sandbox the spider2local package is hidden (it holds
-            # the scorer), so `spider2local mcp-server` cannot start there; the seam is a
-            # runner-side server the sandbox reaches through a socket in the workspace.
-            files["mcp"] = self._mcp_config(ctx, folder)
+        if tools is not None:
+            files["mcp"] = self._mcp_config(folder, tools)
         return files, instruction
 
     @staticmethod
-    def _mcp_config(ctx: AgentContext, folder: Path) -> Path:
-        from spider2local.dbtools.config import ToolConfig
+    def _mcp_config(folder: Path, tools: Path) -> Path:
+        """The same config in and out of the sandbox: a bridge to the runner's socket (inside,
+        the spider2local package is hidden, so nothing of it can start there)."""
+        from spider2local.dbtools.endpoint import write_client_config
 
-        tools = ToolConfig.for_workspace(ctx.workspace, ctx.task.date).write(folder / "tools.json")
-        config = folder / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"spider2": {
-            "command": sys.executable,
-            "args": ["-I", "-m", "spider2local", "mcp-server", "--config", str(tools)]}}},
-            indent=2) + "\n", encoding="utf-8")
-        return config
+        return write_client_config(folder, tools)
 
-    def _argv(self, ctx: AgentContext, env: dict[str, str],
-              socket: Path | None) -> tuple[list[str], Any]:
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _tools(ctx: AgentContext) -> AsyncIterator[Path | None]:
+        """The database tools served for the session's lifetime: the Claude session's query
+        service (built now, before the agent runs: its ``start`` fingerprint is taken here),
+        its query log the task's ``queries.jsonl``. A socket that cannot be made leaves the
+        agent without the tools, said in the transcript (the run goes on)."""
+        from spider2local.dbtools.endpoint import open_tool_socket
+        from spider2local.dbtools.query import QueryService
+
+        service = QueryService.for_workspace(ctx.workspace, ctx.task.date)
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                served = await stack.enter_async_context(open_tool_socket(service))
+            except OSError as exc:
+                ctx.transcript.append("error", {"database_tools": f"not served: {exc}"})
+                yield None
+                return
+            try:
+                yield served.path
+            finally:
+                ctx.transcript.append("database_tools", served.summary())
+
+    def _argv(self, ctx: AgentContext, env: dict[str, str], socket: Path | None,
+              tools: Path | None = None) -> tuple[list[str], Any]:
         if ctx.isolation != IsolationMode.NAMESPACE:
             return [SHELL, "-c", self.command], None
         from spider2local.sandbox.launcher import Launcher
@@ -298,9 +317,11 @@ class CommandAgent:
         # the marker so the sweep ends it: never the agent's pass_env credentials
         services = warm_services({**ctx.workspace.env, MARKER_ENV: env[MARKER_ENV]},
                                  ctx.workspace.root)
-        # the network cut, whatever it declared: its APIs through the relay to the gateway
+        # the network cut, whatever it declared: its APIs through the relay to the gateway;
+        # the tool socket bound alone (read-only: connecting needs no write access)
         launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
-                                       hidden=hidden, read_only=self.read_only,
+                                       hidden=hidden,
+                                       read_only=(*self.read_only, *([tools] if tools else [])),
                                        services=services,
                                        network=NetworkSeal(socket) if socket else None))
         return [*launcher.argv, "-c", self.command], launcher
@@ -322,22 +343,23 @@ class CommandAgent:
             variables: dict[str, str] = {}
             for api, base in zip(apis, served.base_urls, strict=True):
                 variables.update(api.env(base))
-            outcome = await self._run(ctx, variables, served.socket, meters)
+            async with self._tools(ctx) as tools:
+                outcome = await self._run(ctx, variables, served.socket, meters, tools)
             if served.gateway.refused is not None and outcome.error is None:
                 outcome = dataclasses.replace(outcome, error=f"the gateway refused its calls: "
                                                              f"{served.gateway.refused}")
         return outcome
 
     async def _run(self, ctx: AgentContext, gateway: Mapping[str, str], socket: Path | None,
-                   meters: _Meters) -> AgentOutcome:
+                   meters: _Meters, tools: Path | None = None) -> AgentOutcome:
         from spider2local.proc.run import run_process
 
         started = time.time()
         deadline = started + ctx.limits.timeout
         marker = uuid.uuid4().hex
-        files, instruction = self.write_contract(ctx, deadline)
+        files, instruction = self.write_contract(ctx, deadline, tools)
         env = self.contract_env(ctx, files, instruction, deadline, marker, gateway)
-        argv, launcher = self._argv(ctx, env, socket)
+        argv, launcher = self._argv(ctx, env, socket, tools)
         ctx.transcript.append("command", {"command": self.command, "cwd": str(
             ctx.workspace.project_dir), "isolation": ctx.isolation.value,
             "pass_env": [k for k in self.pass_env if k in os.environ], "apis": list(self.apis)})

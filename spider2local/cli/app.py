@@ -628,8 +628,7 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
 
 @cli.command("mcp-server")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
-              envvar="SPIDER2_MCP_CONFIG",
-              help="The tool config a run wrote for its task (default: $SPIDER2_MCP_CONFIG).")
+              help="A tool config (ToolConfig.write) naming the database, query log, date.")
 @click.option("--database", type=click.Path(path_type=Path, dir_okay=False),
               help="Instead of --config: serve this database (read-only).")
 @click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),

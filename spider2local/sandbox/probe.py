@@ -13,10 +13,10 @@ import functools
 import socket
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local.proc.tempdirs import owned_tempdir
 from spider2local.sandbox.launcher import Launcher, SandboxError, SandboxSpec
 from spider2local.sandbox.network import NetworkSeal
 
@@ -84,7 +84,10 @@ def run_probe() -> Probe:
     if not sys.platform.startswith("linux"):
         return Probe(False, f"no Linux namespaces on {sys.platform}",
                      "run on Linux for isolation, or use --isolation none")
-    with tempfile.TemporaryDirectory(prefix="spider2local-probe-") as folder, \
+    # the folder named as the gateway's (the longest socket path a session binds: the
+    # database tools' socket, spider2local.dbtools.endpoint, is no longer), so a TMPDIR that
+    # passes here fits every socket of a session
+    with owned_tempdir("gateway") as folder, \
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         try:
             listener.bind(str(Path(folder) / "api.sock"))

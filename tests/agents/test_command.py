@@ -184,8 +184,8 @@ def test_the_contract_the_output_and_the_exit_status(
     assert env["SPIDER2_DATABASE"].endswith("shop.duckdb")
     assert int(env["SPIDER2_DEADLINE"]) > 0 and env["SPIDER2_TIMEOUT"] == "1800"
     assert env["PATH"].split(":")[0].endswith("faketime")  # the dbt shim first
-    assert "mcpServers" in Path(env["SPIDER2_MCP_CONFIG"]).read_text() \
-        if Path(env["SPIDER2_MCP_CONFIG"]).exists() else True
+    mcp = json.loads(Path(env["SPIDER2_MCP_CONFIG"]).read_text())["mcpServers"]["spider2"]
+    assert mcp["args"][:2] == ["-I", "-S"] and mcp["args"][-1].endswith("mcp.sock")  # a bridge
     instruction = (project / "seen_instruction.md").read_text()
     assert "Build the orders model." in instruction and "2024-09-15" in instruction
     assert "mcp__spider2__" not in instruction and "verifier" not in instruction
