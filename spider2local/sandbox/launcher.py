@@ -275,20 +275,20 @@ R=%(root)s
 here=$PWD
 MOUNT=%(mount)s
 %(bind)s
-spot() { if [ -d "$1" ]; then mkdir -p "$R$1"; else mkdir -p "$(dirname "$R$1")"; : > "$R$1"; fi; }
+made() { [ -d "$R$1" ] || mkdir -p "$R$1"; }
+spot() { if [ -d "$1" ]; then made "$1"; else made "${1%%/*}"; : > "$R$1"; fi; }
 ro() { spot "$1"; bind "$1" "$R$1" ro,nosuid,nodev; }
 rw() { spot "$1"; bind "$1" "$R$1" nosuid,nodev; }
-tmp() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
-hide() { mkdir -p "$R$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
+tmp() { made "$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
+hide() { made "$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
 hidefile() { $MOUNT --bind /dev/null "$R$1"; }
-etc() { mkdir -p "$R/etc"; bind "$1" "$R/etc" ro,nosuid,nodev; }
+etc() { made /etc; bind "$1" "$R/etc" ro,nosuid,nodev; }
 link() { ln -s "$2" "$R$1"; }
 dev() { if [ -e "/dev/$1" ]; then : > "$R/dev/$1"; $MOUNT --bind "/dev/$1" "$R/dev/$1"; fi; }
 $MOUNT -t tmpfs -o mode=0755 spider2local-root "$R"
 """
 
-_FINISH = r"""mkdir -p "$R/dev" "$R/proc" "$R/.old"
-$MOUNT -t tmpfs -o mode=0755,nosuid spider2local-dev "$R/dev"
+_FINISH = r"""$MOUNT -t tmpfs -o mode=0755,nosuid spider2local-dev "$R/dev"
 for d in %(devices)s; do dev "$d"; done
 mkdir "$R/dev/shm"
 $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-shm "$R/dev/shm"
@@ -375,6 +375,30 @@ def network_binds(seal: NetworkSeal | None) -> list[Path]:
     return [seal.socket, seal.python, *(Path(p) for p in prefixes)]
 
 
+def _make_dirs(mounts: Sequence[Mount], container: Path | None,
+               extra: Sequence[str] = ()) -> str:
+    """One ``mkdir -p`` for the mount points that lie directly in ``container`` (a tmpfs of
+    the plan; None: the new root), instead of one process per mount (each 5-20 ms under load,
+    measured): the launcher's ``made`` then finds them. Points under a bind exist already
+    (the plan only hides what exists); those under another tmpfs are made after it."""
+    q = shlex.quote
+    wanted: dict[str, None] = dict.fromkeys(extra)
+    for m in mounts:
+        if m.kind is Kind.HIDDEN_FILE or m.path == container:
+            continue
+        inside = [o.path for o in mounts if o.path != m.path and is_within(m.path, o.path)]
+        nearest = max(inside, key=lambda p: len(p.parts), default=None)
+        if nearest != container:
+            continue
+        point = m.path if m.kind in (Kind.PRIVATE, Kind.HIDDEN) or m.path.is_dir() \
+            else m.path.parent
+        if point != container and point != Path("/"):
+            wanted.setdefault(str(point))
+    if not wanted:
+        return ":"
+    return "mkdir -p " + " ".join(f'"$R"{q(p)}' for p in wanted)
+
+
 def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
     """The launcher's text for ``spec``, building the new root at ``root`` (an empty folder
     outside everything the sandbox shows)."""
@@ -387,10 +411,14 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
                          "bind": bind_function(paths["mount"]),
                          "net": unshare_flags(spec.network)}]
     lines += [f"link {q(str(link))} {q(target)}" for link, target in links]
+    lines.append(_make_dirs(mounts, None, ["/etc", "/dev", "/proc", "/.old"]))
     etc = etc_copy()
     if etc is not None:
         lines.append(f"etc {q(str(etc))}")
-    lines += [f"{m.kind.value} {q(str(m.path))}" for m in mounts]
+    for m in mounts:
+        lines.append(f"{m.kind.value} {q(str(m.path))}")
+        if m.kind is Kind.PRIVATE:  # its mount points, made once it is mounted
+            lines.append(_make_dirs(mounts, m.path))
     hidden = [m for m in mounts if m.kind is Kind.HIDDEN]
     names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]
     lines.append(_FINISH % {
