@@ -168,6 +168,18 @@ def passed_line(report: RunReport) -> str:
     return "passed " + "; ".join(parts) + tail
 
 
+def cut_line(h: Headline) -> str | None:
+    """What attempts cut by an interrupt spent, apart from the finished trials' usage (their
+    cost is no trial's) and then in the run's total."""
+    if not h.cut_attempts:
+        return None
+    spent = "an unknown cost" if h.cut_cost_usd is None else money(h.cut_cost_usd)
+    total = "" if h.cut_cost_usd is None else \
+        f"; the run spent {money((h.cost_usd or 0.0) + h.cut_cost_usd)} in all"
+    return (f"{h.cut_attempts} attempt(s) cut by an interrupt spent tokens "
+            f"{h.cut_tokens.total:,} and {spent} (not in the totals above{total})")
+
+
 def free_line(h: Headline, trials: int = 1) -> str:
     if h.free_passes is None:
         return "free passes: not measured (the run recorded no baseline)"
@@ -221,7 +233,7 @@ def headline_lines(report: RunReport) -> list[str]:
         usage_line(h, report.stats.trials_run if several else None),
     ]
     lines = [line for line in lines if line]
-    for extra in (flaky_line(report), suspect_line(h, report.trials)):
+    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials)):
         if extra:
             lines.append(extra)
     if h.interrupted:
