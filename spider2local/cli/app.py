@@ -456,8 +456,9 @@ def merge(runs: tuple[str, ...], runs_dir: Path, into: Path, force: bool,
                    "where its transcript, logs and database are.")
 @click.option("--trial", type=click.IntRange(min=1), metavar="N",
               help="With --task: only this trial (default: every trial of the task).")
+@click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id: str | None,
-           trial: int | None) -> None:
+           trial: int | None, no_color: bool) -> None:
     """The report of RUN (a folder, a run id or 'latest'), rebuilt from its folder alone (no
     dataset, no credentials): the honest headline (passed over the official, with-gold,
     runnable and attempted denominators; free and suspect passes; tokens, cost, time) and one
@@ -470,7 +471,7 @@ def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id:
         raise UserError(f"--task prints text; --format {fmt} is for the whole run's report",
                         fix="drop --format, or drop --task")
     sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output, task_id=task_id,
-                            trial=trial))
+                            trial=trial, color=False if no_color else None))
 
 
 @cli.command()
