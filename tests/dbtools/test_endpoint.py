@@ -6,6 +6,7 @@ spoken to as an adversary would, stays bounded and never fails the run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -371,7 +372,7 @@ def test_a_command_agent_in_the_sandbox_gets_the_in_process_answers_over_mcp(
         stderr = (ws.artifacts / "agent.stderr").read_text()
         assert outcome.error is None, (outcome.error, stderr[-3000:])
         seen = json.loads((ws.artifacts / "agent.stdout").read_text())
-        logged = [line["tool"] for line in audit_lines(ws)]
+        logged = [str(line["tool"]) for line in audit_lines(ws)]
         local = anyio.run(in_process, QueryService.for_workspace(ws, task.date), calls)
     finally:
         cleanup_workspace(ws)
@@ -391,3 +392,60 @@ def test_a_command_agent_in_the_sandbox_gets_the_in_process_answers_over_mcp(
     served = [json.loads(line)["data"] for line in transcript.read_text().splitlines()
               if json.loads(line)["kind"] == "database_tools"]
     assert served and served[0]["connections"] >= 3 and served[0]["failed"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason="namespaces unavailable here")
+def test_the_claude_code_cli_in_the_sandbox_uses_the_tools_through_mcp_config(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """The bundled Claude Code CLI as a command agent under ``--isolation namespace``, given
+    ``--mcp-config "$SPIDER2_MCP_CONFIG"``: it starts the bridge itself and its tool calls are
+    answered by the runner (the fake clock, the start catalog, the refusals; gold, the run's
+    own dataset file, unreadable), and the calls are the task's "queries it ran"."""
+    from spider2local.agents.claude.session import bundled_cli
+    from spider2local.testing import FakeAnthropic, reply, tool
+
+    root = tiny_dataset("t1", gold_tables={"orders": "SELECT 'GOLD-ROW' AS id"})
+    gold = root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    calls = [("query", {"sql": "SELECT current_date AS today"}),
+             ("query", {"sql": "SELECT count(*) AS n FROM start.raw_orders"}),
+             ("describe_table", {"table": "raw_orders"}),
+             ("query", {"sql": "DELETE FROM raw_orders"}),
+             ("query", {"sql": f"ATTACH '{gold}' AS g (READ_ONLY)"}),
+             ("query", {"sql": f"SELECT * FROM '{gold}'"}),
+             ("query", {"sql": f"SELECT * FROM read_duckdb('{gold}')"})]
+    script = [reply(tool(f"mcp__spider2__{name}", f"toolu_{i}", **args))
+              for i, (name, args) in enumerate(calls)] + [reply("Done.")]
+    allowed = ",".join(f"mcp__spider2__{t}" for t in tool_names())
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(
+        f'[dataset]\nroot = "{root}"\n\n[agents.claude-code]\n'
+        f'command = "{bundled_cli()} -p \\"$SPIDER2_INSTRUCTION\\" --output-format json '
+        f'--mcp-config \\"$SPIDER2_MCP_CONFIG\\" --strict-mcp-config --allowedTools {allowed}"\n'
+        'pass_env = ["IS_SANDBOX", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", '
+        '"DISABLE_AUTOUPDATER"]\napis = ["anthropic"]\nusage = "claude-json"\n')
+    with FakeAnthropic(script) as fake:
+        done = subprocess.run(
+            [sys.executable, "-m", "spider2local", "--suite", str(suite), "run", "--agent",
+             "claude-code", "--isolation", "namespace", "--runs-dir", "runs", "--run-id", "m"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=500, check=False,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **fake.env(), "IS_SANDBOX": "1",
+                 "DISABLE_AUTOUPDATER": "1"})
+        requests = fake.requests
+    folder = tmp_path / "runs" / "m" / "t1"
+    assert done.returncode == 0, done.stderr[-3000:]
+    from tests.dbtools.test_server import all_tool_results
+
+    seen = all_tool_results(requests)
+    assert len(seen) == len(calls), ((folder / "agent.stderr").read_text()[-3000:], seen)
+    assert "2024-09-15" in seen["toolu_0"]  # the task's fake date, from the runner's child
+    assert "\n1\n" in seen["toolu_1"]  # the start catalog
+    assert "raw_orders" in seen["toolu_2"]
+    for i in range(3, len(calls)):
+        assert "ERROR" in seen[f"toolu_{i}"] and "GOLD-ROW" not in seen[f"toolu_{i}"], \
+            seen[f"toolu_{i}"]
+    logged = [json.loads(line) for line in (folder / "queries.jsonl").read_text().splitlines()]
+    assert [entry["tool"] for entry in logged] == [name for name, _ in calls]
+    assert [e["sql"] for e in logged if e["tool"] == "query"] == \
+        [args["sql"] for name, args in calls if name == "query"]
