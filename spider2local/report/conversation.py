@@ -72,7 +72,7 @@ def _tool_body(name: str, inputs: Mapping[str, str]) -> tuple[str, str]:
     elif "file_path" in inputs and "content" in inputs:  # Write
         path = take("file_path")
         caption = f'<code class="path">{e(path)}</code>'
-        body = _block(take("content"), _language(path), label=path)
+        body = _block(take("content"), _language(path), label="content")
     elif "file_path" in inputs and "old_string" in inputs:  # Edit
         caption = f'<code class="path">{e(take("file_path"))}</code>'
         body = _edit_diff(take("old_string"), take("new_string"))

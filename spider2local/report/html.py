@@ -157,7 +157,7 @@ pre.diff .da { background: #e6ffed; color: #1b5e20; }
 pre.diff .dd { background: #ffebe9; color: #b71c1c; }
 pre.diff .dk { background: #f1f8ff; color: #0d47a1; }
 pre.diff .dh { color: #616161; font-weight: 600; }
-pre.code { background: #f6f8fa; margin: .3em 0; }
+pre.code { background: #f6f8fa; margin: .2em 0; padding: .35em .5em; }
 pre.lang-shell { background: #263238; color: #eceff1; } .ps1 { color: #80cbc4; user-select: none; }
 .sk { color: #6a1b9a; font-weight: 600; } .ss { color: #2e7d32; } .sc { color: #78909c; }
 .sj { color: #e65100; }
@@ -166,7 +166,9 @@ details.fold > summary, details.result > summary, details.section > summary {
 .size { color: #78909c; font-size: 12px; } .peek { color: #90a4ae; font-family: monospace;
   font-size: 12px; margin-left: .5em; }
 .conversation { border-left: 3px solid #eceff1; padding-left: .8em; }
-.msg { margin: .6em 0; } .msg .who, .tool-head .who { font-size: 12px; color: #78909c;
+.msg { margin: .5em 0; } .msg.assistant:not(.sub) > .who { display: none; }
+.msg.assistant:not(.sub) > .prose { border-left: 3px solid #90caf9; padding-left: .5em; }
+.msg .who, .tool-head .who { font-size: 12px; color: #78909c;
   text-transform: uppercase; letter-spacing: .04em; }
 .prose { white-space: pre-wrap; word-break: break-word; }
 .msg.prompt .prose, .msg.follow-up .prose { background: #e3f2fd; padding: .4em .6em; }
