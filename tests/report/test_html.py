@@ -7,9 +7,11 @@ download is never used. It skips, saying why, when either is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,21 @@ def _browser() -> str:
         if found:
             return found
     pytest.skip("no Chromium found (apt-get install chromium; .ci/run does it as root)")
+
+
+@contextlib.contextmanager
+def chromium_page() -> Iterator[Any]:
+    """A page of the system Chromium driven by playwright (skips when either is missing)."""
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="the playwright package is not installed")
+    browser_path = _browser()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield browser.new_page(viewport={"width": 1300, "height": 1000})
+        finally:
+            browser.close()
 
 
 @pytest.mark.slow
@@ -287,21 +304,31 @@ def check_run_facts(page: Any, manifest: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_the_run_writes_its_report_with_run_facts(reference_run: ReferenceRun) -> None:
     """``run`` leaves report.html in the run folder, the page as this module renders it."""
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="the playwright package is not installed")
-    browser_path = _browser()
     html_file = reference_run.run_dir / "report.html"
     assert html_file.is_file()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path,
-                                    args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            page.goto(html_file.as_uri())
-            page.wait_for_load_state("load")
-            check_run_facts(page, reference_run.manifest())
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(html_file.as_uri())
+        page.wait_for_load_state("load")
+        check_run_facts(page, reference_run.manifest())
+
+
+@pytest.mark.slow
+def test_the_trial_grid_opens_the_trial_it_names(tmp_path: Path) -> None:
+    """With trials, the task x trial grid links each trial's verdict to its own section."""
+    from tests.report.test_trials import trial_report
+
+    html_file = tmp_path / "report.html"
+    html_file.write_text(render_html(trial_report()), encoding="utf-8")
+    with chromium_page() as page:
+        page.goto(html_file.as_uri())
+        page.wait_for_load_state("load")
+        assert page.locator("#grid tbody tr").count() == 5
+        assert page.locator("#grid tr[data-task=flaky] td.trial a").count() == 3
+        page.locator("#grid tr[data-task=flaky] td.trial a").nth(1).click()
+        assert page.locator("#task-flaky-2").get_attribute("open") is not None
+        assert page.locator("#task-flaky-1").get_attribute("open") is None
+        page.locator("#tasks tbody tr[data-anchor=task-steady-3] td").nth(3).click()
+        assert page.locator("#task-steady-3").get_attribute("open") is not None
 
 
 def long_session(turns: int = 13) -> str:
@@ -327,31 +354,26 @@ def long_session(turns: int = 13) -> str:
 
 @pytest.mark.slow
 def test_a_long_session_opens_short(tmp_path: Path) -> None:
-    """A 13-turn task's open section fits in a few screens: results and long inputs are
-    folded (the raw entries of the old page made one such task 8,500 px tall)."""
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="the playwright package is not installed")
-    browser_path = _browser()
+    """A 13-turn task's open section fits in two screens: results and long inputs are folded
+    (the raw entries of the old page made one such task 8,500 px tall)."""
     folder = _finished_task(tmp_path / "runs" / "r")
     (folder.task_dir("t1") / "transcript.jsonl").write_text(long_session())
     html_file = tmp_path / "report.html"
     html_file.write_text(render_html(load_report(folder), folder), encoding="utf-8")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path,
-                                    args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            page.goto(html_file.as_uri() + "#task-t1")
-            page.wait_for_load_state("load")
-            task = page.locator("#task-t1")
-            assert task.get_attribute("open") is not None
-            assert task.locator(".tool").count() == 13
-            height = task.evaluate("e => e.getBoundingClientRect().height")
-            assert height < 2_000, height
-            assert task.locator("details.result").count() == 13
-            assert "400 lines" in task.locator("details.result summary").nth(1).inner_text()
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(html_file.as_uri() + "#task-t1")
+        page.wait_for_load_state("load")
+        task = page.locator("#task-t1")
+        assert task.get_attribute("open") is not None
+        assert task.locator(".tool").count() == 13
+        height = task.evaluate("e => e.getBoundingClientRect().height")
+        assert height < 2_000, height
+        assert task.locator("details.result").count() == 13
+        assert "400 lines" in task.locator("details.result summary").nth(1).inner_text()
+        page.click("#open-all")  # every task at once, then closed again
+        assert page.locator("details.task[open]").count() == 1
+        page.click("#open-all")
+        assert page.locator("details.task[open]").count() == 0
 
 
 def _finished_task(root: Path, tid: str = "t1") -> RunFolder:
