@@ -188,7 +188,7 @@ def transcript_html(entries: Sequence[Entry]) -> str:
                 # the SDK's system messages: their subtype says what happened
                 compact = " ".join(str(data[k]) for k in ("subtype", "description", "status")
                                    if isinstance(data.get(k), str))
-            if len(text) <= 160 and "\n" not in text:
+            if len(compact) <= 160 and "\n" not in compact:
                 out.append(f'<div class="event"><span class="kind">{e(x.kind)}</span> '
                            f"<code>{e(compact)}</code></div>")
             else:

@@ -148,6 +148,8 @@ td.trial { color: #fff; text-align: center; } td.trial a { color: #fff; }
 .meta { display: flex; flex-wrap: wrap; gap: .5em 2em; margin: .5em 0; }
 .meta table { font-size: 13px; } .meta caption { text-align: left; font-weight: 600; }
 .meta th { cursor: default; background: none; color: #546e7a; font-weight: normal; }
+.meta td, .meta th { padding: .05em .6em .05em 0; border: none; }
+.meta td { max-width: 36em; overflow-wrap: anywhere; }
 .warning { background: #fff8e1; border: 1px solid #ffca28; padding: .4em .7em; }
 details.task[open] { border-color: #90a4ae; }
 details.task > summary .date { color: #607d8b; font-weight: normal; margin-left: .6em; }
