@@ -8,6 +8,11 @@ a run made before that copy existed falls back to the dataset's project when the
 recorded dataset is still reachable, and otherwise lists the files as the agent left them,
 saying so (:attr:`TaskDetails.diff_source`).
 
+Outputs are kept as text a person reads: terminal escapes stripped (dbt colours its output
+and its error messages, :func:`spider2local.clock.dbt.strip_ansi`), a tool call's input kept
+key by key as strings (a written file's content with its real newlines), and a cut output
+with its whole size (:func:`size_text`).
+
 Every reader here is defensive: a missing, truncated or hand-edited file yields less detail,
 never an exception (one broken task must not stop the report of the others). Sizes are capped
 so one huge transcript cannot make an unusable page. A run folder may come from elsewhere (a CI

@@ -1,13 +1,16 @@
 """The report as one self-contained HTML file: no network, no CDN, inline SVG charts.
 
 What is on the page: the headline (the same sentences as the terminal, pass@1 with its 95%
-intervals among them), with several trials per task a task x trial grid (each cell a trial,
+intervals among them), the run's recorded facts (versions, agent and model or command, limits,
+dataset, trials: :mod:`.runinfo`) with each task's fake date and where it came from, and the
+default-date warning; with several trials per task a task x trial grid (each cell a trial,
 coloured by its outcome, linking to its details) with each task's rate and the pass@k /
 pass^k table, three charts (outcome per trial, time and cost per trial, where the time went
-by runner step), a sortable and
-filterable task table, and per task its per-table diagnostics, dbt errors, the verifier's
-reports, the files the agent wrote (diff against the start project), the queries it ran, the
-transcript, and the integrity flag with its evidence.
+by runner step), a sortable and filterable task table, and per task (a closed section that a
+click on its row, a link or an #anchor in the URL opens) its per-table diagnostics, dbt errors
+(each once), the verifier's reports, the files the agent wrote (coloured diffs against the
+start project), the queries it ran, the transcript as a conversation (:mod:`.conversation`:
+tool calls as code, results folded with their size), and the integrity flag with its evidence.
 
 Agent text is hostile (a transcript may hold ``</script>`` or ``<img onerror=...>``), so:
 every text goes through :func:`html.escape` (quotes included) and nothing from the run ever
