@@ -8,6 +8,11 @@ a run made before that copy existed falls back to the dataset's project when the
 recorded dataset is still reachable, and otherwise lists the files as the agent left them,
 saying so (:attr:`TaskDetails.diff_source`).
 
+Outputs are kept as text a person reads: terminal escapes stripped (dbt colours its output
+and its error messages, :func:`spider2local.clock.dbt.strip_ansi`), a tool call's input kept
+key by key as strings (a written file's content with its real newlines), and a cut output
+with its whole size (:func:`size_text`).
+
 Every reader here is defensive: a missing, truncated or hand-edited file yields less detail,
 never an exception (one broken task must not stop the report of the others). Sizes are capped
 so one huge transcript cannot make an unusable page. A run folder may come from elsewhere (a CI
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spider2local.clock.dbt import strip_ansi
 from spider2local.run.layout import (
     DBT_LOGS,
     ERROR_TRACEBACK,
@@ -42,6 +48,9 @@ MAX_ENTRIES = 2_000
 """Transcript entries and queries kept per task."""
 MAX_LINE = 4_000_000
 """Characters read of one JSON line; a longer line is skipped whole, not held in memory."""
+OUTPUT_KINDS = frozenset({"stdout", "stderr"})
+"""Transcript kinds whose text is a process's whole output (a command agent's streams): folded
+with their size, like a tool's result."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +75,19 @@ class Entry:
 
     kind: str
     """``prompt``, ``assistant``, ``thinking``, ``tool call``, ``tool result``, ``tool error``,
-    ``result``, ``subagent`` (its report) or the runner's own kinds (``attempt``...)."""
+    ``result``, ``subagent`` (its report), a command agent's ``stdout`` / ``stderr``, or the
+    runner's own kinds (``attempt``...)."""
     title: str
     text: str
+    inputs: tuple[tuple[str, str], ...] = ()
+    """A tool call's input, key by key: a string value as it is (a file's content reads as
+    text, never as a ``\\n``-escaped JSON string), anything else as indented JSON."""
+    tool_id: str = ""
+    """A tool call's id, or the id of the call a tool result answers."""
+    parent: str = ""
+    """For a message of a subagent (the verifier): the id of the tool call that started it."""
+    size: str = ""
+    """A tool result's or an output's whole size before any cut (``4,812 lines, 212 KB``)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,30 @@ class TaskDetails:
     evidence: tuple[str, ...] = ()
     """The integrity scan's evidence lines (empty for a clean task)."""
     traceback: str = ""
+
+
+def size_text(text: str) -> str:
+    """``text``'s size as a person reads it: ``4,812 lines, 212 KB`` (``1 line, 12 bytes``)."""
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    size = len(text.encode("utf-8", errors="replace"))
+    amount = f"{size:,} bytes" if size < 1024 else f"{size / 1024:,.0f} KB" \
+        if size < 1024 * 1024 else f"{size / 1024 / 1024:,.1f} MB"
+    return f"{lines:,} line{'' if lines == 1 else 's'}, {amount}"
+
+
+def _output(text: str) -> tuple[str, str]:
+    """A tool's or a command's output as shown: no terminal escapes (dbt colours everything),
+    cut to :data:`MAX_TEXT`, with its whole size."""
+    plain = strip_ansi(text)
+    return _cut(plain), size_text(plain)
+
+
+def _inputs(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        return (("input", _cut(json.dumps(value, indent=2, ensure_ascii=False,
+                                          default=str))),) if value is not None else ()
+    return tuple((str(k), _cut(v if isinstance(v, str) else json.dumps(
+        v, indent=2, ensure_ascii=False, default=str))) for k, v in value.items())
 
 
 def _cut(text: str, limit: int = MAX_TEXT) -> str:
@@ -183,20 +226,22 @@ def _queries(task_dir: Path) -> tuple[Query, ...]:
     return tuple(out)
 
 
-def _block_entries(block: Mapping[str, Any], role: str) -> Iterator[Entry]:
+def _block_entries(block: Mapping[str, Any], role: str, parent: str = "") -> Iterator[Entry]:
     if "text" in block and role == "assistant":
-        yield Entry("assistant", "assistant", _cut(str(block["text"])))
+        yield Entry("assistant", "assistant", _cut(str(block["text"])), parent=parent)
     elif "thinking" in block:
-        yield Entry("thinking", "thinking", _cut(str(block["thinking"])))
+        yield Entry("thinking", "thinking", _cut(str(block["thinking"])), parent=parent)
     elif "name" in block and "input" in block:
         body = json.dumps(block.get("input"), indent=2, ensure_ascii=False, default=str)
-        yield Entry("tool call", str(block["name"]), _cut(body))
+        yield Entry("tool call", str(block["name"]), _cut(body), inputs=_inputs(block["input"]),
+                    tool_id=str(block.get("id") or ""), parent=parent)
     elif "tool_use_id" in block:
         kind = "tool error" if block.get("is_error") else "tool result"
-        yield Entry(kind, f"result of {block['tool_use_id']}", _cut(_content(block.get(
-            "content"))))
+        text, size = _output(_content(block.get("content")))
+        yield Entry(kind, f"result of {block['tool_use_id']}", text,
+                    tool_id=str(block["tool_use_id"]), parent=parent, size=size)
     elif "text" in block:
-        yield Entry(role, role, _cut(str(block["text"])))
+        yield Entry(role, role, _cut(str(block["text"])), parent=parent)
 
 
 def _content(content: Any) -> str:
@@ -214,21 +259,34 @@ def transcript_entries(path: Path) -> tuple[tuple[Entry, ...], tuple[Entry, ...]
     subagents: dict[str, str] = {}
     for line in _json_lines(path.parent, path):
         kind, data = str(line.get("kind", "")), line.get("data")
+        if kind in OUTPUT_KINDS and isinstance(data, str):
+            if data:  # a command agent's streams: outputs, folded like a tool's
+                text, size = _output(data)
+                entries.append(Entry(kind, kind, text, size=size))
+            continue
         if isinstance(data, str):
-            entries.append(Entry(kind, kind, _cut(data)))
+            entries.append(Entry(kind, kind, _cut(strip_ansi(data))))
             continue
         if not isinstance(data, dict):
             continue
         content = data.get("content")
+        if kind == "command" and isinstance(data.get("command"), str):
+            # a command agent's command line: shown as the shell command it is
+            entries.append(Entry("tool call", "command", _cut(data["command"]),
+                                 inputs=_inputs({"command": data["command"], **{
+                                     k: v for k, v in data.items() if k != "command"}})))
+            continue
         if kind in ("AssistantMessage", "UserMessage") and isinstance(content, list):
             role = "assistant" if kind == "AssistantMessage" else "user"
+            parent = data.get("parent_tool_use_id")
             for block in content:
                 if not isinstance(block, dict):
                     continue
                 inputs = block.get("input")
                 if isinstance(inputs, dict) and inputs.get("subagent_type"):
                     subagents[str(block.get("id"))] = str(inputs["subagent_type"])
-                for entry in _block_entries(block, role):
+                for entry in _block_entries(block, role,
+                                            parent if isinstance(parent, str) else ""):
                     entries.append(entry)
                     who = subagents.get(str(block.get("tool_use_id")))
                     if who is not None and entry.kind == "tool result":
@@ -261,7 +319,8 @@ def _dbt_errors(task_dir: Path) -> tuple[str, ...]:
         for item in results if isinstance(results, list) else []:
             if isinstance(item, dict) and item.get("status") in ("error", "fail",
                                                                   "runtime error"):
-                text = _cut(f"{item.get('unique_id', '?')}: {item.get('message') or ''}")
+                text = _cut(strip_ansi(f"{item.get('unique_id', '?')}: "
+                                       f"{item.get('message') or ''}"))
                 if text not in out:
                     out.append(text)
     return tuple(out)

@@ -1,13 +1,16 @@
 """The report as one self-contained HTML file: no network, no CDN, inline SVG charts.
 
 What is on the page: the headline (the same sentences as the terminal, pass@1 with its 95%
-intervals among them), with several trials per task a task x trial grid (each cell a trial,
+intervals among them), the run's recorded facts (versions, agent and model or command, limits,
+dataset, trials: :mod:`.runinfo`) with each task's fake date and where it came from, and the
+default-date warning; with several trials per task a task x trial grid (each cell a trial,
 coloured by its outcome, linking to its details) with each task's rate and the pass@k /
 pass^k table, three charts (outcome per trial, time and cost per trial, where the time went
-by runner step), a sortable and
-filterable task table, and per task its per-table diagnostics, dbt errors, the verifier's
-reports, the files the agent wrote (diff against the start project), the queries it ran, the
-transcript, and the integrity flag with its evidence.
+by runner step), a sortable and filterable task table, and per task (a closed section that a
+click on its row, a link or an #anchor in the URL opens) its per-table diagnostics, dbt errors
+(each once), the verifier's reports, the files the agent wrote (coloured diffs against the
+start project), the queries it ran, the transcript as a conversation (:mod:`.conversation`:
+tool calls as code, results folded with their size), and the integrity flag with its evidence.
 
 Agent text is hostile (a transcript may hold ``</script>`` or ``<img onerror=...>``), so:
 every text goes through :func:`html.escape` (quotes included) and nothing from the run ever
@@ -23,7 +26,10 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from spider2local.report.conversation import transcript_html
 from spider2local.report.details import Entry, TaskDetails, load_details
+from spider2local.report.htmlcode import FOLD_LINES, code_html, diff_counts, diff_html, folded
+from spider2local.report.runinfo import RunInfo, TaskDate, load_run_info
 from spider2local.report.summary import SUSPECT, Row, RunReport, Verdict
 from spider2local.report.text import headline_lines, money, seconds
 from spider2local.run.folder import RunFolder
@@ -74,6 +80,49 @@ SCRIPT = """
     });
   });
   apply();
+  // A task's section opens wherever one points at it: a row of the table (anywhere on it), a
+  // link (the outcome chart, the trial grid) or an #anchor in the URL, on load too. A link to
+  // a closed <details> would only scroll to its summary.
+  function reveal(id) {
+    var target = id ? document.getElementById(id) : null;
+    if (!target) { return false; }
+    for (var node = target; node; node = node.parentElement) {
+      if (node.tagName === 'DETAILS') { node.open = true; }
+    }
+    target.scrollIntoView({block: 'start'});
+    return true;
+  }
+  function fromHash() {
+    var id = window.location.hash.slice(1);
+    try { id = decodeURIComponent(id); } catch (error) { return; }
+    reveal(id);
+  }
+  document.addEventListener('click', function (event) {
+    var el = event.target;
+    if (!el || !el.closest) { return; }
+    var link = el.closest('a[href^="#"]');
+    var row = link ? null : el.closest('tr[data-anchor]');
+    var id = link ? link.getAttribute('href').slice(1) :
+             row ? row.getAttribute('data-anchor') : '';
+    if (!id || !document.getElementById(id)) { return; }
+    if (row && String(window.getSelection ? window.getSelection() : '')) { return; }
+    event.preventDefault();
+    if (window.location.hash !== '#' + id) { window.location.hash = id; }
+    reveal(id);
+  });
+  window.addEventListener('hashchange', fromHash);
+  var all = document.getElementById('open-all');
+  if (all) {
+    all.addEventListener('click', function () {
+      var open = all.getAttribute('data-open') !== 'yes';
+      Array.prototype.forEach.call(document.querySelectorAll('details.task'), function (d) {
+        d.open = open;
+      });
+      all.setAttribute('data-open', open ? 'yes' : 'no');
+      all.textContent = open ? 'close every task' : 'open every task';
+    });
+  }
+  fromHash();
 })();
 """
 
@@ -98,6 +147,46 @@ details.task > summary { cursor: pointer; font-weight: 600; }
 .controls { margin: .5em 0; }
 td.trial { color: #fff; text-align: center; } td.trial a { color: #fff; }
 #pass-k { margin-top: 1em; }
+#tasks tbody tr { cursor: pointer; } #tasks tbody tr:hover { background: #f5f9ff; }
+.meta { display: flex; flex-wrap: wrap; gap: .5em 2em; margin: .5em 0; }
+.meta table { font-size: 13px; } .meta caption { text-align: left; font-weight: 600; }
+.meta th { cursor: default; background: none; color: #546e7a; font-weight: normal; }
+.meta td, .meta th { padding: .05em .6em .05em 0; border: none; }
+.meta td { max-width: 36em; overflow-wrap: anywhere; }
+.warning { background: #fff8e1; border: 1px solid #ffca28; padding: .4em .7em; }
+details.task[open] { border-color: #90a4ae; }
+details.task > summary .date { color: #607d8b; font-weight: normal; margin-left: .6em; }
+h3 { font-size: 1em; margin: 1em 0 .3em; } h3 .none { font-weight: normal; color: #9e9e9e; }
+pre.diff span { display: block; }
+pre.diff .da { background: #e6ffed; color: #1b5e20; }
+pre.diff .dd { background: #ffebe9; color: #b71c1c; }
+pre.diff .dk { background: #f1f8ff; color: #0d47a1; }
+pre.diff .dh { color: #616161; font-weight: 600; }
+pre.code { background: #f6f8fa; margin: .2em 0; padding: .35em .5em; }
+pre.lang-shell { background: #263238; color: #eceff1; } .ps1 { color: #80cbc4; user-select: none; }
+.sk { color: #6a1b9a; font-weight: 600; } .ss { color: #2e7d32; } .sc { color: #78909c; }
+.sj { color: #e65100; }
+details.fold > summary, details.result > summary, details.section > summary {
+  cursor: pointer; color: #37474f; }
+.size { color: #78909c; font-size: 12px; } .peek { color: #90a4ae; font-family: monospace;
+  font-size: 12px; margin-left: .5em; }
+.conversation { border-left: 3px solid #eceff1; padding-left: .8em; }
+.msg { margin: .5em 0; } .msg.assistant:not(.sub) > .who { display: none; }
+.msg.assistant:not(.sub) > .prose { border-left: 3px solid #90caf9; padding-left: .5em; }
+.msg .who, .tool-head .who { font-size: 12px; color: #78909c;
+  text-transform: uppercase; letter-spacing: .04em; }
+.prose { white-space: pre-wrap; word-break: break-word; }
+.msg.prompt .prose, .msg.follow-up .prose { background: #e3f2fd; padding: .4em .6em; }
+.msg.final .prose { background: #e8f5e9; padding: .4em .6em; }
+.sub { margin-left: 2em; border-left: 2px solid #ce93d8; padding-left: .6em; }
+.tool { margin: .4em 0; } .tool-head { font-size: 13px; }
+.tool-name { font-family: monospace; font-weight: 600; background: #eceff1; padding: 0 .35em;
+  border-radius: .25em; }
+.arg { font-family: monospace; font-size: 12px; color: #546e7a; margin-left: .4em; }
+.arg .key { color: #90a4ae; } code.path { font-size: 12px; }
+.result .err, .result.error > summary { color: #c62828; } .result .ok { color: #2e7d32; }
+.event { font-size: 12px; color: #78909c; margin: .2em 0; }
+.event .kind { font-weight: 600; }
 """
 
 
@@ -257,7 +346,7 @@ def _table(report: RunReport) -> str:
         mark = f'<span class="suspect">{_e(integrity)}</span>' if integrity == SUSPECT \
             else _e(integrity)
         out.append(
-            f'<tr data-status="{_e(r.status)}">'
+            f'<tr data-status="{_e(r.status)}" data-anchor="{_row_anchor(r, several)}">'
             f'<td data-value="{_e(label(r))}"><a href="#{_row_anchor(r, several)}">'
             f'{_e(label(r))}</a></td>'
             f'<td data-value="{_e(r.status)}"><span class="badge" style="background:{colour}">'
@@ -280,7 +369,16 @@ def _pre(text: str) -> str:
 
 
 def _section(title: str, body: str, empty: str = "none") -> str:
-    return f"<h3>{_e(title)}</h3>" + (body or f"<p>{_e(empty)}</p>")
+    if not body:
+        return f'<h3>{_e(title)}: <span class="none">{_e(empty)}</span></h3>'
+    return f"<h3>{_e(title)}</h3>" + body
+
+
+def _folded_section(title: str, count: int, body: str, empty: str = "none") -> str:
+    """A section folded by default (the queries): its title and count stay visible."""
+    if not body:
+        return _section(title, "", empty)
+    return folded(f"<b>{_e(title)}</b> ({count})", body, css="section")
 
 
 def _entries(entries: Iterable[Entry]) -> str:
@@ -289,12 +387,39 @@ def _entries(entries: Iterable[Entry]) -> str:
                    for e in entries)
 
 
-def _task(row: Row, details: TaskDetails, several: bool = False) -> str:
+def _files(details: TaskDetails) -> str:
+    """Each changed file's diff, coloured; a long one folded with its line counts."""
+    out = []
+    for f in details.files:
+        if f.change == "as left":
+            body = code_html(f.diff, "sql" if f.path.endswith(".sql") else "")
+            counts = ""
+        else:
+            body = diff_html(f.diff)
+            added, removed = diff_counts(f.diff)
+            counts = f" +{added} −{removed}"
+        summary = (f'<code class="path">{_e(f.path)}</code> <span class="size">'
+                   f"({_e(f.change)}{_e(counts)})</span>")
+        out.append(folded(summary, body, css="fold file",
+                          is_open=f.diff.count("\n") <= FOLD_LINES))
+    return "".join(out)
+
+
+def _date_fact(date: TaskDate | None) -> str:
+    if date is None or not date.date:
+        return "fake date: not recorded"
+    return f"fake date: {date.date} ({date.source})"
+
+
+def _task(row: Row, details: TaskDetails, several: bool = False,
+          date: TaskDate | None = None) -> str:
     flag = f' <span class="suspect">{_e(SUSPECT)}</span>' if row.integrity == SUSPECT else ""
     name = row.name if several else row.task_id
+    when = f'<span class="date">at {_e(date.date)}</span>' if date and date.date else ""
     head = (f'<details class="task" id="{_row_anchor(row, several)}"><summary>{_e(name)}: '
-            f'{_e(row.status)}, verdict {_e(row.verdict)}{flag}</summary>')
-    facts = [f"integrity: {row.integrity or '-'}",
+            f'{_e(row.status)}, verdict {_e(row.verdict)}{flag}{when}</summary>')
+    facts = [_date_fact(date),
+             f"integrity: {row.integrity or '-'}",
              f"free (untouched start already passes): "
              f"{'unknown' if row.free is None else 'yes' if row.free else 'no'}",
              f"time {seconds(row.seconds)}, cost {money(row.cost_usd)}, tokens "
@@ -304,40 +429,75 @@ def _task(row: Row, details: TaskDetails, several: bool = False) -> str:
     if row.error_stage:
         facts.append(f"error: {row.error_stage} ({row.error_kind}): {row.error_message}")
     body = "<ul>" + "".join(f"<li>{_e(f)}</li>" for f in facts) + "</ul>"
+    if date is not None and date.default:
+        body += ('<p class="warning">This task ran at the suite\'s default date: it has no date '
+                 "of its own. If its SQL reads the clock, its graded output may differ from gold "
+                 "(record its date with <code>spider2local derive-dates</code>).</p>")
     if row.note and not row.error_stage and not row.diagnostics:
         # the note repeats the error line and the first diagnostic, both shown here already:
         # only a trial without either (skipped, not run) is explained by its note alone
         body += f"<p><b>note:</b> {_e(row.note)}</p>"
     body += _section("per-table diagnostics", _pre(row.diagnostics) if row.diagnostics else "",
                      "not scored")
-    body += _section("integrity evidence", "".join(_pre(e) for e in details.evidence))
+    if details.evidence:
+        body += _section("integrity evidence", "".join(_pre(e) for e in details.evidence))
     body += _section("dbt errors", "".join(_pre(e) for e in details.dbt_errors))
     body += _section("verifier's findings", _entries(details.subagent_reports))
-    files = "".join(f"<h4>{_e(f.path)} ({_e(f.change)})</h4>{_pre(f.diff)}"
-                    for f in details.files)
-    body += _section(f"files the agent wrote (against {details.diff_source})", files,
+    body += _section(f"files the agent wrote (against {details.diff_source})", _files(details),
                      "no file changed")
     queries = "".join(
         f"<h4>query {i} ({_e(q.rows)} rows, {_e(seconds(q.seconds))})"
-        f"{' error: ' + _e(q.error) if q.error else ''}</h4>{_pre(q.sql)}"
+        f"{' error: ' + _e(q.error) if q.error else ''}</h4>{code_html(q.sql, 'sql')}"
         for i, q in enumerate(details.queries, start=1))
-    body += _section("queries it ran", queries)
-    body += _section("transcript", _entries(details.transcript))
+    body += _folded_section("queries it ran", len(details.queries), queries)
+    calls = sum(e.kind == "tool call" for e in details.transcript)
+    body += _section(f"transcript ({len(details.transcript)} entries, {calls} tool calls)"
+                     if details.transcript else "transcript", transcript_html(details.transcript))
     if details.traceback:
         body += _section("traceback (error.txt)", _pre(details.traceback))
     return head + body + "</details>"
+
+
+def _facts_table(title: str, facts: Sequence[tuple[str, str]], css: str = "") -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
+    return f'<table class="{_e(css)}"><caption>{_e(title)}</caption><tbody>{rows}</tbody></table>'
+
+
+def _meta(info: RunInfo) -> str:
+    """The run's recorded facts (versions, agent, limits, run, dataset) and the fake dates."""
+    if not info.groups and not info.dates:
+        return ""
+    out = ['<h2>run</h2><div class="meta" id="run-meta">']
+    out += [_facts_table(title, facts, f"meta-{title}") for title, facts in info.groups if facts]
+    out.append("</div>")
+    if info.warning:
+        out.append(f'<p class="warning" id="date-warning">{_e(info.warning)}</p>')
+    if info.dates:
+        rows = "".join(f'<tr data-task="{_e(d.task_id)}"><td>{_e(d.task_id)}</td>'
+                       f"<td>{_e(d.date or '-')}</td><td>{_e(d.source)}</td></tr>"
+                       for d in info.dates)
+        distinct = sorted({d.date for d in info.dates if d.date})
+        summary = (f"<b>fake dates</b> ({len(info.dates)} tasks; "
+                   f"{_e(', '.join(distinct[:4]))}{' ...' if len(distinct) > 4 else ''})")
+        out.append(folded(summary, '<table id="fake-dates"><thead><tr><th>task</th>'
+                          "<th>fake date</th><th>where it came from</th></tr></thead><tbody>"
+                          f"{rows}</tbody></table>", css="section",
+                          is_open=len(info.dates) <= 12))
+    return "".join(out)
 
 
 def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
     """The page; with ``folder``, each task's details are read from its folder too."""
     lines = headline_lines(report)
     several = report.trials > 1
+    info = load_run_info(folder, report.agent_command) if folder is not None else RunInfo()
+    dates = {d.task_id: d for d in info.dates}
     tasks = []
     for row in report.rows:
         details = load_details(folder.trial_dir(row.task_id, row.trial), report.dataset) \
             if folder is not None and isinstance(row.status, Status) \
             else TaskDetails(row.task_id)
-        tasks.append(_task(row, details, several))
+        tasks.append(_task(row, details, several, dates.get(row.task_id)))
     passed = sum(r.verdict is Verdict.PASS for r in report.rows)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -347,9 +507,11 @@ def render_html(report: RunReport, folder: RunFolder | None = None) -> str:
         f"<style>{STYLE}</style></head><body>"
         f"<h1>{_e(lines[0])}</h1>"
         '<ul class="headline">' + "".join(f"<li>{_e(x)}</li>" for x in lines[1:]) + "</ul>"
+        + _meta(info)
         + _grid(report)
         + "<h2>charts</h2>" + _charts(report)
         + "<h2>tasks</h2>" + _table(report)
-        + "<h2>per task</h2>" + "".join(tasks)
+        + '<h2>per task <button type="button" id="open-all">open every task</button></h2>'
+        + "".join(tasks)
         + f"<script>{SCRIPT}</script></body></html>\n")
 
