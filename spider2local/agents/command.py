@@ -55,11 +55,12 @@ from spider2local.agents.claude.support import (
     claude_upstream,
     sweep,
 )
+from spider2local.agents.openai_usage import OpenAiUsage
 from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import READERS, read_usage
 from spider2local.exceptions import UserError
 from spider2local.gateway.budget import Budget
-from spider2local.gateway.server import ApiCall, CallCounter, Upstream, open_gateway
+from spider2local.gateway.server import ApiCall, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import API_RECORD
 from spider2local.run.results import Usage
@@ -127,13 +128,14 @@ def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None)
 
 
 class _Meters:
-    """The gateway's meter of a command agent's session: Anthropic's Messages answers are read
-    as for the Claude session (tokens, model, cost, from the server's own events); any other
-    API's calls are counted, their cost unknown (:class:`CallCounter`)."""
+    """The gateway's meter of a command agent's session, one per declared API: Anthropic's
+    Messages answers are read as for the Claude session, OpenAI-compatible ones (chat
+    completions, responses) by :class:`OpenAiUsage`: tokens, model and cost from the
+    servers' own answers, whatever the agent reports."""
 
     def __init__(self, apis: Sequence[Api]) -> None:
-        self.by_upstream: list[Any] = [ApiUsage() if a.kind == "anthropic" else CallCounter()
-                                       for a in apis]
+        self.by_upstream: list[ApiUsage | OpenAiUsage] = [
+            ApiUsage() if a.kind == "anthropic" else OpenAiUsage() for a in apis]
 
     def begin(self, call: ApiCall) -> None:
         self.by_upstream[call.upstream].begin(call)
@@ -149,12 +151,18 @@ class _Meters:
         return None if any(c is None for c in costs) else sum(c for c in costs if c)
 
     def usage(self) -> Usage | None:
-        """What the model servers said the session used; None when no Messages call passed
-        (then the agent's own report, if any, is what is known)."""
-        seen = [m.usage() for m in self.by_upstream if isinstance(m, ApiUsage)]
-        seen = [u for u in seen if u.turns or u.input_tokens or u.output_tokens]
-        return seen[0] if seen else None
-
+        """What the model servers said the session used, every API together; None when no
+        call was metered (then the agent's own report, if any, is what is known). The cost is
+        unknown when any API's is."""
+        seen = [u for u in (m.usage() for m in self.by_upstream)
+                if u.turns or u.input_tokens or u.output_tokens]
+        if not seen:
+            return None
+        total = seen[0]
+        for more in seen[1:]:
+            total = total + more
+        cost = self.cost()
+        return dataclasses.replace(total, cost_usd_computed=cost)
 
 class CommandAgent:
     """``make_agent("command", command="...", pass_env=[...], read_only=[...])``."""
