@@ -136,6 +136,8 @@ class _Meters:
     def __init__(self, apis: Sequence[Api]) -> None:
         self.by_upstream: list[ApiUsage | OpenAiUsage] = [
             ApiUsage() if a.kind == "anthropic" else OpenAiUsage() for a in apis]
+        self.statuses: list[int] = []
+        """Each forwarded call's upstream status (502: unreachable), in order."""
 
     def begin(self, call: ApiCall) -> None:
         self.by_upstream[call.upstream].begin(call)
@@ -144,7 +146,19 @@ class _Meters:
         self.by_upstream[call.upstream].event(call, data)
 
     def end(self, call: ApiCall, status: int) -> None:
+        self.statuses.append(status)
         self.by_upstream[call.upstream].end(call, status)
+
+    def outage(self) -> str | None:
+        """Why the model API, not the agent, is to blame for a failed session: it called,
+        and every call failed as an outage does (429, 5xx, unreachable), so no model answer
+        ever reached the agent. Read from what the gateway saw upstream, which the agent's
+        process cannot forge (refused routes and budget refusals never reach a meter)."""
+        if not self.statuses or not all(s == 429 or 500 <= s <= 599 for s in self.statuses):
+            return None
+        counts = {s: self.statuses.count(s) for s in sorted(set(self.statuses))}
+        said = ", ".join(f"{s} x{n}" if n > 1 else str(s) for s, n in counts.items())
+        return f"every call to the model API failed ({said})"
 
     def cost(self) -> float | None:
         costs = [m.cost() for m in self.by_upstream]
@@ -376,6 +390,11 @@ class CommandAgent:
         error = None if result.returncode == 0 else \
             f"the agent command exited with status {result.returncode}" + (
                 f": {_last_line(result.stderr)}" if result.stderr.strip() else "")
+        outage = meters.outage() if error is not None else None
+        if outage is not None:  # no model answer reached it: nothing it did was the model's
+            ctx.transcript.append("error", {"api_outage": outage})
+            return AgentOutcome(usage=usage or ctx.meter.usage, error=f"{outage}; {error}",
+                                infrastructure=True, acted=False)
         return AgentOutcome(usage=usage or ctx.meter.usage, error=error, acted=True)
 
     def _usage(self, ctx: AgentContext, files: Mapping[str, Path], stdout: str) -> Any:

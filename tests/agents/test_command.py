@@ -471,3 +471,44 @@ def test_a_misplaced_or_unknown_agent_api_is_one_line(
                   "runs", cwd=tmp_path)
     assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) <= 2
+
+
+def test_only_an_api_that_failed_every_call_makes_it_the_machines_fault() -> None:
+    from spider2local.agents.command import _Meters, declared_apis
+    from spider2local.gateway.server import ApiCall
+
+    def meters(*statuses: int) -> _Meters:
+        found = _Meters(declared_apis(["openai"], environ={}))
+        for n, status in enumerate(statuses):
+            found.end(ApiCall(n, 0, "POST", "/chat/completions", "", b"{}"), status)
+        return found
+
+    assert meters().outage() is None  # it never called: its own failure
+    assert meters(200, 503).outage() is None  # a model answer reached it
+    assert meters(400).outage() is None  # a bad request is the agent's
+    assert meters(503, 503, 429, 502).outage() == \
+        "every call to the model API failed (429, 502, 503 x2)"
+
+
+def test_a_command_whose_api_failed_every_call_is_an_infrastructure_error_and_retried(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """An OpenAI-compatible API that answers 503: the probe exits with an error, but no model
+    answer ever reached it, so the attempt is the machine's fault: retried (and, past its
+    retries, re-run by resume), never scored as the agent's failure."""
+    from spider2local.testing import FakeOpenAI, HttpError, reply
+
+    root = tiny_dataset("t1")
+    probe_py = tmp_path / "probe.py"
+    probe_py.write_text(CHAT_PROBE)
+    script = [HttpError(503, "server_error", "overloaded"), reply("back", input_tokens=3)]
+    with FakeOpenAI(script) as fake:
+        done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
+                   f"{sys.executable} {probe_py}", "--agent-api", "openai", "--isolation",
+                   "none", "--retries", "1", "--runs-dir", "runs", "--run-id", "o", "--json",
+                   cwd=tmp_path, env=fake.env())
+        answers = [r.answer for r in fake.requests]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert answers == ["error 503", "scripted"]
+    result = json.loads((task_folder(tmp_path, "o") / "result.json").read_text())
+    assert result["attempts"] == 2 and result["error"] is None, result
+    assert result["status"] == "failed"  # scored: it built nothing
