@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from spider2local import __version__
+from spider2local.cli import complete
 from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
@@ -276,7 +277,7 @@ def setting_options(fn: F) -> F:
 
 @cli.command()
 @global_options
-@click.argument("task_ids", nargs=-1)
+@click.argument("task_ids", nargs=-1, shell_complete=complete.task_ids)
 @setting_options
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
@@ -390,8 +391,8 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
 
 @cli.command()
 @global_options
-@click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_a", shell_complete=complete.run_ids)
+@click.argument("run_b", shell_complete=complete.run_ids)
 @runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               default="terminal", show_default=True)
@@ -425,7 +426,7 @@ def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
 
 @cli.command()
 @global_options
-@click.argument("runs", nargs=-1, required=True)
+@click.argument("runs", nargs=-1, required=True, shell_complete=complete.run_ids)
 @runs_dir_option
 @click.option("--into", required=True, type=click.Path(path_type=Path),
               help="The merged run folder to create (new or empty).")
@@ -452,7 +453,7 @@ def merge(runs: tuple[str, ...], runs_dir: Path, into: Path, force: bool,
 
 @cli.command()
 @global_options
-@click.argument("run_dir", metavar="RUN")
+@click.argument("run_dir", metavar="RUN", shell_complete=complete.run_ids)
 @runs_dir_option
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS),
               default="terminal", show_default=True,
@@ -466,8 +467,9 @@ def merge(runs: tuple[str, ...], runs_dir: Path, into: Path, force: bool,
                    "where its transcript, logs and database are.")
 @click.option("--trial", type=click.IntRange(min=1), metavar="N",
               help="With --task: only this trial (default: every trial of the task).")
+@click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id: str | None,
-           trial: int | None) -> None:
+           trial: int | None, no_color: bool) -> None:
     """The report of RUN (a folder, a run id or 'latest'), rebuilt from its folder alone (no
     dataset, no credentials): the honest headline (passed over the official, with-gold,
     runnable and attempted denominators; free and suspect passes; tokens, cost, time) and one
@@ -480,7 +482,7 @@ def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id:
         raise UserError(f"--task prints text; --format {fmt} is for the whole run's report",
                         fix="drop --format, or drop --task")
     sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output, task_id=task_id,
-                            trial=trial))
+                            trial=trial, color=False if no_color else None))
 
 
 @cli.command()
@@ -503,7 +505,8 @@ def runs(runs_dir: Path, as_json: bool) -> None:
 @cli.command()
 @global_options
 @runs_dir_option
-@click.argument("target", nargs=-1, metavar="[TASK | RUN TASK]")
+@click.argument("target", nargs=-1, metavar="[TASK | RUN TASK]",
+                shell_complete=complete.run_or_task)
 @click.option("--workspace", "workspace", metavar="PATH", type=click.Path(path_type=Path),
               help="Open this kept workspace (a folder `run --keep` or `shell --keep` "
                    "printed) instead of preparing a fresh one.")
@@ -556,7 +559,7 @@ def shell(runs_dir: Path, target: tuple[str, ...], workspace: Path | None, trial
 
 @cli.command("derive-dates")
 @global_options
-@click.argument("task_ids", nargs=-1)
+@click.argument("task_ids", nargs=-1, shell_complete=complete.task_ids)
 @click.option("--dry-run", is_flag=True, help="Print a unified diff of the suite file instead.")
 @click.option("--no-verify", is_flag=True, help="Heuristics only: no dbt rebuilds (faster).")
 def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) -> None:

@@ -155,11 +155,19 @@ def write_html_report(folder: RunFolder, page: str | None = None) -> Path | None
 
 
 def report_command(folder: RunFolder, fmt: str, output: Path | None, *,
-                   task_id: str | None = None, trial: int | None = None) -> int:
+                   task_id: str | None = None, trial: int | None = None,
+                   color: bool | None = None) -> int:
     """``spider2local report``: print the report, or write it to ``output`` (atomically, so a
     CI step never uploads half a file); with ``task_id``, that one task whole
     (:mod:`spider2local.report.task`). The run's report.html is rebuilt too (a folder that
-    cannot take it, a read-only CI artifact, gets one warning line)."""
+    cannot take it, a read-only CI artifact, gets one warning line). The terminal format on a
+    terminal is what ``run`` ends with: fitted to its width and coloured."""
+    if task_id is None and fmt == "terminal" and output is None:
+        report = load_report(folder)
+        if folder.read_manifest() is not None:
+            write_html_report(folder)
+        write_terminal(report, sys.stdout, color=color)
+        return OK
     if task_id is not None:
         from spider2local.report.task import render_task
 

@@ -24,6 +24,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
     h = report.headline
     headline = asdict(h)
     headline["tokens"]["total"] = h.tokens.total
+    headline["cut_tokens"]["total"] = h.cut_tokens.total
     return {
         "schema_version": REPORT_SCHEMA,
         "run_id": report.run_id, "agent": report.agent,

@@ -44,6 +44,8 @@ from spider2local.report.stats import (
     pass_at_1,
     pass_k_table,
 )
+from spider2local.run import cut as cut_record
+from spider2local.run.cut import CutAttempt
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
 from spider2local.run.results import Status, TaskResult
@@ -219,6 +221,12 @@ class Headline:
     """Task time summed over tasks (the run's wall time is shorter with --jobs > 1)."""
     stage_seconds: Mapping[str, float]
     """Summed per runner step over every task: where the time went."""
+    cut_attempts: int = 0
+    """Attempts cut by an interrupt (no result; a resume re-ran them): what they spent is not
+    in ``tokens`` or ``cost_usd``, which are the finished trials' (:mod:`spider2local.run.cut`).
+    """
+    cut_tokens: Tokens = field(default_factory=lambda: Tokens())
+    cut_cost_usd: float | None = None
 
     def denominators(self) -> list[tuple[str, int]]:
         """``(label, denominator)`` in the order they are quoted; unknown ones are left out."""
@@ -421,7 +429,8 @@ def compute_stats(rows: Sequence[Row], headline: Headline, trials: int = 1) -> R
 
 
 def compute_headline(rows: Sequence[Row], rates: Rates,
-                     denominators: Mapping[str, Any] | None) -> Headline:
+                     denominators: Mapping[str, Any] | None,
+                     cut_attempts: Sequence[CutAttempt] = ()) -> Headline:
     counts = denominators if isinstance(denominators, Mapping) else {}
     passes = [r for r in rows if r.verdict is Verdict.PASS]
     measured = [r for r in rows if isinstance(r.status, Status) and r.free is not None]
@@ -434,6 +443,7 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
     tokens = Tokens()
     for r in rows:
         tokens += r.tokens
+    cut = cut_record.total(cut_attempts)
     return Headline(
         passed=rates.tasks_passed, official=_count(counts.get("official")),
         with_gold=_count(counts.get("with_gold")), runnable=_count(counts.get("runnable")),
@@ -444,7 +454,10 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
         interrupted=sum(r.status is NotAttempted.INTERRUPTED for r in rows),
         tables_passed=rates.tables_passed, tables_attempted=rates.tables_attempted,
         tokens=tokens, cost_usd=sum(costs) if costs else None,
-        seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages)
+        seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages,
+        cut_attempts=len(cut_attempts), cut_tokens=Tokens(
+            cut.input_tokens, cut.output_tokens, cut.cache_read_tokens,
+            cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd)
 
 
 def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
@@ -481,12 +494,14 @@ def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
 def load_report(folder: RunFolder) -> RunReport:
     """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
     return build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
-                        started=lambda tid: _started(folder, tid))
+                        started=lambda tid: _started(folder, tid),
+                        cut_attempts=cut_record.read(folder.root))
 
 
 def build_report(run_id: str, manifest: RunManifest | None,
                  results: Mapping[TrialKey, TaskResult], *,
-                 started: Callable[[str], bool] = lambda tid: False) -> RunReport:
+                 started: Callable[[str], bool] = lambda tid: False,
+                 cut_attempts: Sequence[CutAttempt] = ()) -> RunReport:
     """The report of a run from its manifest and its trials' results (what
     :func:`load_report` read from the folder); ``started`` says whether a task without a
     result was begun."""
@@ -499,7 +514,8 @@ def build_report(run_id: str, manifest: RunManifest | None,
     rows = tuple(build_rows(selection, results, interrupted=interrupted, started=begun,
                             trials=trials))
     rates = compute_rates(rows)
-    headline = compute_headline(rows, rates, manifest.denominators if manifest else None)
+    headline = compute_headline(rows, rates, manifest.denominators if manifest else None,
+                                cut_attempts)
     return RunReport(
         run_id, rows, rates, headline,
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,

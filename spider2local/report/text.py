@@ -6,8 +6,13 @@ Every sentence names its denominator, because "x% solved" means nothing without 
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
 from spider2local.report.stats import Estimate
 from spider2local.report.summary import Headline, Rates, RunReport
+
+_K = TypeVar("_K", bound=Hashable)
 
 
 def pct(part: int, whole: int) -> str:
@@ -48,17 +53,55 @@ def interval_text(e: Estimate) -> str:
     return f"{percent(e.value)} [{percent(e.interval.low)}, {percent(e.interval.high)}]{mark}"
 
 
+def _groups(pairs: Sequence[tuple[str, _K]]) -> list[tuple[_K, list[str]]]:
+    """Labels with the same key together, in the order each key first appears: a number is
+    said once, followed by every denominator it holds for."""
+    groups: dict[_K, list[str]] = {}
+    for label, key in pairs:
+        groups.setdefault(key, []).append(label)
+    return list(groups.items())
+
+
+def _labels(labels: Sequence[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def shares(part: int, pairs: Sequence[tuple[str, int]]) -> str:
+    """``3/6 (50.0%) of attempted; 3/12 (25.0%) of all selected``, and ``4/4 (100.0%) of
+    attempted and of all selected`` when the denominators are one number."""
+    return "; ".join(f"{pct(part, n)} {_labels(labels)}" for n, labels in _groups(pairs))
+
+
+def _methods(estimates: Sequence[Estimate]) -> tuple[str, bool]:
+    """How the intervals were made, said once; and whether each exact one must be marked
+    (only when some are not)."""
+    methods = {e.interval.method for e in estimates}
+    if methods == {"exact"}:
+        return "95% intervals, exact: Clopper-Pearson", False
+    if "exact" in methods:
+        return "95% intervals, bootstrap over tasks; exact where marked", True
+    return "95% intervals, bootstrap over tasks", False
+
+
+def _interval(e: Estimate, mark: bool) -> str:
+    return interval_text(e) if mark else \
+        f"{percent(e.value)} [{percent(e.interval.low)}, {percent(e.interval.high)}]"
+
+
 def pass_at_1_line(report: RunReport) -> str | None:
-    """``pass@1 4.4% [1.2%, 9.8%] official, ...``: each denominator's pass@1 with its 95%
-    interval, then the standard error of the first."""
+    """``pass@1 4.4% [1.2%, 9.8%] official; 4.7% [1.3%, 13.1%] with gold and runnable ...``:
+    each distinct estimate once with the denominators it holds for, its 95% interval, then the
+    standard error of the first. With one trial per task the passed line says all of this."""
     found = report.stats.pass_at_1
     if not found:
         return None
-    parts = [f"{interval_text(e)} {label}" for label, e in found]
-    first_label, first = found[0]
+    groups = _groups(list(found))
+    methods, mark = _methods([e for e, _ in groups])
+    parts = [f"{_interval(e, mark)} {_labels(labels)}" for e, labels in groups]
+    first, first_labels = groups[0]
     how = "mean over tasks of trials passed / trials run; " if report.trials > 1 else ""
-    return (f"pass@1 {', '.join(parts)} ({how}95% intervals, bootstrap over tasks; standard "
-            f"error {first.se * 100:.1f} points {first_label})")
+    return (f"pass@1 {'; '.join(parts)} ({how}{methods}; standard error "
+            f"{first.se * 100:.1f} points {first_labels[0]})")
 
 
 def flaky_line(report: RunReport) -> str | None:
@@ -105,12 +148,37 @@ def rate_cells(report: RunReport) -> list[tuple[str, ...]]:
             for t in report.stats.tasks]
 
 
-def passed_line(h: Headline) -> str:
-    """``passed 3/68 (4.4%) official, 3/64 (4.7%) with gold, ...``."""
-    parts = [f"{pct(h.passed, n)} {label}" for label, n in h.denominators()]
-    if h.official is None:  # a run made before the audit's counts were recorded
-        parts.append(f"{pct(h.passed, h.selected)} of all selected")
-    return "passed " + ", ".join(parts)
+def passed_line(report: RunReport) -> str:
+    """``passed 3/68 (4.4% [1.2%, 9.8%]) official; 3/64 (4.7% [..]) with gold and runnable;
+    3/10 (30.0% [..]) attempted and selected (95% intervals, ...)``: each ratio once, with its
+    interval, followed by every denominator it holds for (one trial per task)."""
+    h = report.headline
+    found = dict(report.stats.pass_at_1)
+    groups = _groups([*h.denominators(), ("selected", h.selected)])
+    # a group's interval is its first estimated denominator's: equal counts, equal intervals
+    estimates = [next((found[x] for x in labels if x in found), None) for _, labels in groups]
+    methods, mark = _methods([e for e in estimates if e is not None])
+    parts = []
+    for (n, labels), estimate in zip(groups, estimates, strict=True):
+        if not n:
+            parts.append(f"{h.passed}/{n} {_labels(labels)}")
+            continue
+        rate = percent(h.passed / n) if estimate is None else _interval(estimate, mark)
+        parts.append(f"{h.passed}/{n} ({rate}) {_labels(labels)}")
+    tail = f" ({methods})" if any(e is not None for e in estimates) else ""
+    return "passed " + "; ".join(parts) + tail
+
+
+def cut_line(h: Headline) -> str | None:
+    """What attempts cut by an interrupt spent, apart from the finished trials' usage (their
+    cost is no trial's) and then in the run's total."""
+    if not h.cut_attempts:
+        return None
+    spent = "an unknown cost" if h.cut_cost_usd is None else money(h.cut_cost_usd)
+    total = "" if h.cut_cost_usd is None else \
+        f"; the run spent {money((h.cost_usd or 0.0) + h.cut_cost_usd)} in all"
+    return (f"{h.cut_attempts} attempt(s) cut by an interrupt spent tokens "
+            f"{h.cut_tokens.total:,} and {spent} (not in the totals above{total})")
 
 
 def free_line(h: Headline, trials: int = 1) -> str:
@@ -139,9 +207,10 @@ def usage_line(h: Headline, trials_run: int | None = None) -> str:
     per = f", {money(h.cost_usd / count)} per {unit}" \
         if h.cost_usd is not None and count else ""
     per_time = f", {seconds(h.seconds / count)} per {unit}" if count else ""
-    return (f"tokens {t.total:,} (input {t.input:,}, output {t.output:,}, cache read "
-            f"{t.cache_read:,}, cache write {t.cache_creation:,}); cost {money(h.cost_usd)}"
-            f"{per}; task time {seconds(h.seconds)}{per_time}")
+    parts = f" (input {t.input:,}, output {t.output:,}, cache read {t.cache_read:,}, cache " \
+        f"write {t.cache_creation:,})" if t.total else ""  # no model: one 0, not five
+    return (f"tokens {t.total:,}{parts}; cost {money(h.cost_usd)}{per}; task time "
+            f"{seconds(h.seconds)}{per_time}")
 
 
 def headline_lines(report: RunReport) -> list[str]:
@@ -150,24 +219,22 @@ def headline_lines(report: RunReport) -> list[str]:
     task's rate) replaces the count of passes over the denominators."""
     h, k = report.headline, report.rates
     several = report.trials > 1
-    unit = "trials" if several else "tasks"
+    everything = f"of all {'planned' if several else 'selected'}"
     lines = [run_line(report)]
     if several:
-        lines.append(trials_line(report) or "")
-    else:
-        lines.append(passed_line(h))
-    estimate = pass_at_1_line(report)
-    if estimate:
-        lines.append(estimate)
+        lines += [trials_line(report) or "", pass_at_1_line(report) or "",
+                  "trials passed " + shares(k.tasks_passed, [
+                      ("of attempted", k.tasks_attempted), (everything, k.tasks_total)])]
+    else:  # tasks passed of attempted and of all selected are in the passed line
+        lines.append(passed_line(report))
     lines += [
-        f"{unit} passed {pct(k.tasks_passed, k.tasks_attempted)} of attempted, "
-        f"{pct(k.tasks_passed, k.tasks_total)} of all {'planned' if several else 'selected'}",
         free_line(h, report.trials),
-        f"tables passed {pct(k.tables_passed, k.tables_attempted)} of attempted, "
-        f"{pct(k.tables_passed, k.tables_total)} of all {'planned' if several else 'selected'}",
+        "tables passed " + shares(k.tables_passed, [("of attempted", k.tables_attempted),
+                                                    (everything, k.tables_total)]),
         usage_line(h, report.stats.trials_run if several else None),
     ]
-    for extra in (flaky_line(report), suspect_line(h, report.trials)):
+    lines = [line for line in lines if line]
+    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials)):
         if extra:
             lines.append(extra)
     if h.interrupted:

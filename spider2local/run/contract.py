@@ -47,6 +47,9 @@ class UsageMeter:
         self.notice: str | None = None
         """What the agent is stuck on right now (``API 529, retry 1/2``), for the progress
         line; None while it works normally."""
+        self.last_tool: str | None = None
+        """The tool the agent called last (``Bash: dbt run --select orders``), for the live
+        display's row; agents that cannot tell leave it None."""
         self._listeners: list[Callable[[str], None]] = []
 
     def set(self, usage: Usage) -> None:

@@ -20,6 +20,8 @@ Layout::
     <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
     <runs-dir>/<run-id>/report.html               REPORT_HTML: the HTML report, rebuilt by `report`
+    <runs-dir>/<run-id>/interrupted.jsonl         CUT_ATTEMPTS: what each attempt cut by an
+                                                  interrupt spent (run/cut.py)
     <runs-dir>/<run-id>/_trials/<k>/<task>/...    TRIALS: trial k >= 2 of the task, the same files
     <runs-dir>/<run-id>/_history/<n>/...          HISTORY: trials discarded by `run --rerun`,
                                                   each set in the layout above (never results)
@@ -58,6 +60,7 @@ PROJECT_FILES = "project"
 START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"
 REPORT_HTML = "report.html"
+CUT_ATTEMPTS = "interrupted.jsonl"
 TRIALS = "_trials"
 HISTORY = "_history"
 WORKSPACE_PREFIX = "spider2local-"

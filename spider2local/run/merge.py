@@ -24,6 +24,7 @@ from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
+from spider2local.run import cut
 from spider2local.run.folder import RunFolder
 from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import reading, run_lock
@@ -231,6 +232,9 @@ def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged
         with run_lock(into):
             for key, (folder, _) in sorted(chosen.items()):
                 _copy_trial(folder, into, key)
+            for folder in sources:  # money spent in any source stays spent (cut.py)
+                for attempt in cut.read(folder.root):
+                    cut.record(into.root, attempt)
             into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
     except (OSError, shutil.Error, UserError) as exc:
         # A full disk under --into: the half-made folder (new or empty before, see

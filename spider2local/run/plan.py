@@ -31,6 +31,7 @@ from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
+from spider2local.run import cut
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
@@ -220,8 +221,10 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
             folder.write_manifest(manifest)
         watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
                             suite_file=plan.suite_path)
+        # what cut attempts spent counts too: a resume must not spend past the cap again
         budget = Budget(settings.max_cost_usd,
-                        sum(r.usage.cost_usd or 0.0 for r in kept.values()))
+                        sum(r.usage.cost_usd or 0.0 for r in kept.values())
+                        + (cut.total(cut.read(folder.root)).cost_usd or 0.0))
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
                              skipped=plan.selection.skipped, trials=settings.trials,
                              spent_usd=budget.spent, jobs=settings.jobs)

@@ -296,11 +296,13 @@ class Progress:
         turns = meter.usage.turns if meter is not None else 0
         cost = meter.usage.cost_usd if meter is not None else None
         notice = meter.notice if meter is not None else None
+        tool = meter.last_tool if meter is not None else None
         elapsed = time.monotonic() - state.started
         return [(printable(task_id), "bold"), (f"{state.stage:<10}", "cyan"),
                 (f"{_duration(elapsed):>6}", ""), (f"{turns:3d} turns", ""),
                 (f"${cost:.2f}" if cost is not None else "", ""),
-                (f"[{printable(notice)}]" if notice else "", "yellow")]
+                (f"[{printable(notice)}]" if notice else "", "yellow"),
+                (printable(tool) if tool and not notice else "", "dim")]
 
     def overall(self) -> str:
         """The overall line's text: trials done of those to run, passes, elapsed, ETA, tokens

@@ -46,7 +46,8 @@ from spider2local.integrity.scan import (
     scan_task,
 )
 from spider2local.proc.reap import areap
-from spider2local.run.contract import Agent, AgentContext, AgentOutcome
+from spider2local.run import cut
+from spider2local.run.contract import Agent, AgentContext, AgentOutcome, UsageMeter
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_machine_fault
 from spider2local.run.folder import RunFolder
@@ -94,6 +95,13 @@ class _Attempt:
     """What the agent must not reach (``guard.Watch.off_limits``), handed to its context."""
     label: str = ""
     """How progress lines name this trial (:func:`trial_label`); the task id by default."""
+    spent: Usage = field(default_factory=Usage)
+    """What the agent's finished attempts spent (infrastructure retries add up)."""
+    meter: UsageMeter | None = None
+    """The running attempt's meter: what a cut attempt spent so far (:mod:`.cut`)."""
+
+    def spent_so_far(self) -> Usage:
+        return self.spent + (self.meter.usage if self.meter is not None else Usage())
 
     def __post_init__(self) -> None:
         self.label = self.label or self.task.id
@@ -247,6 +255,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                        prompts=settings.prompts_dir,
                        off_limits=state.off_limits)
     progress.stage(state.label, Stage.AGENT, ctx.meter)
+    state.meter = ctx.meter
     with _Stopwatch(state, "agent"):
         server = await _warm_server(ws, settings, transcript)
         try:
@@ -270,12 +279,11 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
     """Infrastructure failures before any turn get a fresh workspace and another try, with
     backoff (see :mod:`.retry`). The outcome returned is the last attempt's, with the
     usage of every attempt added up."""
-    spent = Usage()
     while True:
         outcome, timed_out = await _attempt_agent(state, settings, factory, progress)
-        spent += outcome.usage
+        state.spent, state.meter = state.spent + outcome.usage, None
         if not should_retry(outcome, timed_out, state.attempts, settings.retries):
-            return replace(outcome, usage=spent), timed_out
+            return replace(outcome, usage=state.spent), timed_out
         wait = backoff(settings.retry_backoff, state.attempts)
         progress.note(state.label, f"infrastructure error ({outcome.error}); "
                                      f"retry {state.attempts}/{settings.retries} in {wait:g}s")
@@ -478,6 +486,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
+    saved = False
     try:
         try:
             unreadable = await in_thread(guard.gold_unreadable, task)
@@ -511,11 +520,30 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         except OSError as exc:
             progress.note(label, f"result not saved, the trial stays unfinished (a resume "
                                  f"re-runs it): {_oserror(exc, path)}")
+            await in_thread(_keep_cut, folder, state, trial, started_at, label, progress)
             return None
+        saved = True
+    except anyio.get_cancelled_exc_class():
+        if not saved:
+            with anyio.CancelScope(shield=True):
+                await in_thread(_keep_cut, folder, state, trial, started_at, label, progress)
+        raise
     finally:
         await _cleanup(state, settings.keep, progress)
     progress.task_finished(result, label)
     return result
+
+
+def _keep_cut(folder: RunFolder, state: _Attempt, trial: int, started_at: str, label: str,
+              progress: Progress) -> None:
+    """Record what a trial left without a result spent (:mod:`.cut`), when its agent began."""
+    if state.attempts == 0:
+        return
+    try:
+        cut.record(folder.root, cut.CutAttempt(state.task.id, trial, started_at, now_iso(),
+                                               state.spent_so_far()))
+    except OSError as exc:
+        progress.note(label, f"what the cut attempt spent is not recorded: {_oserror(exc)}")
 
 
 def _oserror(exc: OSError, path: Path | None = None) -> str:

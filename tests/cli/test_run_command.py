@@ -129,7 +129,8 @@ def test_noop_fails_every_sample_task_that_needs_work(tmp_path: Path) -> None:
     found = results(tmp_path / "runs" / "n")
     assert sorted(found) == list(SAMPLE_IDS)
     assert {r["status"] for r in found.values()} == {"failed"}
-    assert "tasks passed 0/4 (0.0%) of attempted, 0/4 (0.0%) of all selected" in proc.stdout
+    assert "passed 0/4 (0.0% [0.0%, 60.2%]) official, with gold, runnable, attempted and " \
+           "selected" in proc.stdout
     manifest = json.loads((tmp_path / "runs" / "n" / "run.json").read_text())
     assert manifest["agent"] == "noop" and manifest["model"] is None
     assert manifest["suite"]["sha256"] and manifest["versions"]["dbt-duckdb"]
@@ -283,7 +284,7 @@ def test_score_run_dir_exits_1_when_nothing_could_be_rescored(tmp_path: Path) ->
     assert plain.returncode == 1, plain.stderr
     assert "bakery001: not re-scorable: no kept database" in plain.stderr
     assert "nothing re-scored: no task of" in plain.stderr
-    assert "tasks passed 0/1" in plain.stdout  # the report is still printed
+    assert "passed 0/1" in plain.stdout  # the report is still printed
     kept = cli("score", "runs/kept", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     assert "nothing re-scored" not in kept.stderr
@@ -309,7 +310,8 @@ def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(
     sees it, then `score` on a copy of its folder (the run itself is shared: never changed)."""
     proc = reference_run.outcome
     assert proc.returncode == 0, proc.stderr
-    assert "tasks passed 4/4 (100.0%) of attempted, 4/4 (100.0%) of all selected" in proc.stdout
+    assert "passed 4/4 (100.0% [39.8%, 100.0%]) official, with gold, runnable, attempted and " \
+           "selected" in proc.stdout
     rows = {cells[0]: tuple(cells[1:4]) for cells in map(str.split, proc.stdout.splitlines())
             if cells[:1] and cells[0] in SAMPLE_IDS}  # task, status, verdict, tables
     assert {tid: row[:2] for tid, row in rows.items()} == dict.fromkeys(SAMPLE_IDS,

@@ -78,11 +78,11 @@ class Terminal:
                               env=self.env, capture_output=True, text=True, check=True,
                               timeout=30).stdout
 
-    def run(self, *args: str, timeout: float = 240) -> list[str]:
+    def run(self, *args: str, timeout: float = 240, width: int = WIDTH) -> list[str]:
         """Run ``spider2local *args`` in the terminal; every screen seen (with escape codes),
         polled until the command ended."""
         command = shlex.join([sys.executable, "-m", "spider2local", *args])
-        self.tmux("new-session", "-d", "-s", "main", "-x", str(WIDTH), "-y", "40",
+        self.tmux("new-session", "-d", "-s", "main", "-x", str(width), "-y", "40",
                   "-c", str(self.cwd), f"{command}; echo __EXIT=$?; sleep 600")
         screens: list[str] = []
         deadline = time.monotonic() + timeout
@@ -140,6 +140,27 @@ def test_in_a_terminal_the_live_display_shows_the_run_and_the_table_fits_the_wid
     # verdicts are coloured on a terminal, in the lines and the final table
     coloured = [x for x in screens[-1].splitlines() if COLOUR.search(x)]
     assert any("library001" in x and "failed" in plain(x) for x in coloured)
+
+
+@pytest.mark.slow
+def test_report_in_a_terminal_is_fitted_and_coloured_as_run_ends(terminal: Terminal) -> None:
+    """``report RUN`` on an 80-column terminal: every row of the table on one line (it printed
+    notes cut at 100 characters, wrapped by the terminal), verdicts coloured; --no-color and a
+    pipe give none."""
+    made = cli(*noop("bakery001", "-q"), cwd=terminal.cwd)
+    assert made.returncode == 0, made.stderr
+    screen = terminal.run("report", "latest", "--runs-dir", "runs", width=80)[-1]
+    lines = plain(screen).splitlines()
+    header = next(i for i, x in enumerate(lines) if x.split()[:2] == ["task", "status"])
+    assert lines[header + 2].startswith("bakery001") and lines[header + 3].strip() == "", \
+        lines[header:header + 5]
+    assert any("bakery001" in x and COLOUR.search(x) for x in screen.splitlines())
+    terminal.close()
+    terminal.socket += "b"
+    screen = terminal.run("report", "latest", "--runs-dir", "runs", "--no-color", width=80)[-1]
+    assert "__EXIT=0" in plain(screen) and not COLOUR.search(screen)
+    piped = cli("report", "latest", "--runs-dir", "runs", cwd=terminal.cwd)
+    assert piped.returncode == 0 and "\x1b" not in piped.stdout
 
 
 @pytest.mark.slow

@@ -147,6 +147,21 @@ def test_the_live_display_shows_the_run_and_each_running_trial(
     assert progress.broken is False
 
 
+def test_a_running_row_names_the_last_tool_and_a_retry_notice_replaces_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    progress = Progress(io.StringIO(), live=True)
+    meter = UsageMeter()
+    meter.last_tool = "Bash: dbt run \x1b[2J--select orders"  # the agent's text, escaped
+    progress.task_started("t1")
+    progress.stage("t1", Stage.AGENT, meter)
+    row = progress.line_for("t1")
+    assert "Bash: dbt run " in row and "\x1b" not in row and "--select orders" in row
+    meter.note("API 529, retry 1/2")
+    row = progress.line_for("t1")
+    assert "[API 529, retry 1/2]" in row and "Bash" not in row
+
+
 def test_no_color_and_no_color_env_leave_the_live_display_uncoloured(
         monkeypatch: pytest.MonkeyPatch) -> None:
     flag = io.StringIO()

@@ -328,6 +328,7 @@ class ClaudeAgent:
             for block in message.content:
                 if isinstance(block, ToolUseBlock):
                     state.on_tool_use(block.id, block.name, block.input)
+                    ctx.meter.last_tool = tool_label(block.name, block.input)
         elif isinstance(message, UserMessage) and isinstance(message.content, list):
             for item in message.content:
                 if isinstance(item, ToolResultBlock):
@@ -360,3 +361,22 @@ def _retry_note(data: dict[str, Any]) -> str:
     status = data.get("error_status") or data.get("error") or "error"
     return f"API {status}, retry {data.get('attempt', '?')}/{data.get('max_retries', '?')}"
 
+
+
+TOOL_DETAIL = {"Bash": "command", "Write": "file_path", "Edit": "file_path",
+               "MultiEdit": "file_path", "Read": "file_path", "Glob": "pattern",
+               "Grep": "pattern", "query": "sql", "describe_table": "table"}
+"""Which input of a tool says what the call does, for the live display's row."""
+
+
+def tool_label(name: str, tool_input: Any, width: int = 60) -> str:
+    """``Bash: dbt run --select orders`` (whitespace folded, cut at ``width``): the call as a
+    person reads it. The progress output sanitises it (it is the agent's text)."""
+    short = name.removeprefix(f"mcp__{SERVER}__")
+    value = tool_input.get(TOOL_DETAIL.get(short, "")) if isinstance(tool_input, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        return short[:width]
+    if TOOL_DETAIL.get(short) == "file_path":
+        value = value.rsplit("/", 1)[-1]
+    text = f"{short}: {' '.join(value.split())}"
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -465,6 +465,9 @@ def test_a_hung_api_is_cut_at_the_deadline_with_no_process_left(
     assert live_processes_under(ctx.workspace.root, token) == []
     assert ctx.meter.usage.input_tokens == 77  # usage recorded before the cut
     assert ctx.meter.usage.turns == 1
+    # what the live display's row says it is doing: the call that started the sleeper
+    assert ctx.meter.last_tool is not None and ctx.meter.last_tool.startswith(
+        "Bash: nohup python3 -c 'import time; time.sleep(321.0123)'")
 
 
 @pytest.mark.slow
@@ -714,3 +717,21 @@ def test_a_spent_budget_stops_the_session_at_the_gateway(
     if cap == "run":  # the CLI knows nothing of the run's cap: the gateway stopped it
         assert refused and refused[0]["status"] == 400 and "run budget" in refused[0]["refused"]
         assert run_budget.spent_usd == pytest.approx(0.0315)
+
+
+@pytest.mark.parametrize(("name", "tool_input", "label"), [
+    ("Bash", {"command": "dbt run\n  --select   orders"}, "Bash: dbt run --select orders"),
+    ("Write", {"file_path": "/ws/project/models/orders.sql", "content": "x"},
+     "Write: orders.sql"),
+    ("mcp__spider2__query", {"sql": "select *\nfrom orders"}, "query: select * from orders"),
+    ("mcp__spider2__list_tables", {}, "list_tables"),
+    ("Agent", {"prompt": "check"}, "Agent"),
+    ("Bash", {"command": "x" * 200}, "Bash: " + "x" * 53 + "…"),
+    ("Bash", "not a mapping", "Bash"),
+])
+def test_a_tool_call_is_labelled_as_a_person_reads_it(name: str, tool_input: Any,
+                                                      label: str) -> None:
+    from spider2local.agents.claude.session import tool_label
+
+    assert tool_label(name, tool_input) == label
+    assert len(tool_label(name, tool_input)) <= 60
