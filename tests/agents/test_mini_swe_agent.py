@@ -34,7 +34,7 @@ from spider2local.agents.claude.support import PLACEHOLDER
 from spider2local.agents.usage import from_mini_trajectory
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path
-from spider2local.testing import FakeOpenAI, reply, tool
+from spider2local.testing import FakeOpenAI, HttpError, reply, tool
 from tests.agents.claude.test_sandbox import GOLD_VALUE, SCORER, attack_script, digest
 from tests.helpers import VenvUnavailable, cached_venv
 from tests.integrity.test_attacks import copy_dataset
@@ -91,14 +91,14 @@ def agent_table(venv: Path, name: str = "mini") -> str:
             f"pass_env = {json.dumps(sorted(MINI_ENV))}\n")
 
 
-def run_cli(suite: Path, args: list[str], fake: FakeOpenAI, cwd: Path,
-            timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_cli(suite: Path, args: list[str], fake: FakeOpenAI, cwd: Path, timeout: float = 900,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "spider2local", "--suite", str(suite), "run",
                            *args, "--isolation", "namespace", "--runs-dir", "runs",
                            "--keep-db", "--json", "--timeout", "600"],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           stdin=subprocess.DEVNULL,
-                          env={**os.environ, **fake.env(), **MINI_ENV})
+                          env={**os.environ, **fake.env(), **MINI_ENV, **(env or {})})
 
 
 def observation(text: str) -> str:
@@ -211,6 +211,27 @@ def test_mini_swe_agent_on_a_real_task_in_upstreams_layout(
     assert "PASS=1" in outputs(fake)[0]
     today = table_value(folder / "result.duckdb", "SELECT today FROM date_probe")
     assert today == dt.date.fromisoformat(result["fake_date"]) and today != dt.date.today()
+
+
+def test_mini_swe_agent_behind_a_dead_api_is_an_infrastructure_error(
+        mini_venv: Path, tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """An API that answers every call with 503: mini-swe-agent (litellm and its own retries,
+    bounded here) gives up and exits with an error. No model answer ever reached it, as the
+    gateway saw: the task is the machine's fault, not scored, and a resume runs it again."""
+    root = tiny_dataset("t1")
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n' + agent_table(mini_venv).replace(
+        "pass_env = [", 'pass_env = ["MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", '))
+    with FakeOpenAI([HttpError(503, "server_error", "overloaded", repeat=True)]) as fake:
+        done = run_cli(suite, ["--agent", "mini", "--run-id", "dead", "--retries", "0"],
+                       fake, tmp_path, env={"MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1"})
+        answers = {r.answer for r in fake.requests}
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert answers == {"error 503"}
+    result = json.loads((tmp_path / "runs" / "dead" / "t1" / "result.json").read_text())
+    assert result["status"] == "error" and result["passed"] is None, result
+    assert result["error"]["kind"] == "infrastructure", result["error"]
+    assert "every call to the model API failed (503" in result["error"]["message"]
 
 
 def by_task(ids: list[str]) -> Callable[[Mapping[str, Any]], str | None]:
