@@ -89,6 +89,7 @@ def _now_utc(seconds: float) -> str:
 
 OPENAI_API = "https://api.openai.com/v1"
 """OpenAI's base URL (clients append ``/chat/completions``, ``/responses``...)."""
+OPENAI_URL_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,19 @@ class Api:
     without a key; the gateway drops it and adds the runner's)."""
 
     def env(self, base_url: str) -> dict[str, str]:
-        url_var = "ANTHROPIC_BASE_URL" if self.kind == "anthropic" else "OPENAI_BASE_URL"
-        return {url_var: base_url, **dict.fromkeys(self.credentials, PLACEHOLDER)}
+        """OpenAI's base URL under both names clients read (the openai SDK and litellm
+        ``OPENAI_BASE_URL``, older litellm and aider ``OPENAI_API_BASE``): a user's own value
+        of either, passed by name, must not lead the agent past the gateway."""
+        url_vars = ("ANTHROPIC_BASE_URL",) if self.kind == "anthropic" else OPENAI_URL_VARS
+        return {**dict.fromkeys(url_vars, base_url),
+                **dict.fromkeys(self.credentials, PLACEHOLDER)}
 
 
 def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None) -> list[Api]:
     """The upstreams of ``apis``, from the RUNNER's environment (the user's base URL and key;
     the agent never sees either): Anthropic as the Claude session reaches it, and OpenAI's
-    API or an OpenAI-compatible server (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+    API or an OpenAI-compatible server (``OPENAI_BASE_URL`` or ``OPENAI_API_BASE``,
+    ``OPENAI_API_KEY``)."""
     environ = os.environ if environ is None else environ
     found: list[Api] = []
     for kind in apis:
@@ -121,7 +127,8 @@ def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None)
         else:
             key = environ.get("OPENAI_API_KEY", "").strip()
             found.append(Api(kind, Upstream(
-                base_url=environ.get("OPENAI_BASE_URL") or OPENAI_API,
+                base_url=next((environ[v] for v in OPENAI_URL_VARS if environ.get(v)),
+                              OPENAI_API),
                 headers={"authorization": f"Bearer {key}"} if key else {},
                 drop=("authorization", "api-key"), paths=("/",)), ("OPENAI_API_KEY",)))
     return found
@@ -177,6 +184,7 @@ class _Meters:
             total = total + more
         cost = self.cost()
         return dataclasses.replace(total, cost_usd_computed=cost)
+
 
 class CommandAgent:
     """``make_agent("command", command="...", pass_env=[...], read_only=[...])``."""

@@ -403,7 +403,8 @@ def test_a_command_agent_reaches_only_its_declared_apis_through_the_gateway(
 CHAT_PROBE = textwrap.dedent("""\
     import json, os, urllib.request
     base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-    print("key", key, "anthropic", os.environ.get("ANTHROPIC_BASE_URL"))
+    print("key", key, "anthropic", os.environ.get("ANTHROPIC_BASE_URL"),
+          "same", os.environ.get("OPENAI_API_BASE") == base)
     body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
     req = urllib.request.Request(base + "/chat/completions", data=json.dumps(body).encode(),
                                  headers={"authorization": "Bearer " + key,
@@ -438,6 +439,7 @@ def test_agent_api_serves_the_command_its_api_and_is_recorded_and_kept_on_resume
     out = (task_folder(tmp_path, "api") / "agent.stdout").read_text()
     assert "answered hello from the fake" in out and fake.env()["OPENAI_API_KEY"] not in out
     assert "anthropic None" in out  # only what it declared
+    assert "same True" in out  # the older name points at the gateway too
     assert [r.headers.get("authorization") for r in requests] == [
         "Bearer " + fake.env()["OPENAI_API_KEY"]]
     report = json.loads(done.stdout)
