@@ -125,10 +125,11 @@ async def start_server(env: Mapping[str, str], root: Path) -> Server:
     stale-workspace reap finds it too)."""
     prepare_dir(root)
     argv, server_env = server_command(env, root)
-    process = await anyio.open_process([*pdeathsig_wrapper(), *argv], cwd=root,
-                                       env=server_env, start_new_session=True,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+    with anyio.CancelScope(shield=True):  # a cancelled open_process loses the child (run.py)
+        process = await anyio.open_process([*pdeathsig_wrapper(), *argv], cwd=root,
+                                           env=server_env, start_new_session=True,
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
     with contextlib.suppress(OSError):  # the server writes it too; setpriv execs: same pid
         starting_path(root).write_text(f"{process.pid}\n", encoding="utf-8")
     return Server(process, root)

@@ -194,11 +194,17 @@ async def run_process(
     started = time.monotonic()
     wrapper = pdeathsig_wrapper()
     command = (*wrapper, _program(argv[0], env, cwd), *argv[1:]) if wrapper else argv
-    process = await anyio.open_process(
-        command, cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    # Shielded: the child exists once the fork is done, but open_process still awaits its
+    # pipes; a cancellation there lost the process object, so nothing killed the child
+    # (measured under load: a cancelled `sh -c 'sleep 90 & sleep 60'` left both sleeps). A
+    # pending cancellation now arrives at the first await below, whose finally kills.
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(
+            command, cwd=cwd, env=dict(env) if env is not None else None,
+            start_new_session=True,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
     try:
         with anyio.move_on_after(timeout) as deadline:
             await _supervise(process, out, err, input, grace)

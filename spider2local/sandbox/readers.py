@@ -112,7 +112,9 @@ async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,
     extra: dict[str, Any] = {} if output_limit is None else {"output_limit": output_limit}
     if unsandboxed_reason() is not None:
         return await run_process(argv, cwd="/", env=env, timeout=timeout, input=input, **extra)
-    launcher = Launcher(reader_spec(Path(argv[0]), files))
+    # planned in a worker thread: the plan stats every off-limits path (hundreds), which
+    # blocked the event loop, and every other task of the run with it, for as long
+    launcher = await anyio.to_thread.run_sync(Launcher, reader_spec(Path(argv[0]), files))
     try:
         return await run_process([*launcher.argv, *argv[1:]], cwd="/", env=env,
                                  timeout=timeout, input=input, **extra)

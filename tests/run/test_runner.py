@@ -144,7 +144,9 @@ def test_hanging_agent_is_stopped_at_its_deadline(tasks: list[TaskSpec], tmp_pat
                  timeout=1.0)["t1"]
     elapsed = time.monotonic() - started
     assert result.durations["agent"] < 1.0 + 5.0, result.durations
-    assert elapsed < 1.0 + 5.0 + 3.0, elapsed
+    # nothing outside the task's recorded steps waited on the hung agent (a fixed bound on
+    # the whole run failed at load 9: prepare and scoring alone took 8 s there)
+    assert elapsed < result.durations["total"] + 3.0, (elapsed, result.durations)
     assert result.status is Status.TIMEOUT
     assert result.error is not None and result.error.kind is ErrorKind.TIMEOUT
     assert result.error.stage is Stage.AGENT

@@ -56,6 +56,32 @@ def test_a_symlinked_path_is_bound_under_both_names(tmp_path: Path) -> None:
     assert {m.path for m in mounts} >= {tmp_path / "link", real}
 
 
+def test_hidden_links_and_missing_paths_plan_as_when_each_was_resolved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Missing hidden paths are dropped before realpath (their real path is missing too): the
+    plan equals the one that resolved every path, for links into a bind, dangling links, links
+    through links and paths under a missing folder."""
+    bound = tmp_path / "bound"
+    (bound / "runs" / "old").mkdir(parents=True)
+    (bound / "gold.duckdb").write_bytes(b"x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "to-runs").symlink_to(bound / "runs")
+    (outside / "to-gold").symlink_to(bound / "gold.duckdb")
+    (outside / "dangling").symlink_to(bound / "gone")
+    (outside / "chain").symlink_to(outside / "to-runs")
+    hidden = (outside / "to-runs", outside / "to-gold", outside / "dangling",
+              outside / "chain" / "old", outside / "to-runs" / "missing" / "deeper",
+              tmp_path / "nowhere" / "runs", bound / "runs" / "gone")
+    spec = SandboxSpec(program=Path("/bin/sh"), read_only=(bound,), hidden=hidden)
+    planned = plan_mounts(spec)
+    monkeypatch.setattr(os.path, "lexists", lambda _p: True)  # resolve every path, as before
+    assert plan_mounts(spec) == planned
+    kinds = {m.path: m.kind for m in planned}
+    assert kinds[bound / "runs"] is Kind.HIDDEN and kinds[bound / "runs" / "old"] is Kind.HIDDEN
+    assert kinds[bound / "gold.duckdb"] is Kind.HIDDEN_FILE
+
+
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[tuple[Launcher, Path, Path, Path]]:
     """A sandbox around /bin/sh: ``ws`` writable, ``lib`` read-only with a hidden ``lib/secret``,
