@@ -251,7 +251,8 @@ def cached_venv(name: str, requirements: Sequence[str], *, timeout: float = 600)
 
     Built under an exclusive ``flock`` (concurrent sessions and xdist workers build it once) in
     a scratch folder renamed into place only when pip succeeded, so a killed or failed build
-    leaves nothing that looks usable and the next session tries again. Raises
+    leaves nothing that looks usable and the next session tries again (the venv's console
+    scripts keep the scratch folder's name in their shebangs: run tools as ``python -m``). Raises
     :class:`VenvUnavailable` with pip's last words when it cannot be built.
     """
     key = json.dumps([sorted(requirements), list(sys.version_info[:2])])

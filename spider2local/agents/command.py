@@ -57,11 +57,12 @@ from spider2local.agents.claude.support import (
     claude_upstream,
     sweep,
 )
+from spider2local.agents.openai_usage import OpenAiUsage
 from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import READERS, read_usage
 from spider2local.exceptions import UserError
 from spider2local.gateway.budget import Budget
-from spider2local.gateway.server import ApiCall, CallCounter, Upstream, open_gateway
+from spider2local.gateway.server import ApiCall, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import API_RECORD
 from spider2local.run.results import Usage
@@ -90,6 +91,7 @@ def _now_utc(seconds: float) -> str:
 
 OPENAI_API = "https://api.openai.com/v1"
 """OpenAI's base URL (clients append ``/chat/completions``, ``/responses``...)."""
+OPENAI_URL_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
 
 
 @dataclass(frozen=True)
@@ -104,14 +106,19 @@ class Api:
     without a key; the gateway drops it and adds the runner's)."""
 
     def env(self, base_url: str) -> dict[str, str]:
-        url_var = "ANTHROPIC_BASE_URL" if self.kind == "anthropic" else "OPENAI_BASE_URL"
-        return {url_var: base_url, **dict.fromkeys(self.credentials, PLACEHOLDER)}
+        """OpenAI's base URL under both names clients read (the openai SDK and litellm
+        ``OPENAI_BASE_URL``, older litellm and aider ``OPENAI_API_BASE``): a user's own value
+        of either, passed by name, must not lead the agent past the gateway."""
+        url_vars = ("ANTHROPIC_BASE_URL",) if self.kind == "anthropic" else OPENAI_URL_VARS
+        return {**dict.fromkeys(url_vars, base_url),
+                **dict.fromkeys(self.credentials, PLACEHOLDER)}
 
 
 def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None) -> list[Api]:
     """The upstreams of ``apis``, from the RUNNER's environment (the user's base URL and key;
     the agent never sees either): Anthropic as the Claude session reaches it, and OpenAI's
-    API or an OpenAI-compatible server (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)."""
+    API or an OpenAI-compatible server (``OPENAI_BASE_URL`` or ``OPENAI_API_BASE``,
+    ``OPENAI_API_KEY``)."""
     environ = os.environ if environ is None else environ
     found: list[Api] = []
     for kind in apis:
@@ -122,20 +129,24 @@ def declared_apis(apis: Sequence[str], environ: Mapping[str, str] | None = None)
         else:
             key = environ.get("OPENAI_API_KEY", "").strip()
             found.append(Api(kind, Upstream(
-                base_url=environ.get("OPENAI_BASE_URL") or OPENAI_API,
+                base_url=next((environ[v] for v in OPENAI_URL_VARS if environ.get(v)),
+                              OPENAI_API),
                 headers={"authorization": f"Bearer {key}"} if key else {},
                 drop=("authorization", "api-key"), paths=("/",)), ("OPENAI_API_KEY",)))
     return found
 
 
 class _Meters:
-    """The gateway's meter of a command agent's session: Anthropic's Messages answers are read
-    as for the Claude session (tokens, model, cost, from the server's own events); any other
-    API's calls are counted, their cost unknown (:class:`CallCounter`)."""
+    """The gateway's meter of a command agent's session, one per declared API: Anthropic's
+    Messages answers are read as for the Claude session, OpenAI-compatible ones (chat
+    completions, responses) by :class:`OpenAiUsage`: tokens, model and cost from the
+    servers' own answers, whatever the agent reports."""
 
     def __init__(self, apis: Sequence[Api]) -> None:
-        self.by_upstream: list[Any] = [ApiUsage() if a.kind == "anthropic" else CallCounter()
-                                       for a in apis]
+        self.by_upstream: list[ApiUsage | OpenAiUsage] = [
+            ApiUsage() if a.kind == "anthropic" else OpenAiUsage() for a in apis]
+        self.statuses: list[int] = []
+        """Each forwarded call's upstream status (502: unreachable), in order."""
 
     def begin(self, call: ApiCall) -> None:
         self.by_upstream[call.upstream].begin(call)
@@ -144,18 +155,37 @@ class _Meters:
         self.by_upstream[call.upstream].event(call, data)
 
     def end(self, call: ApiCall, status: int) -> None:
+        self.statuses.append(status)
         self.by_upstream[call.upstream].end(call, status)
+
+    def outage(self) -> str | None:
+        """Why the model API, not the agent, is to blame for a failed session: it called,
+        and every call failed as an outage does (429, 5xx, unreachable), so no model answer
+        ever reached the agent. Read from what the gateway saw upstream, which the agent's
+        process cannot forge (refused routes and budget refusals never reach a meter)."""
+        if not self.statuses or not all(s == 429 or 500 <= s <= 599 for s in self.statuses):
+            return None
+        counts = {s: self.statuses.count(s) for s in sorted(set(self.statuses))}
+        said = ", ".join(f"{s} x{n}" if n > 1 else str(s) for s, n in counts.items())
+        return f"every call to the model API failed ({said})"
 
     def cost(self) -> float | None:
         costs = [m.cost() for m in self.by_upstream]
         return None if any(c is None for c in costs) else sum(c for c in costs if c)
 
     def usage(self) -> Usage | None:
-        """What the model servers said the session used; None when no Messages call passed
-        (then the agent's own report, if any, is what is known)."""
-        seen = [m.usage() for m in self.by_upstream if isinstance(m, ApiUsage)]
-        seen = [u for u in seen if u.turns or u.input_tokens or u.output_tokens]
-        return seen[0] if seen else None
+        """What the model servers said the session used, every API together; None when no
+        call was metered (then the agent's own report, if any, is what is known). The cost is
+        unknown when any API's is."""
+        seen = [u for u in (m.usage() for m in self.by_upstream)
+                if u.turns or u.input_tokens or u.output_tokens]
+        if not seen:
+            return None
+        total = seen[0]
+        for more in seen[1:]:
+            total = total + more
+        cost = self.cost()
+        return dataclasses.replace(total, cost_usd_computed=cost)
 
 
 class CommandAgent:
@@ -390,6 +420,11 @@ class CommandAgent:
         error = None if result.returncode == 0 else \
             f"the agent command exited with status {result.returncode}" + (
                 f": {_last_line(result.stderr)}" if result.stderr.strip() else "")
+        outage = meters.outage() if error is not None else None
+        if outage is not None:  # no model answer reached it: nothing it did was the model's
+            ctx.transcript.append("error", {"api_outage": outage})
+            return AgentOutcome(usage=usage or ctx.meter.usage, error=f"{outage}; {error}",
+                                infrastructure=True, acted=False)
         return AgentOutcome(usage=usage or ctx.meter.usage, error=error, acted=True)
 
     def _usage(self, ctx: AgentContext, files: Mapping[str, Path], stdout: str) -> Any:

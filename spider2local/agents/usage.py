@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.agents.claude.pricing import TOKEN_KEYS, total_cost
+from spider2local.agents.openai_usage import tokens_of
 from spider2local.run.results import Usage
 
 MAX_USAGE_BYTES = 4 * 1024 * 1024
@@ -115,8 +116,11 @@ def _table(data: Any, key: str) -> dict[str, Any]:
 
 
 def from_mini_trajectory(data: Any, model: str | None = None) -> Usage | None:
-    """mini-swe-agent's trajectory (``-o FILE``): ``info.model_stats`` holds its cost and API
-    calls; the messages' ``extra.response.usage`` (OpenAI's shape) the tokens, when kept."""
+    """mini-swe-agent's trajectory (``-o FILE``, ``trajectory_format`` ``mini-swe-agent-1.1``
+    as mini-swe-agent 2.x writes it): ``info.model_stats`` holds its cost and API calls; each
+    model message's ``extra.response`` is litellm's whole response (OpenAI's shape), whose
+    ``usage`` has the tokens (cached prompt tokens counted apart, as the gateway's meter
+    counts them)."""
     if not isinstance(data, dict):
         return None
     info = _table(data, "info")
@@ -125,10 +129,10 @@ def from_mini_trajectory(data: Any, model: str | None = None) -> Usage | None:
     name = model
     for message in data.get("messages") or []:
         response = _table(_table(message, "extra"), "response")
-        usage = _table(response, "usage")
-        if usage:
-            tokens["input_tokens"] += _count(usage.get("prompt_tokens"))
-            tokens["output_tokens"] += _count(usage.get("completion_tokens"))
+        found = tokens_of(_table(response, "usage") or None)
+        if found:
+            for key, value in found.items():
+                tokens[key] += value
             name = name or (str(response["model"]) if response.get("model") else None)
     model_cfg = _table(_table(info, "config"), "model")
     name = name or (str(model_cfg["model_name"]) if model_cfg.get("model_name") else None)

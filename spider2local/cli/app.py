@@ -250,6 +250,13 @@ def doctor(no_clock_test: bool, check_api: bool, api_timeout: float | None,
 
 
 
+def _joined(ctx: click.Context, param: click.Parameter, value: tuple[Any, ...]) -> Any:
+    """A repeatable setting's values as one tuple (each occurrence parsed to a tuple of its
+    own); none given: ``None``, so the suite or a resume decides, as for every option."""
+    joined = tuple(dict.fromkeys(name for given in value for name in given))
+    return joined or None
+
+
 def setting_options(fn: F) -> F:
     """One option per flag of the settings table, in its order (``run --help``). A setting
     added to the table is a flag here with no other edit; absent, every option is ``None``
@@ -259,6 +266,9 @@ def setting_options(fn: F) -> F:
         if isinstance(setting.parser, options.Flag):
             fn = click.option(setting.option, setting.name, is_flag=True, default=None,
                               help=setting.help)(fn)
+        elif getattr(setting.parser, "repeatable", False):
+            fn = click.option(setting.option, setting.name, type=SettingType(setting),
+                              multiple=True, callback=_joined, help=setting.help)(fn)
         else:
             fn = click.option(setting.option, setting.name, type=SettingType(setting),
                               default=None, help=setting.help)(fn)

@@ -120,8 +120,9 @@ class Meter(Protocol):
 
 
 class CallCounter:
-    """A :class:`Meter` for an API whose answers spider2local cannot read (another vendor's,
-    for a command agent): it counts the calls and their statuses, and knows no cost, so a
+    """A :class:`Meter` for an API whose answers spider2local cannot read (Anthropic's and
+    OpenAI's can: ``agents/claude/pricing.ApiUsage``, ``agents/openai_usage.OpenAiUsage``): it
+    counts the calls and their statuses, and knows no cost, so a
     budget with a cap refuses after the first call (it cannot be enforced) instead of
     letting spend go unseen."""
 

@@ -163,7 +163,9 @@ def who(report: RunReport) -> str:
     """A run as a comparison names it: its id and its agent (and command)."""
     agent = report.agent or "unknown agent"
     command = f" {report.agent_command!r}" if report.agent_command else ""
-    return f"{report.run_id} (agent {agent}{command})"
+    apis = f" with {'+'.join(report.agent_apis)}" if report.agent_command and \
+        report.agent_apis else ""
+    return f"{report.run_id} (agent {agent}{command}{apis})"
 
 
 def _money(value: float | None, sign: bool = False) -> str:
@@ -313,8 +315,8 @@ def compare_json(c: Comparison) -> dict[str, Any]:
     return {
         "schema_version": COMPARE_SCHEMA,
         "a": c.a.run_id, "b": c.b.run_id,
-        "agents": {"a": {"agent": c.a.agent, "command": c.a.agent_command},
-                   "b": {"agent": c.b.agent, "command": c.b.agent_command}},
+        "agents": {side: {"agent": r.agent, "command": r.agent_command,
+                          "apis": list(r.agent_apis)} for side, r in (("a", c.a), ("b", c.b))},
         "paired": {
             "tasks": p.tasks, "trials_a": list(p.trials_a), "trials_b": list(p.trials_b),
             "pass_at_1_a": p.pass_a, "pass_at_1_b": p.pass_b, "difference": p.difference,

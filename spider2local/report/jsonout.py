@@ -28,7 +28,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
     return {
         "schema_version": REPORT_SCHEMA,
         "run_id": report.run_id, "agent": report.agent,
-        "agent_command": report.agent_command, "model": report.model,
+        "agent_command": report.agent_command, "agent_apis": list(report.agent_apis),
+        "model": report.model,
         "isolation": report.isolation, "unsealed": report.unsealed,
         "dataset": report.dataset,
         "started_at": report.started_at, "finished_at": report.finished_at,

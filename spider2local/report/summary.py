@@ -252,6 +252,8 @@ class RunReport:
     agent: str | None = None
     agent_command: str | None = None
     """The shell command of a command agent (``--agent-command``, ``[agents.NAME]``)."""
+    agent_apis: tuple[str, ...] = ()
+    """The model APIs it was served (``--agent-api``, ``[agents.NAME] apis``)."""
     model: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -474,6 +476,12 @@ def agent_command_of(manifest: RunManifest | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def agent_apis_of(manifest: RunManifest | None) -> tuple[str, ...]:
+    """The model APIs a command agent was served, as run.json's settings recorded them."""
+    value = manifest.setting("agent_apis") if manifest is not None else None
+    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+
+
 def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
     """Whether the trial's folder exists (a run began it); a link in its place is not ours."""
     try:
@@ -511,7 +519,7 @@ def build_report(run_id: str, manifest: RunManifest | None,
     return RunReport(
         run_id, rows, rates, headline,
         isolation=isolation_of(manifest), agent=manifest.agent if manifest else None,
-        agent_command=agent_command_of(manifest),
+        agent_command=agent_command_of(manifest), agent_apis=agent_apis_of(manifest),
         model=manifest.model if manifest else None,
         started_at=manifest.started_at if manifest else None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,

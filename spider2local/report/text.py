@@ -33,8 +33,9 @@ def run_line(report: RunReport) -> str:
     if command is not None:
         flat = " ".join(command.split())
         command = repr(flat if len(flat) <= 80 else flat[:79] + "…")
+    apis = "+".join(report.agent_apis) if command is not None else None
     who = ", ".join(f"{k} {v}" for k, v in (("agent", report.agent), ("command", command),
-                                            ("model", report.model)) if v)
+                                            ("apis", apis), ("model", report.model)) if v)
     state = "; interrupted" if report.interrupted else ""
     seal = ", UNSEALED" if report.unsealed else ""
     trials = f", {report.trials} trials per task" if report.trials > 1 else ""

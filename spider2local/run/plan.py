@@ -334,6 +334,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     name = agent or suite.defaults.agent
     options: dict[str, Any] = {}
     kind = name
+    apis = overrides.get("agent_apis")
     if name in suite.agents:  # [agents.NAME]: a command agent defined once in the suite
         spec = suite.agents[name]
         kind = "command"
@@ -341,12 +342,20 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
         if overrides.get("agent_command") not in (None, spec.command):
             raise UserError(f"--agent-command does not apply to --agent {name}",
                             path=suite.path, fix=f"its command is [agents.{name}]'s")
-        overrides["agent_command"] = spec.command  # recorded: compare/merge/resume see it
+        if apis is not None and tuple(apis) != spec.apis:
+            raise UserError(f"--agent-api does not apply to --agent {name}", path=suite.path,
+                            fix=f"its APIs are [agents.{name}] apis")
+        # recorded: compare/merge/resume see them
+        overrides["agent_command"], overrides["agent_apis"] = spec.command, spec.apis
     elif overrides.get("agent_command") is not None:
         if name != "command":
             raise UserError(f"--agent-command does not apply to --agent {name}",
                             fix="use it with --agent command")
         options["command"] = overrides["agent_command"]
+        options["apis"] = tuple(apis or ())
+    if apis and kind != "command":
+        raise UserError(f"--agent-api does not apply to --agent {name}",
+                        fix="use it with --agent command --agent-command '...'")
     caps = capabilities(kind)  # an unknown name fails here, with one line; resolved once
     if replay_dir is not None:
         if not takes_option(kind, "replay_dir"):

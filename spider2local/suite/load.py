@@ -214,7 +214,7 @@ def _parse_agent(r: _Reader, name: str, tbl: dict[str, Any]) -> CommandAgentSpec
                       "list some of: " + ", ".join(COMMAND_APIS))
     return CommandAgentSpec(command=command, pass_env=pass_env,
                             read_only=tuple(_resolve(r.path, p) for p in read_only),
-                            usage=usage, apis=tuple(apis))
+                            usage=usage, apis=tuple(dict.fromkeys(apis)))
 
 
 def _parse_subsets(r: _Reader, tbl: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from spider2local.sandbox.isolation import Isolation
 from spider2local.suite import options
+from spider2local.suite.options import COMMAND_APIS as COMMAND_APIS
 from spider2local.suite.options import DEFAULT_DATE as DEFAULT_DATE
 from spider2local.suite.options import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
 
@@ -130,11 +131,6 @@ class TaskSettings:
     timeout: float | None = None
     max_turns: int | None = None
     thinking_budget: int | None = None
-
-
-COMMAND_APIS = ("anthropic", "openai")
-"""The model APIs a command agent may declare (``apis``): each reached only through its
-session's gateway (:mod:`spider2local.gateway`), which holds the real credential."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ from spider2local.sandbox.isolation import Isolation
 MIN_THINKING_BUDGET = 1024
 """The Messages API's smallest extended-thinking budget (tokens)."""
 
+COMMAND_APIS = ("anthropic", "openai")
+"""The model APIs a command agent may declare (``apis``, ``--agent-api``): each reached only
+through its session's gateway (:mod:`spider2local.gateway`), which holds the real credential."""
+
 DEFAULT_DATE = dt.date(2024, 9, 15)
 """Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
 exists); any fixed date beats today's, which makes results drift with the calendar."""
@@ -250,6 +254,31 @@ class Names:
 
 
 @dataclass(frozen=True)
+class Apis:
+    """Model API names of :data:`COMMAND_APIS`: one per ``--agent-api`` (the flag repeats), a
+    list in run.json; duplicates dropped, the order kept (the gateway's upstreams follow it)."""
+
+    metavar: str = "API"
+    repeatable: bool = True
+    """The flag may be given several times (``cli/`` joins the values)."""
+
+    def __call__(self, value: object, *, text: bool) -> tuple[str, ...]:
+        names = (value,) if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple)) or not all(isinstance(v, str) for v in names):
+            raise ValueError(f"must be a list of API names, not {_kind(value)}")
+        unknown = [n for n in names if n not in COMMAND_APIS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not one of {', '.join(COMMAND_APIS)}")
+        return tuple(dict.fromkeys(names))
+
+
+def _apis_compared(recorded: Any) -> Any:
+    """A run made before the setting existed declared no API; a list read back from run.json
+    equals the tuple the run was planned with."""
+    return tuple(recorded) if isinstance(recorded, (list, tuple)) else ()
+
+
+@dataclass(frozen=True)
 class Date:
     metavar: str = "YYYY-MM-DD"
 
@@ -353,6 +382,12 @@ SETTINGS: tuple[Setting, ...] = (
             "For --agent command: the shell command that runs the agent (sh -c, in the task's "
             "project folder, in the sandbox). Suite agents ([agents.NAME]) record theirs.",
             Resume.MUST_MATCH, suite=False),
+    Setting("agent_apis", Apis(), (),
+            "For --agent command: a model API the command calls (anthropic, openai; "
+            "repeatable), served by the task's gateway with the runner's key; under "
+            "--isolation namespace nothing else of the network is reachable (none: no "
+            "network). Suite agents ([agents.NAME] apis) record theirs.",
+            Resume.MUST_MATCH, flag="--agent-api", suite=False, compared=_apis_compared),
     Setting("jobs", Integer(), 3,
             "Trials at a time (of every task: one limit for the whole run)."),
     Setting("trials", Integer(), 1,

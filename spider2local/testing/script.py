@@ -84,8 +84,14 @@ def tool(name: str, tool_id: str | None = None, /, **arguments: Any) -> ToolCall
 
 
 def system_text(body: Mapping[str, Any]) -> str:
-    """The request's system prompt as one string (it may be a string or a list of blocks)."""
-    system = body.get("system", "")
+    """The request's system prompt as one string: Anthropic's ``system`` (a string or a list
+    of blocks), or an OpenAI chat request's ``system``/``developer`` messages."""
+    system = body.get("system")
+    if system is None:
+        messages = body.get("messages")
+        return "\n".join(_flatten(m.get("content")) for m in
+                         (messages if isinstance(messages, list) else [])
+                         if isinstance(m, Mapping) and m.get("role") in ("system", "developer"))
     if isinstance(system, str):
         return system
     return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
@@ -113,13 +119,26 @@ class RecordedRequest:
 
     @property
     def tool_names(self) -> list[str]:
-        return [str(t.get("name")) for t in self.body.get("tools", []) or []]
+        """The tools offered: Anthropic's ``{"name"}``, OpenAI's ``{"function": {"name"}}``."""
+        return [str(t.get("name") or (t.get("function") or {}).get("name"))
+                for t in self.body.get("tools", []) or [] if isinstance(t, Mapping)]
 
     def tool_results(self) -> dict[str, str]:
-        """``tool_use_id -> text`` of the tool results in the last user message."""
+        """``tool_use_id -> text`` of the tool results the request answers with: the last user
+        message's ``tool_result`` blocks (Anthropic), or the trailing ``tool`` messages
+        (OpenAI chat completions)."""
         messages = self.body.get("messages") or []
-        content = messages[-1].get("content") if messages else None
         results: dict[str, str] = {}
+        trailing = []
+        for message in reversed(messages):
+            if not (isinstance(message, Mapping) and message.get("role") == "tool"):
+                break
+            trailing.append(message)
+        for message in reversed(trailing):
+            results[str(message.get("tool_call_id"))] = _flatten(message.get("content"))
+        if trailing:
+            return results
+        content = messages[-1].get("content") if messages else None
         for block in content if isinstance(content, list) else []:
             if isinstance(block, Mapping) and block.get("type") == "tool_result":
                 results[str(block.get("tool_use_id"))] = _flatten(block.get("content"))

@@ -398,3 +398,119 @@ def test_a_command_agent_reaches_only_its_declared_apis_through_the_gateway(
         assert row["tokens"]["input"] == 321 and row["tokens"]["output"] == 12, row
     else:
         assert "base None" in out and "openai None" in out and requests == [], out
+
+
+CHAT_PROBE = textwrap.dedent("""\
+    import json, os, urllib.request
+    base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+    print("key", key, "anthropic", os.environ.get("ANTHROPIC_BASE_URL"),
+          "same", os.environ.get("OPENAI_API_BASE") == base)
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+    req = urllib.request.Request(base + "/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"authorization": "Bearer " + key,
+                                          "content-type": "application/json"})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    print("answered", answer["choices"][0]["message"]["content"])
+    # what it reports of itself is not what counts: the gateway read the server's usage
+    open(os.environ["SPIDER2_USAGE_FILE"], "w").write(json.dumps({"models": {
+        "gpt-fake": {"input_tokens": 1, "output_tokens": 1}}}))
+    """)
+
+
+def test_agent_api_serves_the_command_its_api_and_is_recorded_and_kept_on_resume(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """``--agent command --agent-command ... --agent-api openai``: the command reaches the
+    OpenAI-compatible API only through its gateway (the runner's key added there), its tokens
+    are the ones the server reported, and run.json records the APIs with the command, so a
+    resume keeps them and refuses others."""
+    from spider2local.testing import FakeOpenAI, reply
+
+    root = tiny_dataset("t1")
+    probe_py = tmp_path / "probe.py"
+    probe_py.write_text(CHAT_PROBE)
+    command = f"{sys.executable} {probe_py}"
+    with FakeOpenAI([reply("hello from the fake", input_tokens=123, output_tokens=45)]) as fake:
+        base = ("--dataset", str(root), "run", "--agent", "command", "--agent-command", command,
+                "--isolation", "none", "--runs-dir", "runs", "--run-id", "api")
+        done = cli(*base, "--agent-api", "openai", "--agent-api", "openai", "--json",
+                   cwd=tmp_path, env=fake.env())
+        requests = fake.requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = (task_folder(tmp_path, "api") / "agent.stdout").read_text()
+    assert "answered hello from the fake" in out and fake.env()["OPENAI_API_KEY"] not in out
+    assert "anthropic None" in out  # only what it declared
+    assert "same True" in out  # the older name points at the gateway too
+    assert [r.headers.get("authorization") for r in requests] == [
+        "Bearer " + fake.env()["OPENAI_API_KEY"]]
+    report = json.loads(done.stdout)
+    row = report["tasks"][0]
+    assert row["tokens"]["input"] == 123 and row["tokens"]["output"] == 45, row
+    assert report["agent_apis"] == ["openai"] and report["agent_command"] == command
+    manifest = json.loads((tmp_path / "runs" / "api" / "run.json").read_text())
+    assert manifest["settings"]["agent_apis"] == ["openai"]
+    refused = cli(*base[:3], "--runs-dir", "runs", "--run-id", "api", "--agent-api",
+                  "anthropic", cwd=tmp_path)
+    assert refused.returncode == 2 and "agent_apis" in refused.stderr, refused.stderr
+    again = cli("--dataset", str(root), "run", "--runs-dir", "runs", "--run-id", "api",
+                "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["agent_apis"] == ["openai"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--agent", "noop", "--agent-api", "openai"], "--agent-api does not apply to --agent noop"),
+    (["--agent", "command", "--agent-command", "true", "--agent-api", "gemini"],
+     "--agent-api: 'gemini' is not one of anthropic, openai"),
+    (["--agent", "mine", "--agent-api", "anthropic"], "--agent-api does not apply to --agent mine"),
+])
+def test_a_misplaced_or_unknown_agent_api_is_one_line(
+        tmp_path: Path, tiny_dataset: Callable[..., Path], args: list[str], message: str) -> None:
+    root = tiny_dataset("t1")
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n\n[agents.mine]\ncommand = "true"\n'
+                     'apis = ["openai"]\n')
+    refused = cli("--suite", str(suite), "run", *args, "--isolation", "none", "--runs-dir",
+                  "runs", cwd=tmp_path)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) <= 2
+
+
+def test_only_an_api_that_failed_every_call_makes_it_the_machines_fault() -> None:
+    from spider2local.agents.command import _Meters, declared_apis
+    from spider2local.gateway.server import ApiCall
+
+    def meters(*statuses: int) -> _Meters:
+        found = _Meters(declared_apis(["openai"], environ={}))
+        for n, status in enumerate(statuses):
+            found.end(ApiCall(n, 0, "POST", "/chat/completions", "", b"{}"), status)
+        return found
+
+    assert meters().outage() is None  # it never called: its own failure
+    assert meters(200, 503).outage() is None  # a model answer reached it
+    assert meters(400).outage() is None  # a bad request is the agent's
+    assert meters(503, 503, 429, 502).outage() == \
+        "every call to the model API failed (429, 502, 503 x2)"
+
+
+def test_a_command_whose_api_failed_every_call_is_an_infrastructure_error_and_retried(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """An OpenAI-compatible API that answers 503: the probe exits with an error, but no model
+    answer ever reached it, so the attempt is the machine's fault: retried (and, past its
+    retries, re-run by resume), never scored as the agent's failure."""
+    from spider2local.testing import FakeOpenAI, HttpError, reply
+
+    root = tiny_dataset("t1")
+    probe_py = tmp_path / "probe.py"
+    probe_py.write_text(CHAT_PROBE)
+    script = [HttpError(503, "server_error", "overloaded"), reply("back", input_tokens=3)]
+    with FakeOpenAI(script) as fake:
+        done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
+                   f"{sys.executable} {probe_py}", "--agent-api", "openai", "--isolation",
+                   "none", "--retries", "1", "--runs-dir", "runs", "--run-id", "o", "--json",
+                   cwd=tmp_path, env=fake.env())
+        answers = [r.answer for r in fake.requests]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert answers == ["error 503", "scripted"]
+    result = json.loads((task_folder(tmp_path, "o") / "result.json").read_text())
+    assert result["attempts"] == 2 and result["error"] is None, result
+    assert result["status"] == "failed"  # scored: it built nothing

@@ -197,7 +197,8 @@ def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Pat
     def command_run(name: str, agent: str, command: str | None) -> RunFolder:
         return make_run(tmp_path / name / "r", {"x": (True, t)}, agent=agent,
                         settings={**MANIFEST["settings"], "agent": agent,
-                                  "agent_command": command})
+                                  "agent_command": command,
+                                  "agent_apis": ["openai"] if command else []})
 
     a = command_run("a", "command", "codex exec")
     b = command_run("b", "command", "gemini -p")
@@ -207,9 +208,10 @@ def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Pat
         compared = compare_runs(a, other)
         assert compared.changed(Change.SAME)
         header = render_compare(compared).splitlines()[0]
-        assert "agent command 'codex exec'" in header and str(other.run_id) in header
+        assert "agent command 'codex exec' with openai" in header and str(other.run_id) in header
         assert compare_json(compared)["agents"]["a"] == {"agent": "command",
-                                                         "command": "codex exec"}
+                                                         "command": "codex exec",
+                                                         "apis": ["openai"]}
     assert compare_runs(a, same).changed(Change.SAME)
     from spider2local.report.jsonout import report_json
     from spider2local.report.summary import load_report
@@ -217,5 +219,6 @@ def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Pat
 
     report = load_report(a)
     assert report.agent_command == "codex exec"
-    assert "agent command, command 'codex exec'" in run_line(report)
+    assert "agent command, command 'codex exec', apis openai" in run_line(report)
     assert report_json(report)["agent_command"] == "codex exec"
+    assert report_json(report)["agent_apis"] == ["openai"]

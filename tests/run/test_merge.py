@@ -233,3 +233,25 @@ def test_runs_of_two_commands_are_not_merged_unless_forced(tmp_path: Path) -> No
         merge_runs(runs, RunFolder(tmp_path / "m" / "r"))
     merged = merge_runs(runs, RunFolder(tmp_path / "f" / "r"), force=True)
     assert any("agent_command" in note for note in merged.notes)
+
+
+def test_runs_of_one_command_served_different_apis_are_not_merged_unless_forced(
+        tmp_path: Path) -> None:
+    """The APIs a command agent was served are part of the experiment (another vendor's
+    model behind the same command); a run from before they were recorded declared none."""
+    t = "2026-01-01T00:10:00+00:00"
+
+    def command_run(name: str, tid: str, apis: list[str] | None) -> RunFolder:
+        settings = {**MANIFEST["settings"], "agent": "command", "agent_command": "mini -y"}
+        if apis is not None:
+            settings["agent_apis"] = apis
+        return make_run(tmp_path / name / "r", {tid: (True, t)}, agent="command",
+                        settings=settings)
+
+    openai, anthropic = command_run("a", "t1", ["openai"]), command_run("b", "t2", ["anthropic"])
+    with pytest.raises(UserError, match="agent_apis"):
+        merge_runs([openai, anthropic], RunFolder(tmp_path / "m" / "r"))
+    merged = merge_runs([openai, anthropic], RunFolder(tmp_path / "f" / "r"), force=True)
+    assert any("agent_apis" in note for note in merged.notes)
+    old, none = command_run("c", "t3", None), command_run("d", "t4", [])
+    assert merge_runs([old, none], RunFolder(tmp_path / "n" / "r")).notes == ()

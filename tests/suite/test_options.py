@@ -153,3 +153,16 @@ def test_bad_durations_are_refused_with_the_rule(text: str, phrase: str) -> None
     timeout = next(s for s in options.SETTINGS if s.name == "timeout")
     with pytest.raises(ValueError, match=phrase):
         timeout.parse(text, text=True)
+
+
+def test_agent_apis_are_known_names_once_each_in_order() -> None:
+    parse = options.setting("agent_apis").parse
+    assert parse("openai", text=True) == ("openai",)  # one per --agent-api
+    assert parse(["openai", "anthropic", "openai"], text=False) == ("openai", "anthropic")
+    for bad, phrase in ((["gemini"], "'gemini' is not one of anthropic, openai"),
+                        (3, "must be a list of API names"), ([1], "must be a list")):
+        with pytest.raises(ValueError, match=phrase):
+            parse(bad, text=False)
+    # run.json keeps a list; a run from before the setting declared none
+    compared = options.setting("agent_apis").compare_value
+    assert compared(["openai"]) == ("openai",) and compared(None) == compared([]) == ()
