@@ -39,6 +39,7 @@ import anyio
 import anyio.abc
 
 from spider2local.dbtools.query import QueryService
+from spider2local.proc.serving import serving
 from spider2local.proc.tempdirs import make_owned_dir
 
 log = logging.getLogger(__name__)
@@ -109,22 +110,9 @@ async def open_tool_socket(service: QueryService, limits: EndpointLimits = Endpo
         listener = await anyio.create_unix_listener(path, mode=0o600)
         state = ToolSocket(path)
         calls = anyio.CapacityLimiter(limits.calls)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_accept, listener, tg, state, service, limits, calls)
-                try:
-                    yield state
-                finally:
-                    tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # the block's own exception, wrapped by the task group (the accept loop and the
-            # connections never raise): give it back as it was
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await listener.aclose()
+        async with serving(listener, lambda tg: tg.start_soon(
+                _accept, listener, tg, state, service, limits, calls)):
+            yield state
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -52,6 +52,7 @@ import httpx
 
 from spider2local.gateway.budget import Budget
 from spider2local.gateway.record import ExchangeLog
+from spider2local.proc.serving import serving
 from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.sandbox.network import relay_base_url
 
@@ -420,23 +421,8 @@ async def open_gateway(upstreams: Sequence[Upstream], meter: Meter, *, sealed: b
             listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
             port = listener.extra(anyio.abc.SocketAttribute.local_port)
             base = f"http://127.0.0.1:{port}"
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(listener.serve, gateway.serve)
-                try:
-                    yield Served(gateway, tuple(f"{base}/u{i}" for i in range(len(upstreams))),
-                                 path)
-                finally:
-                    tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The block's own exception, wrapped by the task group (the listener's task
-            # never raises: each connection's errors end there): give it back as it was.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await listener.aclose()
+        async with serving(listener, lambda tg: tg.start_soon(listener.serve, gateway.serve)):
+            yield Served(gateway, tuple(f"{base}/u{i}" for i in range(len(upstreams))), path)
     finally:
         with anyio.CancelScope(shield=True):
             await gateway.aclose()
