@@ -8,6 +8,7 @@ never prints an error or a traceback into the user's prompt: whatever fails comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -39,9 +40,9 @@ def _items(values: list[str], incomplete: str, help_text: str) -> list[Completio
             if v.startswith(incomplete)]
 
 
-def _safely(fn: object, ctx: click.Context) -> list[str]:
+def _safely(fn: Callable[[click.Context], list[str]], ctx: click.Context) -> list[str]:
     try:
-        return fn(ctx)  # type: ignore[operator,no-any-return]
+        return fn(ctx)
     except Exception:  # a broken suite or runs folder completes nothing, silently
         return []
 
