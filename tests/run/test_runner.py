@@ -477,10 +477,15 @@ tasks = list(load_dataset(Suite(root.parent / "tasks.toml", root)).tasks)
 filler = runs / "filler"
 
 class Filler(WriterAgent):
-    # Does its work, then fills the run folder's disk: its result cannot be saved.
+    # Does its work, then fills the run folder's disk: its result cannot be saved. t1 fills
+    # only once t2 has done its own writing and is parked, so the one write that meets the
+    # full disk is t1's result (under load t2 could otherwise still be writing its transcript).
+    parked = False
     async def run(self, ctx):
         outcome = await super().run(ctx)
         if ctx.task.id == "t1":
+            while not Filler.parked:
+                await anyio.sleep(0.05)
             try:
                 with filler.open("wb") as fh:
                     while True:
@@ -489,6 +494,7 @@ class Filler(WriterAgent):
                 pass
             ctx.transcript.append("text", "written on a full disk")
         else:  # t2 is still working when t1 ends, and must not be cancelled by it
+            Filler.parked = True
             while not Operator.freed:
                 await anyio.sleep(0.05)
         return outcome
