@@ -115,19 +115,26 @@ def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
+    """Every table and view, with its columns read in one statement for all of them.
+
+    No ``?`` parameter anywhere: binding one makes DuckDB's Python module import pandas (to
+    check whether the value is a DataFrame), which tripled the snapshot child's cost (0.35 s
+    to 1.0 s per trial, measured on duckdb 1.5.6), and these statements need none."""
     rows = con.execute(
         "SELECT schema_name, table_name, 'table' FROM duckdb_tables() "
         "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
         "UNION ALL SELECT schema_name, view_name, 'view' FROM duckdb_views() "
         "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
         "ORDER BY 1, 2").fetchall()
+    columns: dict[tuple[str, str], list[ColumnInfo]] = {}
+    for schema, name, column, kind in con.execute(
+            "SELECT table_schema, table_name, column_name, data_type "
+            "FROM information_schema.columns WHERE table_catalog = current_database() "
+            "ORDER BY table_schema, table_name, ordinal_position").fetchall():
+        columns.setdefault((schema, name), []).append(ColumnInfo(column, kind))
     for schema, name, kind in rows:
-        columns = con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_catalog = current_database() AND table_schema = ? AND table_name = ? "
-            "ORDER BY ordinal_position", [schema, name]).fetchall()
         yield TableInfo(schema=schema, name=name, kind=kind,
-                        columns=tuple(ColumnInfo(c, t) for c, t in columns),
+                        columns=tuple(columns.get((schema, name), ())),
                         rows=_count(con, schema, name) if kind == "table" else None)
 
 

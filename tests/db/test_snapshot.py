@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -108,3 +110,16 @@ def test_quotes_in_schema_table_column_and_path(tmp_path: Path) -> None:
     t = snapshot_database(db).table('t"x', schema='s"q')
     assert t is not None and t.rows == 3
     assert [c.name for c in t.columns] == ['c"1', "it's"]
+
+
+def test_the_snapshot_child_never_imports_pandas(tmp_path: Path) -> None:
+    """The snapshot runs in a fresh child per workspace: pandas (imported by DuckDB as soon as
+    a ``?`` parameter is bound) would triple its cost. A table of every type family the
+    snapshot reads, a view and a quoted schema, so a parameter brought back anywhere shows."""
+    db = make_db(tmp_path / "shop.duckdb")
+    code = ("import sys; from pathlib import Path; from spider2local.db.snapshot import "
+            "read_snapshot; s = read_snapshot(Path(sys.argv[1]), 'shop.duckdb'); "
+            "print(len(s.tables), sorted(m for m in ('pandas', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True,
+                          text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split() == ["3", "[]"], done.stderr
