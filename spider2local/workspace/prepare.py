@@ -32,7 +32,7 @@ from spider2local.clock.faketime import FAKE_DATE_ENV, RUNS_ENV, Clock, find_lib
 from spider2local.dataset.task import TaskSpec
 from spider2local.db.locks import DatabaseLocked, LockWait
 from spider2local.db.sandboxed import checkpoint_sandboxed
-from spider2local.db.snapshot import snapshot_database
+from spider2local.db.snapshot import file_identity, snapshot_database
 from spider2local.dbtproject import packages
 from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
 from spider2local.dbtproject.inventory import ProjectScan, scan_project
@@ -172,7 +172,11 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     started = time.monotonic()
     project = child(root, task.id)
     forbidden = _forbidden_paths(task)
+    source = task.project_dir / start_db
+    before = file_identity(source)
     stats = copy_tree(task.project_dir, project, skip=_skipper(task), forbidden=forbidden)
+    # the copy is that file's bytes only if the file did not change while it was copied
+    identity = before if before is not None and file_identity(source) == before else None
     try:  # an absolute profile path would send dbt into the dataset's own database
         confine_profile(project, task.project_dir)
     except ValueError as exc:
@@ -184,7 +188,7 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
     written = write_templates(scan, project) if templates else ()
     if written:
         scan = scan_project(project)
-    snapshot = snapshot_database(project / start_db)
+    snapshot = snapshot_database(project / start_db, source=identity)
     context = project / CONTEXT_DIR
     context.mkdir(exist_ok=True)
     for name, text in (("scan.json", scan.to_json()), ("snapshot.json", snapshot.to_json())):

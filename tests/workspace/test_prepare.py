@@ -213,6 +213,70 @@ def test_task_without_start_db_is_refused(tiny_dataset: Callable[..., Path],
     assert [p.name for p in tmp_path.iterdir()] == ["spider2-dbt"]
 
 
+def _count_snapshot_children(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Record every snapshot reader child started (the real one still runs)."""
+    from spider2local.db import sandboxed
+
+    started: list[Path] = []
+    real = sandboxed.snapshot_sandboxed
+
+    def counted(db: Path) -> dict[str, object]:
+        started.append(db)
+        return real(db)
+
+    monkeypatch.setattr(sandboxed, "snapshot_sandboxed", counted)
+    return started
+
+
+def _tables(ws: wsmod.Workspace) -> list[str]:
+    return [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
+
+
+def test_the_start_snapshot_is_read_once_per_start_database_until_it_changes(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _count_snapshot_children(monkeypatch)
+    task = load(tiny_dataset("t1")).tasks[0]
+    assert task.start_db is not None
+
+    def prepare(n: int) -> wsmod.Workspace:
+        return prepare_workspace(task, artifacts=tmp_path / f"a{n}", parent=tmp_path)
+
+    first, second = prepare(1), prepare(2)
+    assert len(started) == 1 and started[0].is_relative_to(first.root)  # the copy, not the dataset
+    assert _tables(first) == _tables(second) == ["raw_orders"]
+    assert (second.project_dir / ".spider2local" / "snapshot.json").read_text() == \
+        first.snapshot_path.read_text()
+    # rewritten with its modification time put back: the change time still tells
+    mtime = task.start_db.stat().st_mtime_ns
+    with duckdb.connect(str(task.start_db)) as con:
+        con.execute("CREATE TABLE raw_customers AS SELECT 1 AS id")
+    os.utime(task.start_db, ns=(mtime, mtime))
+    third = prepare(3)
+    assert len(started) == 2 and _tables(third) == ["raw_customers", "raw_orders"]
+    prepare(4)
+    assert len(started) == 2
+
+
+def test_a_start_database_that_changes_while_copied_is_read_from_its_copy(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _count_snapshot_children(monkeypatch)
+    task = load(tiny_dataset("t1")).tasks[0]
+    assert task.start_db is not None
+    prepare_workspace(task, artifacts=tmp_path / "a1", parent=tmp_path)  # cached now
+    real_copy = wsmod.copy_tree
+    start_db = task.start_db
+
+    def copy_then_change(src: Path, dst: Path, **kw: object) -> object:
+        done = real_copy(src, dst, **kw)  # type: ignore[arg-type]
+        with duckdb.connect(str(start_db)) as con:  # the copy has the old bytes
+            con.execute("CREATE TABLE late AS SELECT 1 AS id")
+        return done
+
+    monkeypatch.setattr(wsmod, "copy_tree", copy_then_change)
+    ws = prepare_workspace(task, artifacts=tmp_path / "a2", parent=tmp_path)
+    assert len(started) == 2 and _tables(ws) == ["raw_orders"]  # what the copy holds
+
+
 def test_missing_packages_are_recorded(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", packages_yml="packages:\n  - package: dbt-labs/dbt_utils\n")
     task = load(root).tasks[0]
