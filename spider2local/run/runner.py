@@ -99,6 +99,8 @@ class _Attempt:
     """What the agent's finished attempts spent (infrastructure retries add up)."""
     meter: UsageMeter | None = None
     """The running attempt's meter: what a cut attempt spent so far (:mod:`.cut`)."""
+    checkpointed: bool = False
+    """The checkpoint stage folded the database's WAL (collect need not again)."""
 
     def spent_so_far(self) -> Usage:
         return self.spent + (self.meter.usage if self.meter is not None else Usage())
@@ -308,6 +310,7 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
             with _Stopwatch(state, "checkpoint"):
                 await bounded("checkpoint", deadline, ws_mod.checkpoint_database,
                               ws.database, root=ws.root)
+            state.checkpointed = True
         except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
             return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
@@ -380,7 +383,8 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     with _Stopwatch(state, "collect"):
         try:
             await bounded("collect", settings.stage_timeout, ws_mod.collect_artifacts,
-                          state.ws, keep_db=settings.keep_db, check=watchdog_check)
+                          state.ws, keep_db=settings.keep_db, check=watchdog_check,
+                          checkpointed=state.checkpointed)
         except DeadlinePassed as exc:  # the agent's tree made it hang: its doing
             progress.note(state.task.id, f"artifacts not collected: {exc}")
             verdict = _agent_fault(state.task, Stage.COLLECT, exc)

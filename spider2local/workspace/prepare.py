@@ -310,10 +310,13 @@ def cleanup_workspace(ws: Workspace) -> None:
     remove_tree(ws.root)
 
 
-def collect_artifacts(ws: Workspace, *, keep_db: bool,
-                      check: Check | None = None) -> CollectedArtifacts:
+def collect_artifacts(ws: Workspace, *, keep_db: bool, check: Check | None = None,
+                      checkpointed: bool = False) -> CollectedArtifacts:
     """Copy the final project text files, the project's last dbt log and run_results (to
-    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts.
+    ``artifacts/dbt``) and, with ``keep_db``, the database to artifacts, checkpointed first
+    unless ``checkpointed`` says the caller's checkpoint succeeded and nothing wrote since (the
+    runner's: the agent's processes are reaped, the scorer reads; a second checkpoint was one
+    more reader child, 0.35 s measured, folding nothing).
 
     Only plain files of the workspace are copied (:mod:`.guard`): symlinks are never followed
     (one to ``/`` would walk the runner's whole file system; one to a file outside would copy
@@ -324,7 +327,8 @@ def collect_artifacts(ws: Workspace, *, keep_db: bool,
     _collect_dbt_files(ws, ws.artifacts / DBT_LOGS)
     database = None
     if keep_db and is_workspace_file(ws.root, ws.database):
-        checkpoint_database(ws.database, root=ws.root)
+        if not checkpointed:
+            checkpoint_database(ws.database, root=ws.root)
         database = ws.artifacts / RESULT_DB
         fast_copy(ws.database, database)
     write_dbt_text(ws.artifacts / DBT_LOGS)  # last: a convenience must not cost the database

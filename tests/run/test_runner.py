@@ -32,7 +32,7 @@ from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.results import ErrorKind, Stage, Status, TaskResult, Usage
-from spider2local.run.runner import run_tasks
+from spider2local.run.runner import Trial, run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
@@ -102,6 +102,39 @@ def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path:
     assert not (folder.task_dir("t2") / "result.duckdb").exists()  # only with keep_db
     noop = run(tasks[2:3], folder, NoopAgent)["t3"]
     assert noop.status is Status.FAILED and noop.score["tables"][0]["missing"]  # type: ignore[index]
+
+
+def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one_snapshot(
+        tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reader children are the runner's main cost per trial (a fresh interpreter importing
+    DuckDB, and pandas for the scorer): trial 2 reuses its task's start snapshot, and
+    ``--keep-db`` keeps the database the checkpoint stage folded without a second one."""
+    from spider2local.sandbox import readers
+
+    started: list[tuple[str, str | None, str]] = []
+    real = readers.ask_reader
+
+    async def counted(module: str, request: dict[str, object], *args: object,
+                      **kw: object) -> dict[str, object]:
+        job = request.get("job")
+        where = str(request.get("db") or request.get("result"))
+        started.append((module.rsplit(".", 2)[-2], str(job) if job else None,
+                        Path(where).parts[-1]))
+        return await real(module, request, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readers, "ask_reader", counted)
+    trials = [Trial(task, k) for k in (1, 2) for task in tasks[:1]]
+    results = anyio.run(run_tasks, trials, RunFolder.at(tmp_path, "r"),
+                        settings(keep_db=True, jobs=1, trials=2), WriterAgent, quiet())
+    assert [r.status for r in results.values()] == [Status.PASSED, Status.PASSED]
+    assert started == [("db", "snapshot", "shop.duckdb"), ("db", "checkpoint", "shop.duckdb"),
+                       ("evaluation", None, "shop.duckdb"),
+                       ("db", "checkpoint", "shop.duckdb"), ("evaluation", None, "shop.duckdb")]
+    for k in (1, 2):  # what is kept is the folded database, the graded table in the file
+        kept = RunFolder.at(tmp_path, "r").trial_dir("t1", k) / "result.duckdb"
+        assert not kept.with_name("result.duckdb.wal").exists()
+        with duckdb.connect(str(kept), read_only=True) as con:
+            assert con.execute("SELECT id FROM orders").fetchall() == [(1,)]
 
 
 def test_workspaces_are_removed_unless_kept(tasks: list[TaskSpec], tmp_path: Path) -> None:
@@ -468,7 +501,7 @@ import anyio
 from spider2local.dataset.load import load_dataset
 from spider2local.run.folder import RunFolder
 from spider2local.run.progress import Progress
-from spider2local.run.runner import run_tasks
+from spider2local.run.runner import Trial, run_tasks
 from spider2local.suite.model import Suite
 from tests.run.test_runner import WriterAgent, settings
 
