@@ -11,8 +11,10 @@ seconds instead of a run folder and a runner start per task.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +25,7 @@ from spider2local.dataset.load import gold_folder
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.db.connect import open_database
+from spider2local.db.snapshot import DbSnapshot, FileIdentity, file_identity, remember_snapshot
 from spider2local.dbtproject import packages
 from spider2local.report.table import render_table
 from spider2local.safepath import name_problem
@@ -183,9 +186,42 @@ def denominators(data: Dataset) -> Denominators:
 async def free_passes(tasks: Sequence[TaskSpec]) -> dict[str, bool | None]:
     """Per task, whether its untouched start database already passes (``None``: cannot tell,
     e.g. no gold). The same check as ``audit --baseline``, so a run can say how many of its
-    passes took no work; one task at a time, each in its own reader sandbox (the scorer reads
-    the start and gold databases read-only)."""
-    return {task.id: (await _baseline(task))[0] for task in tasks}
+    passes took no work.
+
+    All in one reader sandbox holding the start and gold databases read-only
+    (:func:`~spider2local.evaluation.sandboxed.score_starts_sandboxed`), which also snapshots
+    each start database for the run's workspaces (:func:`_remember_snapshots`); should that
+    child die, each task is scored in a child of its own, as ``audit --baseline`` does."""
+    from spider2local.evaluation.sandboxed import score_starts_sandboxed
+
+    found: dict[str, bool | None] = {t.id: None for t in tasks}
+    scorable = [t for t in tasks if t.start_db is not None and t.gold is not None]
+    if not scorable:
+        return found
+    starts = [(t.start_db, t.gold.db, t.gold.params) for t in scorable
+              if t.start_db is not None and t.gold is not None]
+    before = [file_identity(start) for start, _, _ in starts]
+    try:
+        scored = await score_starts_sandboxed(starts)
+    except Exception:  # the batch's child died: one child per task, one failure each
+        return {task.id: (await _baseline(task))[0] for task in tasks}
+    _remember_snapshots(starts, before, [s.snapshot for s in scored])
+    for task, start in zip(scorable, scored, strict=True):
+        found[task.id] = start.score.passed if start.score is not None else None
+    return found
+
+
+def _remember_snapshots(starts: Sequence[tuple[Path, Path, Any]],
+                        before: Sequence[FileIdentity | None],
+                        snapshots: Sequence[dict[str, Any] | None]) -> None:
+    """Keep each start database's snapshot for the workspaces of the run, under the identity
+    its file had before the child read it and still has after
+    (:func:`~spider2local.db.snapshot.snapshot_database`)."""
+    for (start, _, _), identity, data in zip(starts, before, snapshots, strict=True):
+        if data is None or "problem" in data or identity is None:
+            continue
+        if file_identity(start) == identity:
+            remember_snapshot(identity, DbSnapshot.from_json(json.dumps(data)))
 
 
 def _why_unscorable(task: TaskSpec) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,13 @@ def _request(result: Path, gold: Path, params: EvalParams) -> dict[str, Any]:
 
 
 def _files(result: Path, gold: Path, hidden: Iterable[Path]) -> Any:
+    return _files_of([result, gold], hidden)
+
+
+def _files_of(paths: Iterable[Path], hidden: Iterable[Path]) -> Any:
     from spider2local.sandbox.readers import ReaderFiles, bound
 
-    return ReaderFiles(read_only=bound([result, gold]), hidden=tuple(hidden))
+    return ReaderFiles(read_only=bound(paths), hidden=tuple(hidden))
 
 
 def _verdict(answer: dict[str, Any]) -> TaskScore:
@@ -67,6 +72,55 @@ def score_sandboxed_sync(result: Path, gold: Path, params: EvalParams, *,
                                     _files(result, gold, hidden), timeout=SCORE_TIMEOUT))
 
 
+@dataclass(frozen=True)
+class StartScore:
+    """What one untouched start database gives (:func:`score_starts_sandboxed`)."""
+
+    score: TaskScore | None
+    error: Exception | None
+    """What scoring it raised (``score`` is then ``None``)."""
+    snapshot: dict[str, Any] | None
+    """Its :class:`~spider2local.db.snapshot.DbSnapshot` data, read in the same child; ``None``
+    when it could not be read (the workspace reads its copy then)."""
+
+
+async def score_starts_sandboxed(starts: Sequence[tuple[Path, Path, EvalParams]]
+                                 ) -> list[StartScore]:
+    """Score each ``(start database, gold, params)`` and snapshot the start database, all in
+    one reader sandbox holding those files read-only, the dataset's own: a run's free-pass
+    baseline. One child for the run instead of one per task: each child is an interpreter
+    importing DuckDB and pandas (1.0-1.3 s measured, 2 loaded cores), paid before any agent
+    starts. Nothing of an agent is in it, and every file in it is the dataset's, so a start
+    database's SQL that reads another task's gold learns nothing the dataset did not hold.
+    Raises :class:`~spider2local.sandbox.readers.ReaderFailed` when the child dies (a crash
+    on one file loses the batch: the caller scores each alone then)."""
+    from spider2local.sandbox.readers import ask_reader
+
+    requests = [{**_request(start, gold, params), "snapshot": _label(start)}
+                for start, gold, params in starts]
+    files = _files_of([p for start, gold, _ in starts for p in (start, gold)], ())
+    answer = await ask_reader(MODULE, {"many": requests}, files, timeout=SCORE_TIMEOUT)
+    from spider2local.sandbox.reply import result_of
+
+    found = result_of(answer)
+    assert isinstance(found, list) and len(found) == len(starts)
+    out = []
+    for item in found:
+        snapshot = item.get("snapshot")
+        try:
+            out.append(StartScore(_verdict(item["score"]), None,
+                                  snapshot if isinstance(snapshot, dict) else None))
+        except Exception as exc:  # that task's scoring raised, in the child
+            out.append(StartScore(None, exc, snapshot if isinstance(snapshot, dict) else None))
+    return out
+
+
+def _label(db: Path) -> str:
+    """The name a workspace's copy of ``db`` has: its real file's (links resolved, as the
+    workspace's path to the start database is)."""
+    return Path(os.path.realpath(db)).name
+
+
 def _score(request: dict[str, Any]) -> dict[str, Any]:
     from spider2local.evaluation.score import score_database
     from spider2local.evaluation.serialize import to_json
@@ -79,7 +133,32 @@ def _score(request: dict[str, Any]) -> dict[str, Any]:
     return to_json(score_database(Path(request["result"]), Path(request["gold"]), params))
 
 
+def _start(request: dict[str, Any]) -> dict[str, Any]:
+    """One start database: its snapshot first (read-only, closed again before the scorer opens
+    it), then its score, each answered on its own."""
+    from spider2local.sandbox.reply import answer_of
+
+    return {"snapshot": _snapshot_data(Path(request["result"]), str(request["snapshot"])),
+            "score": answer_of(_score, request)}
+
+
+def _snapshot_data(db: Path, label: str) -> dict[str, Any] | None:
+    from spider2local.db.snapshot import read_snapshot
+
+    try:
+        found = read_snapshot(db, label)
+    except Exception:  # the workspace snapshots its copy then, and reports what fails there
+        return None
+    return None if isinstance(found, dict) else dataclasses.asdict(found)
+
+
+def _job(request: dict[str, Any]) -> Any:
+    if "many" in request:
+        return [_start(item) for item in request["many"]]
+    return _score(request)
+
+
 if __name__ == "__main__":
     from spider2local.sandbox.reply import serve
 
-    serve(_score)
+    serve(_job)

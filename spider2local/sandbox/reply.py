@@ -63,13 +63,19 @@ def _causes(exc: BaseException) -> list[dict[str, Any]]:
     return found
 
 
+def answer_of(handler: Callable[[Any], Any], request: Any) -> dict[str, Any]:
+    """Child side: ``{"ok": handler(request)}``, or what it raised (never raises). A child
+    that does several jobs answers each with this, so one job's failure is that job's."""
+    try:
+        return {"ok": handler(request)}
+    except BaseException as exc:
+        return {"raised": {**_described(exc), "causes": _causes(exc),
+                           "traceback": traceback.format_exc()}}
+
+
 def serve(handler: Callable[[dict[str, Any]], Any]) -> None:
     """Child side: read the request, run ``handler``, write the answer (never raises)."""
-    try:
-        answer: dict[str, Any] = {"ok": handler(json.loads(sys.stdin.read()))}
-    except BaseException as exc:
-        answer = {"raised": {**_described(exc), "causes": _causes(exc),
-                             "traceback": traceback.format_exc()}}
+    answer = answer_of(lambda _: handler(json.loads(sys.stdin.read())), None)
     sys.stdout.write(json.dumps(answer, default=str) + "\n")
     sys.stdout.flush()
 

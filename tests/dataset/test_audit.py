@@ -6,14 +6,18 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
+import duckdb
+import pytest
 from click.testing import CliRunner
 
 from spider2local.cli.app import cli
 from spider2local.dataset.audit import TaskAudit, audit_dataset, suggested_subsets
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.problems import Problem, ProblemKind
+from spider2local.db.snapshot import DbSnapshot
 from spider2local.suite.load import load_suite
 from spider2local.suite.model import Suite
 from tests.helpers import make_duckdb
@@ -192,3 +196,70 @@ def test_free_passes_score_the_untouched_start_database(tiny_dataset: Callable[.
     found = anyio.run(free_passes, data.tasks)
     assert found == {"work": False, "free": True, "nogold": None}
     assert start.read_bytes() == before  # read, never written
+
+
+def _count_readers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the module of every reader child started (the real one still runs)."""
+    from spider2local.sandbox import readers
+
+    started: list[str] = []
+    real = readers.ask_reader
+
+    async def counted(module: str, request: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        started.append(f"{module}:{request.get('job') or len(request.get('many', [1]))}")
+        return await real(module, request, *args, **kw)
+
+    monkeypatch.setattr(readers, "ask_reader", counted)
+    return started
+
+
+def test_free_passes_take_one_child_whose_snapshots_serve_the_workspaces(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spider2local.dataset.audit import free_passes
+    from spider2local.workspace.prepare import prepare_workspace
+
+    root = tiny_dataset("work", "free", "badgold")
+    free = root / "examples" / "free" / "shop.duckdb"
+    free.unlink()
+    make_duckdb(free, {"raw_orders": "SELECT 1 AS id", "orders": "SELECT 1 AS id"})
+    gold = root / "evaluation_suite" / "gold" / "badgold" / "shop.duckdb"
+    with gold.open("r+b") as fh:  # a DuckDB header over garbage: only opening it tells
+        fh.seek(8192)
+        fh.write(b"garbage!" * 512)
+    tasks = {t.id: t for t in load_dataset(Suite(tmp_path / "tasks.toml", root)).tasks}
+    started = _count_readers(monkeypatch)
+    found = anyio.run(free_passes, list(tasks.values()))
+    # one task's scoring failing is that task's unknown, never the others'
+    assert found == {"work": False, "free": True, "badgold": None}
+    assert started == ["spider2local.evaluation.sandboxed:3"]
+    ws = prepare_workspace(tasks["free"], artifacts=tmp_path / "a", parent=tmp_path)
+    assert started == ["spider2local.evaluation.sandboxed:3"]  # no snapshot child of its own
+    snap = DbSnapshot.from_json(ws.snapshot_path.read_text())
+    assert snap.database == "shop.duckdb" and [t.name for t in snap.tables] == [
+        "orders", "raw_orders"]
+    with duckdb.connect(str(free)) as con:  # changed since: read again, from the copy
+        con.execute("CREATE TABLE later AS SELECT 1 AS id")
+    ws = prepare_workspace(tasks["free"], artifacts=tmp_path / "b", parent=tmp_path)
+    assert started[1:] == ["spider2local.db.sandboxed:snapshot"]
+    assert "later" in [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
+
+
+def test_free_passes_score_each_task_alone_when_the_batch_child_dies(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spider2local.dataset import audit
+    from spider2local.evaluation import sandboxed
+    from spider2local.sandbox.readers import ReaderFailed
+
+    root = tiny_dataset("work", "free")
+    free = root / "examples" / "free" / "shop.duckdb"
+    free.unlink()
+    make_duckdb(free, {"raw_orders": "SELECT 1 AS id", "orders": "SELECT 1 AS id"})
+    tasks = list(load_dataset(Suite(tmp_path / "tasks.toml", root)).tasks)
+
+    async def dies(*_: object) -> object:
+        raise ReaderFailed("spider2local.evaluation.sandboxed failed (exit -9): no output")
+
+    monkeypatch.setattr(sandboxed, "score_starts_sandboxed", dies)
+    started = _count_readers(monkeypatch)
+    assert anyio.run(audit.free_passes, tasks) == {"work": False, "free": True}
+    assert started == ["spider2local.evaluation.sandboxed:1"] * 2
