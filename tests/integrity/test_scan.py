@@ -242,3 +242,24 @@ def test_hundreds_of_off_limits_paths_each_still_hit_with_its_own_rule(tmp_path:
     hits = list(find_hits("cat /old/runs-7/inner/x; ls /old/runs-599 /old/runs-6000", prot))
     assert all("/old/runs-" in excerpt for _, _, excerpt in hits)
     assert sum(rule == "off limits" for rule, _, _ in hits) == 3  # runs-7, its inner, 599
+
+
+def test_every_trial_s_needles_find_its_own_paths_however_many_trials_share_them(
+        tmp_path: Path) -> None:
+    """The needle search is built once per set of needles (every trial of a task has the same
+    ones): a second task's or a later trial's needle set, one path more, still finds that
+    path, and the first set's search never finds it."""
+    many = [Path(f"/old/runs-{i}") for i in range(300)]
+
+    def protected(trial: int, extra: tuple[Path, ...] = ()) -> Protected:
+        ws = tmp_path / f"spider2local-t1-{trial}"
+        (ws / "t1").mkdir(parents=True)
+        return Protected.for_task(workspace=ws, cwd=ws / "t1", dataset_root=None, gold=None,
+                                  start_db=None, off_limits=[*many, *extra])
+
+    first, second = protected(1), protected(2)
+    assert first._needles[0] is second._needles[0]  # built once
+    later = protected(3, (Path("/srv/new-runs"),))
+    text = "ls /srv/new-runs/t1 /old/runs-299"
+    assert sorted(e for _, _, e in find_hits(text, later)) == [text, text]
+    assert [e for _, _, e in find_hits(text, second)] == [text]  # /old/runs-299 only
