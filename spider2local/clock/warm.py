@@ -159,6 +159,8 @@ def _read(path: Path) -> str:
 _READY = re.compile(r"ready: resident (\d+) KiB")
 _IMPORTED = re.compile(r"imported (\d+) modules in ([0-9.]+)s")
 _CALL = re.compile(r"call \d+: exit")
+_WARMED = re.compile(r"warmed: (\d+) schemas, (\d+) serialisers in ([0-9.]+)s; "
+                     r"resident (\d+) KiB")
 
 
 def report(root: Path, runs: Path | None) -> dict[str, Any]:
@@ -171,6 +173,10 @@ def report(root: Path, runs: Path | None) -> dict[str, Any]:
     if (imported := _IMPORTED.search(log)) is not None:
         found["modules"], found["import_seconds"] = int(imported.group(1)), \
             float(imported.group(2))
+    if (warmed := _WARMED.search(log)) is not None:
+        found["warmed"] = {"schemas": int(warmed.group(1)), "serialisers": int(warmed.group(2)),
+                           "seconds": float(warmed.group(3)),
+                           "resident_kib": int(warmed.group(4))}
     unavailable = [line for line in log.splitlines() if "warm dbt unavailable" in line]
     if unavailable:
         found["unavailable"] = unavailable[-1]

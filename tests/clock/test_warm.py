@@ -83,11 +83,26 @@ def stop(server: Server) -> None:
     server.process.wait(30)
 
 
+def warmed(server: Server, within: float = 240.0) -> dict[str, int | float]:
+    """What the server's warm-up did, once it is done (it runs while the server serves)."""
+    deadline = time.monotonic() + within
+    while (done := warm.report(server.root, None).get("warmed")) is None:
+        assert time.monotonic() < deadline, warm.log_path(server.root).read_text()
+        time.sleep(0.1)
+    return done  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server, warmed up: the calls below are forked from what every call after a task's
+    first seconds is forked from (a call made mid-warm-up is tested on its own server)."""
     found = start(tmp_path_factory.mktemp("warm-server"))
-    yield found
-    stop(found)
+    try:
+        done = warmed(found)
+        assert done["serialisers"] > 100 and done["schemas"] >= 5, done
+        yield found
+    finally:
+        stop(found)
 
 
 @dataclass(frozen=True)
@@ -377,3 +392,78 @@ def test_a_call_made_the_moment_the_server_is_started_waits_for_it(tmp_path: Pat
     assert not (project / ".runs" / warm.NOTE_NAME).exists(), \
         (project / ".runs" / warm.NOTE_NAME).read_text()
     assert warm.report(root, None)["calls"] == 1
+    # the call was forked mid-warm-up (half the serialisers compiled, half left to the child)
+    # and built what a cold call builds
+    log = warm.log_path(root).read_text()
+    assert "warmed:" not in log[:log.index("call ")], log
+    assert tables(project / "tiny.duckdb")["today"] == repr([(DATE, "unset")])
+
+
+WARM_UP_CHILD = textwrap.dedent("""
+    import importlib, json, os, sys, threading
+    sys.path.insert(0, sys.argv[1])
+    import warmdbt
+    for name in warmdbt.PRELOADS:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    import dbt.deprecations, dbt.flags, dbt.tracking
+    from dbt.adapters.factory import FACTORY
+    from dbt_common.events.event_manager_client import get_event_manager
+    from dbt.contracts.project import Project
+
+    def state():
+        return repr((sorted(vars(dbt.flags.get_flags()).items()),
+                     len(get_event_manager().callbacks), len(get_event_manager().loggers),
+                     dict(dbt.deprecations.active_deprecations),
+                     sorted(FACTORY.adapters), dbt.tracking.active_user,
+                     sorted(os.environ.items()), os.getcwd()))
+
+    roots = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix,
+                                                 sys.exec_prefix)})
+    seen = []
+    def audit(event, args):
+        if event == "open" and isinstance(args[0], str):
+            path = os.path.realpath(args[0])
+            if not path.startswith(roots):
+                seen.append(("open", path))
+        elif event.startswith(("subprocess.", "os.system", "os.exec", "os.fork",
+                               "os.posix_spawn", "socket.", "sqlite3.")):
+            seen.append((event, repr(args)[:200]))
+    before = state()
+    was_stub = warmdbt._lazy_stub(Project, "from_dict") is not None
+    steps = warmdbt.warm_up()
+    sys.addaudithook(audit)
+    failed = 0
+    for kind, step in steps:
+        try:
+            step()
+        except Exception:
+            failed += 1
+    print(json.dumps({"steps": len(steps), "failed": failed, "was_stub": was_stub,
+                      "still_stub": warmdbt._lazy_stub(Project, "from_dict") is not None,
+                      "schema_cached": Project.json_schema.cache_info().currsize,
+                      "same_state": state() == before, "threads": threading.active_count(),
+                      "seen": seen[:20]}))
+""")
+
+
+def test_the_warm_up_only_compiles_it_reads_nothing_and_changes_no_dbt_state(
+        tmp_path: Path) -> None:
+    """The server must never parse a project nor open a database (what a call did must not
+    leak into the next): its warm-up compiles dbt's serialisers and builds its schemas, and
+    nothing else. No file outside the Python installation is opened, no process started, no
+    socket, no thread; dbt's flags, deprecations, event loggers, adapters, tracking user,
+    the environment and the working folder are what they were."""
+    done = subprocess.run([sys.executable, "-c", WARM_UP_CHILD, str(faketime_dir())],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["steps"] > 500 and found["failed"] == 0, found
+    assert found["was_stub"] and not found["still_stub"], found  # really compiled
+    assert found["schema_cached"] >= 5, found  # one lru_cache, keyed by class
+    assert found["same_state"], found
+    assert found["threads"] == 1 and found["seen"] == [], found
+    assert list(tmp_path.iterdir()) == []  # nothing written where it ran
