@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -127,13 +128,15 @@ class Protected:
                    tuple(p.lower() for p in own))
 
     @functools.cached_property
-    def _needles(self) -> tuple[re.Pattern[str], dict[str, list[str]], tuple[int, ...]]:
-        """Where any path needle starts (a zero-width search capturing the longest needle
-        there), each lowered needle's rules, and the needle lengths: see :func:`find_hits`."""
+    def _needles(self) -> tuple[tuple[re.Pattern[str], ...], dict[str, list[str]],
+                                tuple[int, ...]]:
+        """Searches that find where path needles start (zero-width, each capturing the longest
+        needle of its own there; together they cover every needle), each lowered needle's
+        rules, and the needle lengths: see :func:`find_hits`."""
         rules: dict[str, list[str]] = {}
         for rule, path in self.paths:
             rules.setdefault(path.lower(), []).append(rule)
-        return _needle_search(tuple(sorted(rules))), rules, tuple(sorted({len(n) for n in rules}))
+        return _needle_searches(frozenset(rules)), rules, tuple(sorted({len(n) for n in rules}))
 
     def outside(self, written: str) -> bool:
         """Does a path as written in SQL or code (relative to :attr:`cwd`) leave the workspace?
@@ -154,11 +157,55 @@ class Protected:
 
 @functools.lru_cache(maxsize=32)
 def _needle_search(needles: tuple[str, ...]) -> re.Pattern[str]:
-    """The zero-width search for any of ``needles`` (sorted, lowered). Cached: with the
-    machine's remembered runs folders and setup zips a task has some 1,400 path needles, and
-    building and compiling their trie took 0.17 s of every trial's scan (measured, 2 loaded
-    cores), while every trial of one task has the same needles."""
+    """The zero-width search for any of ``needles`` (sorted, lowered)."""
     return re.compile(f"(?=({trie_pattern(needles)}))") if needles else re.compile(r"(?!)")
+
+
+DELTA_NEEDLES = 64
+"""Needles a task may have beyond the shared search's before that search is built anew."""
+_shared: tuple[frozenset[str], re.Pattern[str]] | None = None
+_shared_lock = threading.Lock()  # scans of several tasks run in worker threads at once
+
+
+def _needle_searches(needles: frozenset[str]) -> tuple[re.Pattern[str], ...]:
+    """Searches that together find every one of ``needles``: the process's shared search
+    (built for an earlier task's needles) and one for the few of these it lacks.
+
+    Why: with the machine's remembered runs folders and setup zips every task has some 1,400
+    path needles, and building and compiling their trie took 0.17 s of each trial's scan
+    (measured, 2 loaded cores), while the tasks of a run differ only by a few (their gold
+    folders). A search built for more needles than a task's is still right for it: a match
+    only says where to look, and :func:`find_hits` yields a hit only for a prefix of the
+    match that is one of the task's own needles (every needle matching at one position is a
+    prefix of the longest one matching there)."""
+    global _shared
+    with _shared_lock:
+        shared = _shared
+    if shared is not None:
+        extra = needles - shared[0]
+        if not extra:
+            return (shared[1],)
+        if len(extra) <= DELTA_NEEDLES:
+            return shared[1], _needle_search(tuple(sorted(extra)))
+    built = _needle_search(tuple(sorted(needles)))
+    with _shared_lock:
+        _shared = (needles, built)
+    return (built,)
+
+
+def _longest_at(low: str, searches: tuple[re.Pattern[str], ...]) -> Iterator[tuple[int, str]]:
+    """``(position, longest needle there)`` in the order of the text, over all ``searches``
+    (several matching at one position: the longest, which the others are prefixes of)."""
+    if len(searches) == 1:
+        for m in searches[0].finditer(low):
+            yield m.start(), m.group(1)
+        return
+    found: dict[int, str] = {}
+    for search in searches:
+        for m in search.finditer(low):
+            if len(m.group(1)) > len(found.get(m.start(), "")):
+                found[m.start()] = m.group(1)
+    yield from sorted(found.items())
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -241,8 +288,7 @@ def find_hits(text: str, prot: Protected) -> Iterator[tuple[str, int | None, str
             return variant.count("\n", 0, pos) if lines_kept else None
 
         starts, rules, lengths = prot._needles
-        for m in starts.finditer(low):  # one pass; then every needle that starts here
-            start, longest = m.start(), m.group(1)
+        for start, longest in _longest_at(low, starts):  # then every needle starting here
             for size in lengths:
                 if size > len(longest):
                     break

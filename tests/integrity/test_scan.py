@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from spider2local.integrity import scan
 from spider2local.integrity.scan import (
     Integrity,
     Protected,
@@ -244,22 +248,53 @@ def test_hundreds_of_off_limits_paths_each_still_hit_with_its_own_rule(tmp_path:
     assert sum(rule == "off limits" for rule, _, _ in hits) == 3  # runs-7, its inner, 599
 
 
-def test_every_trial_s_needles_find_its_own_paths_however_many_trials_share_them(
-        tmp_path: Path) -> None:
-    """The needle search is built once per set of needles (every trial of a task has the same
-    ones): a second task's or a later trial's needle set, one path more, still finds that
-    path, and the first set's search never finds it."""
-    many = [Path(f"/old/runs-{i}") for i in range(300)]
+def _protected(ws: Path, paths: Iterable[str]) -> Protected:
+    (ws / "t1").mkdir(parents=True, exist_ok=True)
+    return Protected.for_task(workspace=ws, cwd=ws / "t1", dataset_root=None, gold=None,
+                              start_db=None, off_limits=[Path(p) for p in paths])
 
-    def protected(trial: int, extra: tuple[Path, ...] = ()) -> Protected:
-        ws = tmp_path / f"spider2local-t1-{trial}"
-        (ws / "t1").mkdir(parents=True)
-        return Protected.for_task(workspace=ws, cwd=ws / "t1", dataset_root=None, gold=None,
-                                  start_db=None, off_limits=[*many, *extra])
 
-    first, second = protected(1), protected(2)
-    assert first._needles[0] is second._needles[0]  # built once
-    later = protected(3, (Path("/srv/new-runs"),))
-    text = "ls /srv/new-runs/t1 /old/runs-299"
-    assert sorted(e for _, _, e in find_hits(text, later)) == [text, text]
-    assert [e for _, _, e in find_hits(text, second)] == [text]  # /old/runs-299 only
+def _alone(prot: Protected, text: str) -> list[tuple[str, int | None, str]]:
+    """find_hits as with a search built for ``prot``'s needles alone (the shared one set
+    aside for the call)."""
+    saved = scan._shared
+    scan._shared = None
+    try:
+        return list(find_hits(text, dataclasses.replace(prot)))  # its searches built anew
+    finally:
+        scan._shared = saved
+
+
+@settings(deadline=None, max_examples=200)
+@example(earlier=["/a"], needles=["/a", "/a/b"], text="/a/b /a")  # longer one of its own
+@example(earlier=["/b"], needles=["/b", "/a"],  # its own hit first (excerpts apart)
+         text="/a" + " " * 130 + "/b" + " " * 130 + "/a")
+@given(st.lists(st.sampled_from(["/a", "/a/b", "/ab", "/b/a", "/a/b/c", "/b", "/c.d", "/a-b"]),
+                max_size=6),
+       st.lists(st.sampled_from(["/a", "/a/b", "/ab", "/b/a", "/a/b/c", "/b", "/c.d", "/a-b"]),
+                min_size=1, max_size=6),
+       st.text(alphabet="/abc.- x", max_size=40))
+def test_a_search_shared_with_other_tasks_finds_exactly_what_the_task_s_own_finds(
+        earlier: list[str], needles: list[str], text: str) -> None:
+    """The needle search is shared by the tasks of a run (built once for one task's needles,
+    a small one added for the few another has beyond them): whatever the earlier task's
+    needles were (more, fewer, longer ones sharing prefixes), a task's hits are exactly the
+    hits of a search built for its needles alone, in the same order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "spider2local-t1-abc"
+        scan._shared = None
+        _protected(ws, earlier)._needles  # noqa: B018 (builds the shared search)
+        prot = _protected(ws, needles)
+        assert list(find_hits(text, prot)) == _alone(prot, text)
+
+
+def test_a_run_s_tasks_share_one_big_search_and_each_finds_its_own_paths(tmp_path: Path) -> None:
+    many = [f"/old/runs-{i}" for i in range(300)]
+    first = _protected(tmp_path / "spider2local-t1-1", [*many, "/data/gold/t1"])
+    second = _protected(tmp_path / "spider2local-t2-2", [*many, "/data/gold/t2"])
+    shared = first._needles[0][0]
+    assert second._needles[0][0] is shared and len(second._needles[0]) == 2  # + its own
+    text = "ls /data/gold/t1 /data/gold/t2 /old/runs-299"
+    assert [e for _, _, e in find_hits(text, second)] == [text, text]  # t2's gold, runs-299
+    assert [r for r, _, _ in find_hits(text, first)] == ["off limits"] * 2
+    assert list(find_hits(text, second)) == _alone(second, text)
