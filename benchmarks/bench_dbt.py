@@ -11,7 +11,7 @@ serialisers itself, as a cold call, and reports them), what the server then comp
 idle time (so later calls skip it) and its resident size. Each command gets one untimed cold
 and one untimed warm call first. Target: run --select >= 3x.
 
-    .venv/bin/python benchmarks/bench_dbt.py [--reps 5] [--skip-suite]
+    .venv/bin/python benchmarks/bench_dbt.py [--reps 5] [--skip-suite | --suite-only]
 """
 
 from __future__ import annotations
@@ -129,15 +129,17 @@ def reference_suite(warm_on: bool, runs: Path) -> float:
     return time.monotonic() - started
 
 
-def main(reps: int, skip_suite: bool) -> None:
+def main(reps: int, skip_suite: bool, suite_only: bool = False) -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of "
           f"{reps} interleaved calls")
     suite = load_suite(bundled_suite_path())
     sample = {t.id: t for t in load_dataset(suite).tasks}["library001"]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        ratio = bench_workspace("sample workspace", sample, tmp, reps)
-        if SHARED.is_dir():
+        ratio = None if suite_only else bench_workspace("sample workspace", sample, tmp, reps)
+        if suite_only:
+            pass
+        elif SHARED.is_dir():
             real = {t.id: t for t in load_dataset(Suite(path=Path("tasks.toml"),
                                                         dataset=SHARED)).tasks}["mrr001"]
             bench_workspace("real task workspace", real, tmp, reps)
@@ -148,6 +150,8 @@ def main(reps: int, skip_suite: bool) -> None:
             hot = reference_suite(True, tmp / "runs")
             print(f"\nreference agent, whole sample suite: cold {cold:.1f}s, warm {hot:.1f}s "
                   f"(ratio {cold / hot:.2f}x)")
+    if suite_only:
+        return
     verdict = "PASS" if ratio is not None and ratio >= TARGET else "FAIL"
     print(f"\n{verdict}: run --select on the sample {ratio or 0:.1f}x (target >= {TARGET}x)")
 
@@ -156,5 +160,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--skip-suite", action="store_true")
+    parser.add_argument("--suite-only", action="store_true",
+                        help="only the reference agent's whole run, warm vs cold")
     options = parser.parse_args()
-    main(options.reps, options.skip_suite)
+    main(options.reps, options.skip_suite, options.suite_only)
