@@ -65,7 +65,13 @@ from spider2local.exceptions import UserError
 from spider2local.gateway.budget import Budget
 from spider2local.gateway.server import ApiCall, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.layout import API_RECORD
+from spider2local.run.layout import (
+    AGENT_EXIT,
+    AGENT_STDERR,
+    AGENT_STDOUT,
+    AGENT_TRAJECTORY,
+    API_RECORD,
+)
 from spider2local.run.results import Usage
 from spider2local.safepath import is_within
 from spider2local.sandbox.isolation import IsolationMode
@@ -80,12 +86,10 @@ TRANSCRIPT_LIMIT = 64 * 1024
 """Bytes of each stream put into the transcript (the scan reads the files' tails too)."""
 CONTRACT_DIR = "agent-input"
 """Folder in the workspace root (beside the project, not in it) holding the contract's files."""
-STDOUT_FILE = "agent.stdout"
-STDERR_FILE = "agent.stderr"
-EXIT_FILE = "agent.json"
-TRAJECTORY_FILE = "agent.trajectory.json"
-"""In the task folder: the agent's own trajectory (``usage = "mini-swe-agent"``), kept to debug
-the task, as the Claude session's transcript is."""
+STDOUT_FILE, STDERR_FILE, EXIT_FILE = AGENT_STDOUT, AGENT_STDERR, AGENT_EXIT
+TRAJECTORY_FILE = AGENT_TRAJECTORY
+"""The agent's own trajectory (``usage = "mini-swe-agent"``), kept to debug the task, as the
+Claude session's transcript is."""
 SHELL = "/bin/sh"
 MAX_ENV_TEXT = 96 * 1024
 """Characters of the instruction in ``SPIDER2_INSTRUCTION``: Linux refuses to start a program
