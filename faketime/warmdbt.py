@@ -89,12 +89,10 @@ of a warm ``dbt run`` here. The server builds them; missing names are skipped.""
 COMPILED = ("to_dict", "from_dict", "from_msgpack")
 """mashumaro methods dbt's dataclasses compile on first use (``lazy_compilation``): a call
 compiled ~110 of them, 1.3 s of a 2.4 s warm ``dbt run --select`` (measured, library001).
-The server compiles every class's in its idle time (:func:`warm_up`)."""
-PRIORITY = ("dbt.contracts.project", "dbt.adapters", "dbt.config", "dbt_common",
-            "dbt.artifacts.schemas", "dbt.contracts.files", "dbt.parser", "dbt.graph",
-            "dbt.contracts.graph", "dbt.artifacts.resources")
-"""The order classes are compiled in: what every call needs first (a call forked mid-way
-finds these done and compiles the rest itself, as a cold dbt would)."""
+Each child tells the server which it compiled; the server compiles those (:func:`learned`),
+so the next calls find them done."""
+MAX_LEARNED = 60_000
+"""Bytes a child may report (a pipe's buffer holds them without blocking the child)."""
 WARM_SLICE = 0.05
 """Seconds of warming between two looks at the socket: a call waits at most about this."""
 _SYS_CLOCK_GETTIME = {"x86_64": 228, "amd64": 228, "aarch64": 113, "arm64": 113}
@@ -303,17 +301,15 @@ def _check_duckdb(spec: str) -> str | None:
         f"duckdb's current_date is {row[0] if row else None}, not {expected}"
 
 
-def warm_up() -> list[tuple[str, Callable[[], object]]]:
-    """The steps that make a forked child's dbt skip per-process work it would otherwise
-    redo on every call: dbt's JSON schemas, then the mashumaro (de)serialisers of every
-    dataclass dbt has imported, in :data:`PRIORITY` order (the server runs them while it
-    serves). Each step only generates code or a schema, the same a cold dbt generates on
-    first use (identical classes, identical generator), and none reads a project, a profile
-    or a database: a compiled method is called on :data:`_INERT`, which fails at its first
-    use, never on data."""
+Step = tuple[str, Callable[[], object]]
+Stub = tuple[type, str, Callable[..., object]]
+
+
+def schema_steps() -> list[Step]:
+    """Build the JSON schemas of :data:`SCHEMAS` (pure computation, cached per process)."""
     import importlib
 
-    steps: list[tuple[str, Callable[[], object]]] = []
+    steps: list[Step] = []
     for name in SCHEMAS:
         module, _, attribute = name.rpartition(".")
         try:
@@ -322,10 +318,16 @@ def warm_up() -> list[tuple[str, Callable[[], object]]]:
             continue
         if callable(getattr(found, "json_schema", None)):
             steps.append(("schema", found.json_schema))
+    return steps
+
+
+def lazy_stubs() -> dict[str, Stub]:
+    """Every not-yet-compiled :data:`COMPILED` method of the dbt dataclasses imported so far,
+    by ``module:qualname:method``: what a child may report as compiled, and nothing else."""
     try:
         from dbt_common.dataclass_schema import dbtClassMixin
     except Exception:
-        return steps
+        return {}
     seen: set[type] = set()
     stack: list[type] = [dbtClassMixin]
     while stack:
@@ -333,17 +335,30 @@ def warm_up() -> list[tuple[str, Callable[[], object]]]:
             if sub not in seen:
                 seen.add(sub)
                 stack.append(sub)
-
-    def rank(cls: type) -> tuple[int, str]:
-        module = getattr(cls, "__module__", "") or ""
-        first = [i for i, prefix in enumerate(PRIORITY) if module.startswith(prefix)]
-        return (first[0] if first else len(PRIORITY), f"{module}.{cls.__qualname__}")
-
-    for dataclass in sorted(seen, key=rank):
+    found: dict[str, Stub] = {}
+    for dataclass in seen:
         for attr in COMPILED:
             stub = _lazy_stub(dataclass, attr)
             if stub is not None:
-                steps.append(("compile", functools.partial(_compile, dataclass, attr, stub)))
+                found[f"{dataclass.__module__}:{dataclass.__qualname__}:{attr}"] = \
+                    (dataclass, attr, stub)
+    return found
+
+
+def compiled_since(pending: dict[str, Stub]) -> list[str]:
+    """In a child: which of the server's ``pending`` stubs this process has compiled."""
+    return [key for key, (cls, attr, _stub) in pending.items() if _lazy_stub(cls, attr) is None]
+
+
+def learned(report: bytes, pending: dict[str, Stub]) -> list[Step]:
+    """The compile steps for what a child reported (one key per line), taken out of
+    ``pending``. Only known keys count: the child ran the agent's project (Python models
+    included), so its report is data, never names to import or call."""
+    steps: list[Step] = []
+    for line in report[:MAX_LEARNED].decode("utf-8", "replace").splitlines():
+        stub = pending.pop(line.strip(), None)
+        if stub is not None:
+            steps.append(("compile", functools.partial(_compile, *stub)))
     return steps
 
 
@@ -355,6 +370,12 @@ class Server:
         self.faketime = os.environ.get("FAKETIME", "")
         self.startup = startup_env(dict(os.environ))
         self.children: dict[int, socket.socket] = {}
+        self.learning: dict[int, int] = {}
+        """Per child, the read end of the pipe it reports its compiled serialisers on."""
+        self.pending: dict[str, Stub] = {}
+        self.steps: collections.deque[Step] = collections.deque()
+        self.work: dict[str, int] = {"schema": 0, "compile": 0}
+        self.working = 0.0
         self.clock = ClockReset(self.library)
 
     def say(self, text: str) -> None:
@@ -439,10 +460,10 @@ class Server:
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ, "accept")
         selector.register(wake_r, selectors.EVENT_READ, "child")
-        steps = collections.deque(warm_up())
-        warming, warmed = time.monotonic(), {"schema": 0, "compile": 0}
+        self.pending = lazy_stubs()
+        self.steps.extend(schema_steps())
         while True:
-            for key, _ in selector.select(timeout=0.0 if steps else 5.0):
+            for key, _ in selector.select(timeout=0.0 if self.steps else 5.0):
                 if key.data == "accept":
                     self.accept(listener)
                 else:
@@ -452,26 +473,33 @@ class Server:
             if not os.path.exists(self.path):  # deleted: nobody can reach us any more
                 self.say("socket removed; exiting")
                 return
-            if steps:
-                slice_end = time.monotonic() + WARM_SLICE
-                while steps and time.monotonic() < slice_end:
-                    kind, step = steps.popleft()
-                    try:
-                        step()
-                        warmed[kind] += 1
-                    except Exception as exc:  # an optimisation: the child compiles it
-                        self.say(f"warm-up step skipped: {type(exc).__name__}: {exc}")
-                if not steps:
-                    if threading.active_count() != 1:  # never fork beside a thread
-                        self.say(f"warm dbt unavailable: {threading.active_count()} Python "
-                                 "threads after the warm-up; exiting")
-                        with _ignoring(OSError):
-                            if os.stat(self.path).st_ino == mine:
-                                os.unlink(self.path)
-                        return
-                    self.say(f"warmed: {warmed['schema']} schemas, {warmed['compile']} "
-                             f"serialisers in {time.monotonic() - warming:.2f}s; "
-                             f"resident {_rss_kib()} KiB")
+            if self.steps and not self.warm_slice(mine):
+                return
+
+    def warm_slice(self, mine: int) -> bool:
+        """Run warm-up steps for up to :data:`WARM_SLICE` seconds; False if the server must
+        stop (a thread appeared: never fork beside one)."""
+        started = time.monotonic()
+        while self.steps and time.monotonic() < started + WARM_SLICE:
+            kind, step = self.steps.popleft()
+            try:
+                step()
+                self.work[kind] += 1
+            except Exception as exc:  # an optimisation: the child compiles it itself
+                self.say(f"warm-up step skipped: {type(exc).__name__}: {exc}")
+        self.working += time.monotonic() - started
+        if self.steps:
+            return True
+        if threading.active_count() != 1:
+            self.say(f"warm dbt unavailable: {threading.active_count()} Python threads after "
+                     "the warm-up; exiting")
+            with _ignoring(OSError):
+                if os.stat(self.path).st_ino == mine:
+                    os.unlink(self.path)
+            return False
+        self.say(f"warmed: {self.work['schema']} schemas, {self.work['compile']} serialisers "
+                 f"in {self.working:.2f}s; resident {_rss_kib()} KiB")
+        return True
 
     def accept(self, listener: socket.socket) -> None:
         try:
@@ -494,13 +522,25 @@ class Server:
                 _send(conn, "refused", reason)
                 conn.close()
                 return
-            pid = os.fork()
+            learn_r, learn_w = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(learn_r)
+                os.close(learn_w)
+                raise
             if pid == 0:
                 listener.close()
+                os.close(learn_r)
                 for other in self.children.values():
                     other.close()  # a sibling's caller waits for every copy to close
-                self.child(conn, data, fds)  # raises ChildExit
+                for other_fd in self.learning.values():
+                    os.close(other_fd)
+                self.child(conn, data, fds, learn_w)  # raises ChildExit
+            os.close(learn_w)
+            os.set_blocking(learn_r, False)
             self.children[pid] = conn
+            self.learning[pid] = learn_r
             self.say(f"call {pid}: {data.get('argv')}")
             with _ignoring(OSError):
                 _send(conn, "started", pid)
@@ -520,6 +560,7 @@ class Server:
                 return
             if pid == 0:
                 return
+            self.learn(pid)
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
@@ -528,8 +569,24 @@ class Server:
                 _send(conn, "exited", os.waitstatus_to_exitcode(status))
             conn.close()
 
+    def learn(self, pid: int) -> None:
+        """Queue the serialisers child ``pid`` compiled, so the next calls find them done."""
+        fd = self.learning.pop(pid, None)
+        if fd is None:
+            return
+        chunks: list[bytes] = []
+        with _ignoring(OSError):
+            while sum(map(len, chunks)) < MAX_LEARNED and (chunk := os.read(fd, 65536)):
+                chunks.append(chunk)
+        os.close(fd)
+        steps = learned(b"".join(chunks), self.pending)
+        if steps:
+            self.steps.extend(steps)
+            self.say(f"call {pid}: compiled {len(steps)} serialisers; compiling them here")
+
     # --------------------------------------------------------------------------- the child
-    def child(self, conn: socket.socket, request: dict[str, object], fds: list[int]) -> None:
+    def child(self, conn: socket.socket, request: dict[str, object], fds: list[int],
+              learn_w: int) -> None:
         """Become the caller's dbt; raises :class:`ChildExit` with its exit status."""
         try:
             for number, fd in enumerate(fds[:3]):
@@ -572,6 +629,11 @@ class Server:
             os._exit(3)
         code = _run_dbt()
         _flush()
+        with _ignoring(Exception):  # what this call compiled, for the server's next children
+            os.set_blocking(learn_w, False)
+            os.write(learn_w, "\n".join(compiled_since(self.pending)).encode()[:MAX_LEARNED])
+        with _ignoring(OSError):
+            os.close(learn_w)
         with _ignoring(OSError):
             _send(conn, "result", code)
         raise ChildExit(code)

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -59,16 +60,25 @@ from spider2local.agents.claude.support import (
 )
 from spider2local.agents.openai_usage import OpenAiUsage
 from spider2local.agents.registry import Capabilities
-from spider2local.agents.usage import READERS, read_usage
+from spider2local.agents.usage import MAX_USAGE_BYTES, READERS, read_usage
 from spider2local.exceptions import UserError
 from spider2local.gateway.budget import Budget
 from spider2local.gateway.server import ApiCall, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.layout import API_RECORD
+from spider2local.run.layout import (
+    AGENT_EXIT,
+    AGENT_STDERR,
+    AGENT_STDOUT,
+    AGENT_TRAJECTORY,
+    API_RECORD,
+)
 from spider2local.run.results import Usage
 from spider2local.safepath import is_within
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite.model import COMMAND_APIS
+from spider2local.workspace.guard import is_workspace_file
+
+log = logging.getLogger(__name__)
 
 OUTPUT_LIMIT = 1 << 20
 """Bytes kept of the command's stdout and of its stderr (the tail), in files and transcript."""
@@ -76,9 +86,10 @@ TRANSCRIPT_LIMIT = 64 * 1024
 """Bytes of each stream put into the transcript (the scan reads the files' tails too)."""
 CONTRACT_DIR = "agent-input"
 """Folder in the workspace root (beside the project, not in it) holding the contract's files."""
-STDOUT_FILE = "agent.stdout"
-STDERR_FILE = "agent.stderr"
-EXIT_FILE = "agent.json"
+STDOUT_FILE, STDERR_FILE, EXIT_FILE = AGENT_STDOUT, AGENT_STDERR, AGENT_EXIT
+TRAJECTORY_FILE = AGENT_TRAJECTORY
+"""The agent's own trajectory (``usage = "mini-swe-agent"``), kept to debug the task, as the
+Claude session's transcript is."""
 SHELL = "/bin/sh"
 MAX_ENV_TEXT = 96 * 1024
 """Characters of the instruction in ``SPIDER2_INSTRUCTION``: Linux refuses to start a program
@@ -428,12 +439,22 @@ class CommandAgent:
         return AgentOutcome(usage=usage or ctx.meter.usage, error=error, acted=True)
 
     def _usage(self, ctx: AgentContext, files: Mapping[str, Path], stdout: str) -> Any:
+        """What the agent says it spent. Its files are read only where the workspace rule
+        trusts them (:func:`~spider2local.workspace.guard.workspace_file`: no symlink, no hard
+        link): the runner sees every path, and a ``usage.json -> /elsewhere/x.json`` would have
+        it read (and keep) a file the agent cannot see."""
+        root = ctx.workspace.root
+
+        def trusted(path: Path) -> Path | None:
+            return path if is_workspace_file(root, path) else None
+
         trajectory = None
         if self.usage == "mini-swe-agent":
-            trajectory = ctx.workspace.project_dir / (self.trajectory or "trajectory.json")
-            if not trajectory.is_file():
-                trajectory = files["usage"].parent / "trajectory.json"
-        return read_usage(self.usage, usage_file=files["usage"], stdout=stdout,
+            named = ctx.workspace.project_dir / (self.trajectory or "trajectory.json")
+            trajectory = trusted(named) or trusted(files["usage"].parent / "trajectory.json")
+            if trajectory is not None:
+                _keep_copy(trajectory, ctx.workspace.artifacts / TRAJECTORY_FILE)
+        return read_usage(self.usage, usage_file=trusted(files["usage"]), stdout=stdout,
                           trajectory=trajectory)
 
     def _keep(self, ctx: AgentContext, result: Any, duration: float) -> None:
@@ -454,6 +475,21 @@ class CommandAgent:
         ctx.transcript.append("command_exit", record)
         ctx.transcript.append("stdout", stdout[-TRANSCRIPT_LIMIT:])
         ctx.transcript.append("stderr", stderr[-TRANSCRIPT_LIMIT:])
+
+
+def _keep_copy(source: Path, target: Path) -> None:
+    """Copy an agent's file (checked by the caller) into the task folder, up to the size a usage
+    reader reads; a bigger one is noted as such, never a reason to fail the task."""
+    try:
+        size = source.stat().st_size
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if size > MAX_USAGE_BYTES:
+            target.write_text(json.dumps({"not_kept": f"{size} bytes, over "
+                                          f"{MAX_USAGE_BYTES}"}) + "\n", encoding="utf-8")
+            return
+        target.write_bytes(source.read_bytes())
+    except OSError as exc:
+        log.warning("%s: not kept: %s", target, exc.strerror or exc)
 
 
 def _last_line(text: str) -> str:

@@ -68,10 +68,10 @@ def _usage(by_model: Mapping[str, Mapping[str, int]], turns: int,
                  by_model={m: dict(t) for m, t in by_model.items()})
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path | None) -> Any:
     """The JSON in ``path``; None when absent, too big or not JSON."""
     try:
-        if not path.is_file() or path.stat().st_size > MAX_USAGE_BYTES:
+        if path is None or not path.is_file() or path.stat().st_size > MAX_USAGE_BYTES:
             return None
         return json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError):
@@ -141,7 +141,7 @@ def from_mini_trajectory(data: Any, model: str | None = None) -> Usage | None:
     return _usage(by_model, _count(stats.get("api_calls")), cost if cost else None)
 
 
-def read_usage(reader: str | None, *, usage_file: Path, stdout: str,
+def read_usage(reader: str | None, *, usage_file: Path | None, stdout: str,
                trajectory: Path | None = None) -> tuple[Usage | None, str | None]:
     """``(usage, source)`` by ``reader`` (None: the usage file); the usage file, when the
     agent wrote one, wins over a built-in reader: the agent knows best what it spent."""

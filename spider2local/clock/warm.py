@@ -173,10 +173,10 @@ def report(root: Path, runs: Path | None) -> dict[str, Any]:
     if (imported := _IMPORTED.search(log)) is not None:
         found["modules"], found["import_seconds"] = int(imported.group(1)), \
             float(imported.group(2))
-    if (warmed := _WARMED.search(log)) is not None:
-        found["warmed"] = {"schemas": int(warmed.group(1)), "serialisers": int(warmed.group(2)),
-                           "seconds": float(warmed.group(3)),
-                           "resident_kib": int(warmed.group(4))}
+    if warmed := _WARMED.findall(log):  # the last: the server compiles as it learns
+        schemas, serialisers, seconds, resident = warmed[-1]
+        found["warmed"] = {"schemas": int(schemas), "serialisers": int(serialisers),
+                           "seconds": float(seconds), "resident_kib": int(resident)}
     unavailable = [line for line in log.splitlines() if "warm dbt unavailable" in line]
     if unavailable:
         found["unavailable"] = unavailable[-1]

@@ -25,6 +25,9 @@ from spider2local.report.summary import Row, RunReport
 from spider2local.report.text import money, seconds
 from spider2local.run.folder import RunFolder
 from spider2local.run.layout import (
+    AGENT_STDERR,
+    AGENT_STDOUT,
+    AGENT_TRAJECTORY,
     DBT_LOG,
     DBT_LOGS,
     DBT_TEXT,
@@ -102,6 +105,10 @@ def _where(task_dir: Path) -> list[str]:
              at("database", task_dir / RESULT_DB, "not kept: run --keep-db keeps it")]
     if is_workspace_file(task_dir, task_dir / ERROR_TRACEBACK):
         lines.append(at("traceback", task_dir / ERROR_TRACEBACK, "none"))
+    for name, file in (("agent out", AGENT_STDOUT), ("agent err", AGENT_STDERR),
+                       ("trajectory", AGENT_TRAJECTORY)):  # a command agent's, where kept
+        if is_workspace_file(task_dir, task_dir / file):
+            lines.append(at(name, task_dir / file, "none"))
     kept = _workspace(task_dir)
     lines.append(f"{INDENT * 2}{'workspace':<11} "
                  + (printable(kept) + " (kept)" if kept else "removed (run --keep keeps it)"))

@@ -194,6 +194,46 @@ def test_the_contract_the_output_and_the_exit_status(
     assert {"command", "command_exit", "stdout", "stderr", "usage"} <= set(kinds)
 
 
+MINI_TRAJECTORY = {"info": {"model_stats": {"instance_cost": 0.0, "api_calls": 3},
+                             "config": {"model": {"model_name": "openai/gpt-fake"}}},
+                   "messages": [{"role": "assistant", "extra": {"response": {
+                       "usage": {"prompt_tokens": 40, "completion_tokens": 6}}}}]}
+
+
+def test_the_trajectory_is_kept_and_links_to_files_outside_are_never_read(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """mini-swe-agent's trajectory is read for usage and kept in the task folder; a usage file
+    or trajectory that is a symlink (or hard link) to a file outside the workspace, which the
+    runner could read and the agent could not, is not read and not kept."""
+    root = tiny_dataset("t1", "t2")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "usage.json").write_text(json.dumps({"turns": 77}))
+    (outside / "trajectory.json").write_text(json.dumps(MINI_TRAJECTORY))
+    script = tmp_path / "agent.sh"
+    script.write_text(textwrap.dedent(f"""\
+        if [ "$SPIDER2_TASK_ID" = t1 ]; then
+            printf '%s' '{json.dumps(MINI_TRAJECTORY)}' > trajectory.json
+        else
+            ln -s {outside}/usage.json "$SPIDER2_USAGE_FILE"
+            ln {outside}/trajectory.json trajectory.json 2>/dev/null \\
+                || ln -s {outside}/trajectory.json trajectory.json
+        fi
+        """))
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n\n[agents.mini]\ncommand = "sh {script}"\n'
+                     'usage = "mini-swe-agent"\n')
+    done = cli("--suite", str(suite), "run", "--agent", "mini", "--isolation", "none",
+               "--runs-dir", "runs", "--run-id", "m", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tasks = {t["task_id"]: t for t in json.loads(done.stdout)["tasks"]}
+    assert tasks["t2"]["turns"] != 77 and not tasks["t2"]["tokens"].get("input")
+    assert not (task_folder(tmp_path, "m", "t2") / "agent.trajectory.json").exists()
+    assert tasks["t1"]["tokens"]["input"] == 40 and tasks["t1"]["turns"] == 3
+    kept = task_folder(tmp_path, "m", "t1") / "agent.trajectory.json"
+    assert json.loads(kept.read_text()) == MINI_TRAJECTORY
+
+
 def test_pass_env_names_what_gets_through_and_the_suite_form_records_its_command(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")

@@ -66,6 +66,21 @@ def test_one_task_is_printed_whole(tmp_path: Path) -> None:
     assert f"dbt log     {task / 'dbt' / 'dbt.txt'}" in text
     assert "database    not kept: run --keep-db keeps it" in text
     assert "workspace   removed" in text
+    assert "agent out" not in text  # not a command agent: nothing to name
+
+
+def test_a_command_agents_output_and_trajectory_are_named_and_a_link_is_not(
+        tmp_path: Path) -> None:
+    folder = debugged_task(tmp_path / "runs" / "r")
+    task = folder.task_dir("t1")
+    (task / "agent.stdout").write_text("out\n")
+    (task / "agent.trajectory.json").write_text("{}")
+    (tmp_path / "secret").write_text("x")
+    (task / "agent.stderr").symlink_to(tmp_path / "secret")
+    text = render_task(folder, load_report(folder), "t1")
+    assert f"agent out   {task / 'agent.stdout'}" in text
+    assert f"trajectory  {task / 'agent.trajectory.json'}" in text
+    assert "agent err" not in text  # a symlink in a run folder is not named as its file
 
 
 def test_every_trial_is_printed_and_one_can_be_chosen(tmp_path: Path) -> None:
