@@ -94,16 +94,16 @@ async def score_starts_sandboxed(starts: Sequence[tuple[Path, Path, EvalParams]]
     database's SQL that reads another task's gold learns nothing the dataset did not hold.
     Raises :class:`~spider2local.sandbox.readers.ReaderFailed` when the child dies (a crash
     on one file loses the batch: the caller scores each alone then)."""
-    from spider2local.sandbox.readers import ask_reader
+    from spider2local.sandbox.readers import ReaderFailed, ask_reader
+    from spider2local.sandbox.reply import result_of
 
     requests = [{**_request(start, gold, params), "snapshot": _label(start)}
                 for start, gold, params in starts]
     files = _files_of([p for start, gold, _ in starts for p in (start, gold)], ())
-    answer = await ask_reader(MODULE, {"many": requests}, files, timeout=SCORE_TIMEOUT)
-    from spider2local.sandbox.reply import result_of
-
-    found = result_of(answer)
-    assert isinstance(found, list) and len(found) == len(starts)
+    found = result_of(await ask_reader(MODULE, {"many": requests}, files,
+                                       timeout=SCORE_TIMEOUT))
+    if not isinstance(found, list) or len(found) != len(starts):
+        raise ReaderFailed(f"{MODULE} answered {len(starts)} start databases with nonsense")
     out = []
     for item in found:
         snapshot = item.get("snapshot")
