@@ -335,13 +335,15 @@ class Watch:
         business, by real path, wherever it lies (``/opt``, ``/usr/local``, the home folder, a
         bound venv): the dataset and every real folder or file it links to (an
         ``evaluation_suite`` that is a symlink elsewhere), the gold folder, the zips ``setup``
-        placed files from and gold zips beside the dataset, every runs folder this machine
-        used (:mod:`.known`), the suite file, spider2local's cache. The one list for both
+        placed files from and gold zips beside the dataset, every runs folder and every
+        dataset's gold folder this machine used (:mod:`.known`: another copy of the dataset has
+        the same gold), the suite file, spider2local's cache. The one list for both
         guards: the sandbox hides each of them (``AgentContext.off_limits``, each given and real
         path) and the scan (:meth:`protected`) calls a task suspect that names one."""
         gold = task.gold.db.parent if task.gold is not None else None
         found = (task.dataset_root, gold, *linked_from(task.dataset_root),
                  *gold_zips_beside(task.dataset_root), *known.remembered(known.Kind.SETUP_ZIP),
+                 *known.remembered(known.Kind.GOLD_FOLDER),
                  self.runs_dir, *known.remembered(known.Kind.RUNS_FOLDER), self.suite_file,
                  default_cache_dir())
         return tuple(dict.fromkeys(Path(p) for p in found if p is not None))

@@ -2,9 +2,10 @@
 
 A run hides its own runs folder, but an older one elsewhere (``/opt/old-runs``, with earlier
 results and their gold diagnostics) is just as revealing; ``setup`` places the zips' files, but
-``dbt_gold.zip`` stays wherever it was downloaded. Neither is named by the run at hand, so each
-is recorded when it is used: a small registry in spider2local's cache folder (one real path a
-line, appended; two commands appending at once each write whole lines), read by
+``dbt_gold.zip`` stays wherever it was downloaded, and another copy of the dataset has the same
+gold. None is named by the run at hand, so each is recorded when it is used: a small registry
+in spider2local's cache folder (one real path a line, appended; two commands appending at once
+each write whole lines), read by
 :meth:`spider2local.integrity.guard.Watch.off_limits`, the one list of what the agent must not
 reach. The cache folder itself is always hidden, so the registry is not a map for the agent.
 """
@@ -26,6 +27,9 @@ MAX_ENTRIES = 1000
 class Kind(StrEnum):
     RUNS_FOLDER = "runs-folders"
     SETUP_ZIP = "setup-zips"
+    GOLD_FOLDER = "gold-folders"
+    """Each dataset's ``evaluation_suite/gold`` a run used: a second copy of Spider2-DBT on the
+    same machine (``/opt/spider2``, a colleague's checkout) holds the same tasks' gold."""
 
 
 def registry_file(kind: Kind, cache: Path | None = None) -> Path:

@@ -198,8 +198,11 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                                                  claim_run_id(plan.folder.root.parent)))
     folder, settings = plan.folder, plan.settings
     folder.create()
-    # every runs folder this machine used stays hidden from later runs' agents
+    # every runs folder and gold folder this machine used stays hidden from later runs' agents
     await anyio.to_thread.run_sync(known.remember, known.Kind.RUNS_FOLDER, folder.root.parent)
+    for gold in sorted({t.gold.db.parent.parent for t in plan.selection.tasks
+                        if t.gold is not None}):
+        await anyio.to_thread.run_sync(known.remember, known.Kind.GOLD_FOLDER, gold)
     with run_lock(folder):
         results = folder.trial_results()
         _check_trials(folder, settings.trials, results)

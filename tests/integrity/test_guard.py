@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -125,6 +128,37 @@ def test_off_limits_is_one_list_for_the_sandbox_and_the_scan(task: TaskSpec,
     prot = watch.protected(task, ws, ws, runs / "r" / task.id)
     for folder in limits:
         assert prot.outside(str(folder / "x.duckdb")), folder
+
+
+def test_a_copy_of_the_dataset_elsewhere_keeps_the_gold_a_run_used_out_of_reach(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies of Spider2-DBT on one machine (``/opt/spider2`` and a checkout): a run on the
+    first remembers its gold folder, and every later run's agent, on any copy, has it hidden
+    (the sandbox) and is suspect when it names it (the scan)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPIDER2LOCAL_CACHE", str(cache))
+    first = tiny_dataset("t1")
+    second = tmp_path / "elsewhere" / "spider2-dbt"
+    shutil.copytree(first, second)
+    done = subprocess.run([sys.executable, "-m", "spider2local", "--dataset", str(first), "run",
+                           "--agent", "noop", "--isolation", "none", "--runs-dir",
+                           str(tmp_path / "runs")], capture_output=True, text=True,
+                          timeout=300, check=False, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "SPIDER2LOCAL_CACHE": str(cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    task = load_dataset(Suite(tmp_path / "tasks.toml", second)).tasks[0]
+    watch = guard.Watch(guard.Fingerprints({}), runs_dir=tmp_path / "runs2",
+                        suite_file=tmp_path / "tasks.toml")
+    limits = watch.off_limits(task)
+    used = Path(os.path.realpath(first / "evaluation_suite" / "gold"))
+    assert used in limits
+    assert not any(p == second or second in p.parents for p in limits
+                   if p not in (task.dataset_root, task.gold.db.parent if task.gold else None))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    prot = watch.protected(task, ws, ws, tmp_path / "runs2" / "r" / task.id)
+    assert prot.outside(str(used / "t1" / "shop.duckdb"))
 
 
 def test_poisoned_bytecode_and_planted_startup_hooks_are_changes(
