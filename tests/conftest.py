@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,15 @@ from tests.helpers import (
 # 77 s to 67 s on 2 cores. Set here, before xdist starts its workers, so they inherit it.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# Tests send SIGINT, SIGHUP and SIGQUIT to the processes they start (a Ctrl-C of the CLI, a
+# signalled dbt shim). Started under `nohup` or as `cmd &` from a script, pytest inherits those
+# signals ignored, and so would every child (an ignored signal stays ignored across exec):
+# measured, three such tests hung for 30 s. The suite runs with them at their defaults.
+for _sig, _handler in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGHUP, signal.SIG_DFL), (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _handler)
 
 
 
