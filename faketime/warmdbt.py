@@ -446,9 +446,7 @@ class Server:
         mine = os.stat(self.path).st_ino
 
         def stop(signum: int, _frame: object) -> None:
-            with _ignoring(OSError):
-                if os.stat(self.path).st_ino == mine:
-                    os.unlink(self.path)
+            self.withdraw(mine)
             raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, stop)
@@ -476,6 +474,13 @@ class Server:
             if self.steps and not self.warm_slice(mine):
                 return
 
+    def withdraw(self, mine: int) -> None:
+        """Remove our socket (inode ``mine``), never a newer server's at the same path: the
+        next call then runs cold."""
+        with _ignoring(OSError):
+            if os.stat(self.path).st_ino == mine:
+                os.unlink(self.path)
+
     def warm_slice(self, mine: int) -> bool:
         """Run warm-up steps for up to :data:`WARM_SLICE` seconds; False if the server must
         stop (a thread appeared: never fork beside one)."""
@@ -493,9 +498,7 @@ class Server:
         if threading.active_count() != 1:
             self.say(f"warm dbt unavailable: {threading.active_count()} Python threads after "
                      "the warm-up; exiting")
-            with _ignoring(OSError):
-                if os.stat(self.path).st_ino == mine:
-                    os.unlink(self.path)
+            self.withdraw(mine)
             return False
         self.say(f"warmed: {self.work['schema']} schemas, {self.work['compile']} serialisers "
                  f"in {self.working:.2f}s; resident {_rss_kib()} KiB")
