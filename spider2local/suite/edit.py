@@ -84,11 +84,15 @@ def set_task_dates(text: str, records: Iterable[DateRecord], path: Path) -> str:
 def _put(table: Table, key: str, value: Any) -> None:
     """Set ``key``; a new key goes right after the table's last key, not after the comments
     that trail the table (in TOML those introduce the next table)."""
-    keys = [k.key for k, _ in table.value.body if k is not None]
-    if key in keys or not keys:
-        table[key] = value
+    body = table.value.body
+    positions = [i for i, (k, _) in enumerate(body) if k is not None]
+    if not positions or positions[-1] == len(body) - 1 \
+            or any(body[i][0].key == key for i in positions):  # type: ignore[union-attr]
+        table[key] = value  # nothing trails the last key: appending puts it right there
     else:
-        table.value._insert_after(keys[-1], key, tomlkit.item(value))
+        # tomlkit has no public "insert at"; its private _insert_after is gone in 0.15
+        # (a fresh install broke here), _insert_at has been there throughout (0.7-0.15)
+        table.value._insert_at(positions[-1] + 1, key, tomlkit.item(value))
 
 
 def set_subsets(text: str, subsets: Mapping[str, Sequence[str]], path: Path) -> str:
