@@ -62,6 +62,13 @@ class AgentError(Spider2LocalError):
 
 
 
+class SandboxFailed(Spider2LocalError):
+    """A sandbox could not be built (a ``mount`` of its plan failed, ``unshare`` was refused):
+    the program inside never ran, so whatever it was doing (scoring, a query, an agent) was
+    not done; the machine's fault (or our mount plan's), never a verdict (issue 27). The
+    message starts "sandbox could not be built:" and carries the tool's own line."""
+
+
 class ScoringError(Spider2LocalError):
     """The result could not be scored at all (as opposed to scoring 0)."""
 

@@ -405,6 +405,7 @@ class CommandAgent:
             ctx.workspace.project_dir), "isolation": ctx.isolation.value,
             "pass_env": [k for k in self.pass_env if k in os.environ], "apis": list(self.apis)})
         result = None
+        sandbox_failure = None
         try:
             result = await run_process(argv, cwd=ctx.workspace.project_dir, env=env,
                                        timeout=ctx.limits.timeout, output_limit=OUTPUT_LIMIT)
@@ -416,6 +417,7 @@ class CommandAgent:
             with anyio.CancelScope(shield=True):
                 await sweep(marker)
                 if launcher is not None:
+                    sandbox_failure = launcher.failure()
                     launcher.remove()
                 self._keep(ctx, result, time.time() - started)
                 usage, source = self._usage(ctx, files, result.stdout if result else "")
@@ -425,6 +427,10 @@ class CommandAgent:
                 if usage is not None:
                     ctx.meter.set(usage)
                 ctx.transcript.append("usage", {"source": source})
+        if sandbox_failure is not None:  # the command never ran: its status is mount's
+            ctx.transcript.append("error", {"sandbox": sandbox_failure})
+            return AgentOutcome(usage=usage or ctx.meter.usage, error=sandbox_failure,
+                                infrastructure=True, acted=False)
         if result.timed_out:
             return AgentOutcome(usage=usage or ctx.meter.usage, acted=True,
                                 error=f"the agent command ran past {ctx.limits.timeout:.0f} s")

@@ -220,8 +220,9 @@ def _isolation(suite: Suite, agent: str) -> Check:
     """Which isolation a run of the suite's agent gets here, and why: the same resolution as
     ``run``, so the line cannot disagree with what a run does. A failure is required only when
     the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
-    from spider2local.sandbox.isolation import Isolation, choose_isolation
-    from spider2local.sandbox.probe import probe
+    from spider2local.sandbox.isolation import Isolation, IsolationMode, choose_isolation
+    from spider2local.sandbox.probe import check_agent_sandbox, probe
+    from spider2local.workspace.prepare import START_DIR
 
     requested = suite.defaults.isolation
     found = probe()
@@ -235,8 +236,31 @@ def _isolation(suite: Suite, agent: str) -> Check:
         detail += f"; --agent {agent} runs no untrusted code and needs none"
     if not found.ok and requested is not Isolation.NONE:
         detail += f"; to isolate: {found.fix}"
+    if choice.mode is IsolationMode.NAMESPACE and _sandboxed(agent):
+        built = check_agent_sandbox(_run_hides(suite), START_DIR)
+        if not built.ok:  # every trial of a run would be infrastructure: never "ok"
+            return Check("isolation", False, f"namespace: {built.reason} (fix: {built.fix})")
+        detail += "; an agent's sandbox was built and reached its gateway, hiding what it must"
     return Check("isolation", found.ok or requested is Isolation.NONE, detail,
                  required=requested is Isolation.NAMESPACE)
+
+
+def _run_hides(suite: Suite) -> tuple[Path, ...]:
+    """What a run of ``suite`` hides from its first runnable task's agent (the same
+    :meth:`~spider2local.integrity.guard.Watch.off_limits`), or nothing when the dataset
+    cannot be loaded (its own check line says why)."""
+    from spider2local.dataset.load import load_dataset
+    from spider2local.integrity.guard import Fingerprints, Watch
+
+    try:
+        data = load_dataset(suite)
+    except Spider2LocalError:
+        return ()
+    task = next((t for t in data.tasks if t.runnable), None)
+    if task is None:
+        return ()
+    watch = Watch(Fingerprints({}), suite_file=suite.path)
+    return watch.off_limits(task)
 
 
 def _sandboxed(agent: str) -> bool:

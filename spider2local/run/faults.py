@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 
 from spider2local.db.locks import DatabaseLocked, is_lock_error
+from spider2local.exceptions import SandboxFailed
 
 MACHINE_ERRNOS = frozenset({
     errno.ENOSPC,  # no space left on device
@@ -91,11 +92,12 @@ def _is_duckdb(exc: BaseException) -> bool:
 
 def is_machine_fault(exc: BaseException) -> bool:
     """True when ``exc`` or anything it wraps is a fault of the machine: an OS error in
-    :data:`MACHINE_ERRNOS`, :class:`MemoryError`, a DuckDB file locked by another process
-    (:func:`spider2local.db.locks.is_lock_error`, the one owner of that test), or a DuckDB
+    :data:`MACHINE_ERRNOS`, :class:`MemoryError`, a sandbox that could not be built, a
+    DuckDB file locked by another process (:func:`spider2local.db.locks.is_lock_error`, the
+    one owner of that test), or a DuckDB
     error whose message reports one of those faults."""
     for err in _chain(exc):
-        if isinstance(err, MemoryError | DatabaseLocked):
+        if isinstance(err, MemoryError | DatabaseLocked | SandboxFailed):
             return True
         if isinstance(err, OSError) and err.errno in MACHINE_ERRNOS:
             return True

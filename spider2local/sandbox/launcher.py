@@ -236,6 +236,19 @@ def system_paths() -> tuple[list[Path], list[tuple[Path, str]]]:
     return binds, links
 
 
+def _shown_by_a_bind(path: Path, bound: Sequence[Path], hidden: Sequence[Path]) -> bool:
+    """Whether ``path`` would be visible without a mount of its own: its nearest enclosing
+    mount of the plan is a bind, not another hidden path's tmpfs. One inside a hidden folder
+    is already gone, and its mount point is not in that empty tmpfs: a wheel's bundled
+    ``_resources/tasks.toml`` lies inside the hidden package, and ``mount --bind /dev/null``
+    over it stopped every sandbox with "mount point does not exist" (issue 27)."""
+    # (depth, 1 for a tmpfs): the deepest wins, and a path both bound and hidden is hidden,
+    # as the plan's first-entry-wins rule makes it
+    enclosing = [(len(b.parts), 0) for b in bound if is_within(path, b) and b != path]
+    enclosing += [(len(h.parts), 1) for h in hidden if is_within(path, h) and h != path]
+    return max(enclosing, default=(0, 1))[1] == 0
+
+
 def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
     """The bind and tmpfs mounts, parents before children.
 
@@ -253,8 +266,10 @@ def plan_mounts(spec: SandboxSpec, system: Sequence[Path] = ()) -> list[Mount]:
     # component. The hidden list holds every runs folder this machine remembers (up to 1000,
     # x 3 variants, mostly deleted): their realpaths took ~1 s of each plan under load.
     present = [h for h in spec.hidden if os.path.lexists(h)]
-    hidden = [h for h in _absolute(present)
-              if any(is_within(h, b) and h != b for b in bound) and (h.is_dir() or h.is_file())]
+    candidates = [h for h in _absolute(present)
+                  if any(is_within(h, b) and h != b for b in bound)
+                  and (h.is_dir() or h.is_file())]
+    hidden = [h for h in candidates if _shown_by_a_bind(h, bound, candidates)]
     mounts = [Mount(Path("/tmp"), Kind.PRIVATE)]
     mounts += [Mount(p, Kind.HIDDEN if p.is_dir() else Kind.HIDDEN_FILE) for p in hidden]
     mounts += [Mount(p, Kind.WRITABLE) for p in rw]
@@ -272,10 +287,13 @@ _PRELUDE = r"""#!/bin/sh
 # spider2local sandbox launcher, generated for one agent session (see spider2local/sandbox).
 set -eu
 if [ "${1-}" != "%(flag)s" ]; then
+    exec 8>&2 2>%(log)s
     exec %(deathsig)s%(unshare)s --user --map-root-user --mount --pid --fork --kill-child=SIGKILL \
         --propagation private%(net)s -- /bin/sh "$0" %(flag)s "$@"
 fi
 shift
+exec 7>%(ready)s
+trap 'cat %(log)s >&8 2>/dev/null || :' EXIT
 R=%(root)s
 here=$PWD
 MOUNT=%(mount)s
@@ -312,7 +330,7 @@ cd /
 cd "$here"
 %(relay)s
 %(unset)s
-exec %(unshare)s --user --map-root-user --mount -- %(exec)s "$@"
+exec %(unshare)s --user --map-root-user --mount -- /bin/sh -c %(exec)s %(program)s "$@"
 """
 
 
@@ -340,15 +358,23 @@ def bind_function(mount: str) -> str:
     return BIND_IN_ONE
 
 
-def services_exec(spec: SandboxSpec, program: str) -> str:
-    """How the nested namespace starts: the program alone, or first the spec's services in the
-    background (in the same, nested, user and mount namespaces as the program: what the
-    program cannot unmount, neither can they) and then the program as the same process, so it
-    stays PID 1 of the sandbox."""
-    if not spec.services:
-        return program
+READY_WORD = "ready"
+"""What the launcher writes to its ready file once the sandbox is built
+(:meth:`Launcher.failure`)."""
+SETUP_LOG = "setup.log"
+READY_FILE = "ready"
+
+
+def program_stage(spec: SandboxSpec) -> str:
+    """The script of the last stage, run by ``/bin/sh -c`` in the nested namespace with the
+    program as ``$0``: say the sandbox is built (fd 7, the ready file opened before
+    ``pivot_root``), give the program the caller's stderr back (fd 8; the setup's messages
+    went to the setup log) and close both, start the spec's services in the background (in
+    the same, nested, user and mount namespaces as the program: what the program cannot
+    unmount, neither can they), then exec the program as the same process, so it stays PID 1
+    of the sandbox. Nothing the agent starts inherits a descriptor of a host file."""
     q = shlex.quote
-    lines = []
+    lines = [f"echo {READY_WORD} >&7", "exec 7>&- 2>&8 8>&-"]
     for service in spec.services:
         assignments = " ".join(f"{name}={q(value)}" for name, value in service.env
                                if _ENV_NAME.fullmatch(name))
@@ -356,8 +382,7 @@ def services_exec(spec: SandboxSpec, program: str) -> str:
                      f"</dev/null >>{q(str(service.log))} 2>&1 &")
         if service.pidfile is not None:
             lines.append(f"echo $! >{q(str(service.pidfile))}")
-    script = "\n".join([*lines, 'exec "$0" "$@"'])
-    return f"/bin/sh -c {q(script)} {program}"
+    return q("\n".join([*lines, 'exec "$0" "$@"']))
 
 
 def death_signal(paths: dict[str, str]) -> str:
@@ -406,12 +431,16 @@ def _make_dirs(mounts: Sequence[Mount], container: Path | None,
 
 def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None = None) -> str:
     """The launcher's text for ``spec``, building the new root at ``root`` (an empty folder
-    outside everything the sandbox shows)."""
+    outside everything the sandbox shows). Its setup messages go to :data:`SETUP_LOG` beside
+    ``root`` (and, if it stops, to stderr too), and :data:`READY_FILE` gets
+    :data:`READY_WORD` just before the program starts: :meth:`Launcher.failure`."""
     paths = paths or tools()
     system, links = system_paths()
     mounts = plan_mounts(spec, system)
     q = shlex.quote
     lines = [_PRELUDE % {"flag": INSIDE_FLAG, "unshare": q(paths["unshare"]), "root": q(str(root)),
+                         "log": q(str(root.parent / SETUP_LOG)),
+                         "ready": q(str(root.parent / READY_FILE)),
                          "mount": q(paths["mount"]), "deathsig": death_signal(paths),
                          "bind": bind_function(paths["mount"]),
                          "net": unshare_flags(spec.network)}]
@@ -428,11 +457,13 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
     names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]
     lines.append(_FINISH % {
         "devices": " ".join(DEVICES),
-        "hidden_ro": "\n".join(f'$MOUNT -o remount,ro "$R"{q(str(m.path))}' for m in hidden),
+        "hidden_ro": "\n".join(f'$MOUNT -o remount,bind,ro "$R"{q(str(m.path))}' for m in hidden),
         "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
-        "relay": start_relay(spec.network),
+        # the relay outlives this script: it keeps no descriptor of a host file
+        "relay": start_relay(spec.network) + (" 7>&- 8>&-" if spec.network else ""),
         "unset": f"unset {' '.join(names)}" if names else ":",
-        "unshare": q(paths["unshare"]), "exec": services_exec(spec, q(str(spec.program)))})
+        "unshare": q(paths["unshare"]), "exec": program_stage(spec),
+        "program": q(str(spec.program))})
     return "\n".join(lines)
 
 
@@ -466,10 +497,46 @@ class Launcher:
         its start retries instead: :func:`spider2local.proc.run.text_file_busy`.)"""
         return ("/bin/sh", str(self.path))
 
+    def failure(self) -> str | None:
+        """Why the sandbox could not be built, or None when it was (the program started) or
+        the launcher has not finished building it. Ask after the program ended badly, before
+        :meth:`remove`: a sandbox that cannot be built is the machine's (or our mount plan's)
+        fault, never the agent's, and its exit status (32 from ``mount``) must not read as the
+        program's (issue 27)."""
+        try:
+            if (self.folder / READY_FILE).read_text(encoding="utf-8").strip() == READY_WORD:
+                return None
+        except OSError:
+            pass
+        text = self.setup_messages()
+        if text is None:
+            return None  # never started: its caller's own error says why
+        return f"sandbox could not be built: {decisive_line(text)}"
+
+    def setup_messages(self) -> str | None:
+        """What the launcher's tools (``unshare``, ``mount``, ...) said while building the
+        sandbox; None when it never started."""
+        try:
+            return (self.folder / SETUP_LOG).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
     def remove(self) -> None:
         """Delete the folder (the new root was only ever mounted inside the namespace, so
         what is left on the host is an empty folder and the script)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_HINTS = ("dmesg(1) may have more information",)
+"""Lines util-linux adds after the message that says what failed."""
+
+
+def decisive_line(stderr: str) -> str:
+    """The line of a launcher's messages that says what failed: the first non-empty one that
+    is not a generic hint, with the new root's host prefix kept (it names the mount point)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    useful = [line for line in lines if not any(h in line for h in _HINTS)]
+    return (useful or lines or ["the launcher stopped without a message"])[0]
 
 
 class DeathWrapper:

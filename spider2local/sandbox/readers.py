@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 
 import spider2local
+from spider2local.exceptions import SandboxFailed
 from spider2local.proc.run import ProcessResult, run_process
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.probe import probe
@@ -107,7 +108,8 @@ async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,
                      env: Mapping[str, str] | None = None,
                      output_limit: int | None = None) -> ProcessResult:
     """Run ``argv`` (a Python reader child) in its own sandbox holding ``files``; without
-    namespaces here, as a plain child (see the module docstring)."""
+    namespaces here, as a plain child (see the module docstring). Raises
+    :class:`~spider2local.exceptions.SandboxFailed` when the sandbox could not be built."""
     env = dict(READER_ENV if env is None else env)
     extra: dict[str, Any] = {} if output_limit is None else {"output_limit": output_limit}
     if unsandboxed_reason() is not None:
@@ -116,10 +118,14 @@ async def run_reader(argv: Sequence[str], files: ReaderFiles, *, input: bytes,
     # blocked the event loop, and every other task of the run with it, for as long
     launcher = await anyio.to_thread.run_sync(Launcher, reader_spec(Path(argv[0]), files))
     try:
-        return await run_process([*launcher.argv, *argv[1:]], cwd="/", env=env,
+        done = await run_process([*launcher.argv, *argv[1:]], cwd="/", env=env,
                                  timeout=timeout, input=input, **extra)
+        failure = None if done.returncode == 0 or done.timed_out else launcher.failure()
     finally:
         launcher.remove()
+    if failure is not None:  # the reader never ran: no answer of it to read
+        raise SandboxFailed(failure)
+    return done
 
 
 class ReaderFailed(Exception):

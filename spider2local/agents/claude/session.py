@@ -228,7 +228,7 @@ class ClaudeAgent:
         sealed = ctx.isolation == IsolationMode.NAMESPACE
         marker = uuid.uuid4().hex
         env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
-                      background_tasks=self.background_tasks)
+                      background_tasks=self.background_tasks, sandboxed=sealed)
         async with open_gateway([claude_upstream(env)], usage, sealed=sealed, budgets=budgets,
                                 record=ctx.workspace.artifacts / API_RECORD) as served:
             through_gateway(env, served.base_urls[0])
@@ -272,6 +272,11 @@ class ClaudeAgent:
                 with anyio.move_on_after(DISCONNECT_WAIT):
                     await client.disconnect()
                 await sweep(marker)
+                if isinstance(launcher, Launcher):
+                    failure = launcher.failure()
+                    if failure is not None:
+                        ctx.transcript.append("error", {"sandbox": failure})
+                        state.on_sandbox_failure(failure)
                 if launcher is not None:
                     launcher.remove()
                 ctx.meter.set(usage.usage())

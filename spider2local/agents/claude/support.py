@@ -98,7 +98,7 @@ def through_gateway(env: dict[str, str], base_url: str) -> None:
 
 
 def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
-            background_tasks: bool = False) -> dict[str, str]:
+            background_tasks: bool = False, sandboxed: bool = False) -> dict[str, str]:
     """The CLI's environment: the workspace env (the allow-list of
     :func:`spider2local.workspace.prepare.workspace_env`: shim first on PATH, clock settings,
     HOME and TMPDIR inside the workspace, never LD_PRELOAD), the API settings of
@@ -107,6 +107,8 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
     The SDK lays ``options.env`` over our own ``os.environ``; every other variable of ours is
     therefore blanked so its value cannot come back that way (see :func:`blanked`).
     ``background_tasks`` lets the CLI run subagents in the background (tests of that path).
+    ``sandboxed``: the CLI runs in the namespace sandbox, where it is uid 0 of its own user
+    namespace whoever runs the runner.
     """
     env = dict.fromkeys(os.environ, "")
     env.update({key: os.environ[key] for key in CLAUDE_PASS_ENV if key in os.environ})
@@ -120,8 +122,10 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
     if "TMPDIR" in ws_env:
         env["CLAUDE_CODE_TMPDIR"] = ws_env["TMPDIR"]  # its claude-<uid>/ (measured in the CLI)
     env[MARKER_ENV] = marker
-    if os.geteuid() == 0:
-        env["IS_SANDBOX"] = "1"  # bypassPermissions is refused as root without it (measured)
+    if sandboxed or os.geteuid() == 0:
+        # bypassPermissions is refused as root without it (measured); in the sandbox the CLI
+        # is root of its namespace, so a user's runs failed there and only there (issue 27)
+        env["IS_SANDBOX"] = "1"
     return env
 
 
@@ -243,6 +247,12 @@ class SessionState:
                 or (status is None and text.lstrip().startswith(API_ERROR_TEXT))
             where = f"API error {status}: " if status else f"{subtype}: "
             self.error = where + (text.strip().splitlines() or ["no details"])[0][:300]
+
+    def on_sandbox_failure(self, reason: str) -> None:
+        """The sandbox around the CLI could not be built: whatever the SDK made of the
+        launcher's exit, it is the machine's fault (or our mount plan's), never a verdict."""
+        self.error = reason
+        self.infrastructure = True
 
     def on_exception(self, exc: BaseException, turns: int) -> None:
         """The SDK raised. After an error result it raises too (the CLI exits non-zero), with
