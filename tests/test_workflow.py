@@ -84,6 +84,26 @@ def _verdicts(run_dir: Path) -> tuple[Any, dict[str, tuple[str, str, int, int]]]
     return report.rates, rows
 
 
+def test_only_the_sysctl_needs_root_and_the_agent_is_sandboxed_as_the_runner_user() -> None:
+    """GitHub's jobs run as the ``runner`` user: the one privileged step lifts AppArmor's
+    user-namespace restriction, and nothing else may use sudo (the sandbox works for a
+    non-root user from a ``pip install .``: tests/test_install.py). The shard's run asks
+    for ``--isolation namespace``, so a sandbox that does not work stops it instead of
+    running agents unsealed."""
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    privileged = {(job, step.get("id")) for job, spec in workflow["jobs"].items()
+                  for step in spec["steps"] if re.search(r"\bsudo\b", step.get("run", ""))}
+    assert privileged == {("shard", "userns")}
+    userns = next(s for s in workflow["jobs"]["shard"]["steps"] if s.get("id") == "userns")
+    assert userns["run"].count("sudo") == 1 and "apparmor_restrict_unprivileged_userns=0" \
+        in userns["run"]
+    run = next(s for s in workflow["jobs"]["shard"]["steps"] if s.get("id") == "run")
+    assert "--isolation namespace" in run["run"]
+    installs = [s["run"] for spec in workflow["jobs"].values() for s in spec["steps"]
+                if s.get("id") == "install"]
+    assert installs and all(i.strip() == "pip install ." for i in installs)  # a wheel's layout
+
+
 @pytest.mark.slow
 def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
                                                      reference_run: ReferenceRun) -> None:

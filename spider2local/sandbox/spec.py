@@ -32,10 +32,15 @@ def runtime_paths() -> list[Path]:
 def _site_packages() -> list[str]:
     """The real folders of the environment's site-packages: under the prefix as a rule, but a
     venv whose ``lib`` is a symlink keeps them elsewhere, and binding the prefix alone left
-    that link dangling in the sandbox (no duckdb, no spider2local for a reader child)."""
+    that link dangling in the sandbox (no duckdb, no spider2local for a reader child); and
+    the user's own site-packages when this interpreter reads it (``pip install --user``)."""
     import site
 
-    return [os.path.realpath(p) for p in site.getsitepackages() if Path(p).is_dir()]
+    found = list(site.getsitepackages())
+    user_site = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and user_site in sys.path:  # a `pip install --user`: in the
+        found.append(user_site)  # home folder, which stays hidden around it
+    return [os.path.realpath(p) for p in found if Path(p).is_dir()]
 
 
 def always_hidden() -> list[Path]:

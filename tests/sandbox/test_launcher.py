@@ -135,6 +135,11 @@ ATTACKS = {
     "lazy umount of /tmp": "umount -l /tmp",
     "umount the read-only lib": "umount -l {lib}",
     "umount the hiding tmpfs": "umount -l {lib}/secret && cat {lib}/secret/key.txt",
+    "remount the hiding tmpfs read-write": "mount -o remount,rw {lib}/secret && "
+                                           "touch {lib}/secret/x",
+    "remount bind the hiding tmpfs read-write": "mount -o remount,bind,rw {lib}/secret && "
+                                                "touch {lib}/secret/x",
+    "write into the hiding tmpfs": "touch {lib}/secret/x",
     "umount the root": "umount -l /",
     "remount lib read-write": "mount -o remount,rw {lib} && touch {lib}/x",
     "remount bind lib read-write": "mount -o remount,bind,rw {lib} && touch {lib}/x",
@@ -433,3 +438,90 @@ def test_a_sealed_sandbox_starts_its_services_after_the_relay_in_the_sealed_netw
     assert me == "me=1"
     assert service_net == program_net != os.readlink("/proc/self/ns/net")
     assert rest[0].strip() == "lo" and rest[1] == f"{RELAY_PORT} GOT FROM-GATEWAY", rest
+
+
+@needs_namespaces
+def test_install_layouts_build_and_hide_what_they_must(tmp_path: Path) -> None:
+    """The layouts users have (issue 27): a wheel's bundled suite file inside the hidden
+    package inside a bound venv, whose dbt shim folder inside the package stays visible; a
+    ``--user`` site-packages inside the hidden home; the workspace's hidden start copy. Each
+    built (the wheel's stopped every sandbox: "mount point does not exist") and each hides or
+    shows what it should."""
+    venv, home, ws = tmp_path / "venv", tmp_path / "home", tmp_path / "ws"
+    package = venv / "site-packages" / "spider2local"
+    (package / "_resources" / "faketime").mkdir(parents=True)
+    (package / "_resources" / "faketime" / "dbt").write_text("shim\n")
+    (package / "_resources" / "tasks.toml").write_text("suite\n")
+    (package / "evaluation").mkdir()
+    user_site = home / ".local" / "lib" / "site-packages"
+    user_site.mkdir(parents=True)
+    (user_site / "dep.py").write_text("dep\n")
+    (home / "secret.txt").write_text("home secret\n")
+    (ws / ".start").mkdir(parents=True)
+    (ws / ".start" / "start.duckdb").write_text("start\n")
+    spec = SandboxSpec(program=Path("/bin/sh"),
+                       read_only=(venv, package / "_resources" / "faketime", user_site),
+                       writable=(ws,),
+                       hidden=(home, package, package / "_resources" / "tasks.toml",
+                               ws / ".start", ws / ".start" / "start.duckdb"))
+    launcher = Launcher(spec)
+    try:
+        done = inside(launcher, ws, f"""
+            cat {package}/_resources/faketime/dbt {user_site}/dep.py
+            for p in {package}/_resources/tasks.toml {package}/evaluation {home}/secret.txt \
+                     {ws}/.start/start.duckdb; do test -e "$p" && echo "SEEN $p"; done
+            touch {ws}/.start/x 2>/dev/null && echo WROTE-START
+            echo end""")
+        assert launcher.failure() is None
+    finally:
+        launcher.remove()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["shim", "dep", "end"], done.stdout
+
+
+@needs_namespaces
+def test_a_mount_that_fails_is_named_and_the_program_never_runs(tmp_path: Path) -> None:
+    """A mount point gone between the plan and the launch (a real ``mount`` failing): the
+    launcher stops before the program, says why on stderr, and :meth:`Launcher.failure`
+    gives the mount's own line, not util-linux's generic hint. A sandbox that was built
+    reports no failure, whatever the program's own exit status."""
+    lib, ws = tmp_path / "lib", tmp_path / "ws"
+    lib.mkdir()
+    ws.mkdir()
+    (lib / "suite.toml").write_text("x")
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(lib,), writable=(ws,),
+                                    hidden=(lib / "suite.toml",)))
+    try:
+        (lib / "suite.toml").unlink()
+        done = inside(launcher, ws, f"touch {ws}/ran")
+        failure = launcher.failure()
+    finally:
+        launcher.remove()
+    assert done.returncode != 0 and not (ws / "ran").exists()
+    assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
+    assert failure.endswith("suite.toml: mount point does not exist."), failure
+    assert "mount point does not exist" in done.stderr  # also where the caller's stderr goes
+    ok = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,)))
+    try:  # a program posing as a failed sandbox buys no re-run: failure() is the runner's
+        done = inside(ok, ws, "echo 'mount: /x: mount point does not exist.' >&2; "
+                              "for fd in /proc/*/fd/*; do echo x > $fd; done 2>/dev/null; "
+                              "exit 32")
+        assert done.returncode == 32 and ok.failure() is None
+    finally:
+        ok.remove()
+
+
+@needs_namespaces
+def test_the_program_holds_no_descriptor_of_the_launchers_files(tmp_path: Path) -> None:
+    """The setup log and the ready file are the runner's: the program (and its services, and
+    the relay) get only stdin, stdout and stderr, and its stderr is the caller's again."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,)))
+    try:
+        done = inside(launcher, ws, "ls /proc/self/fd; echo to-stderr >&2")
+    finally:
+        launcher.remove()
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["0", "1", "2", "3"]  # 3: ls's own directory
+    assert done.stderr.strip() == "to-stderr"
