@@ -145,6 +145,26 @@ def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment
     assert_one_line_error(run_cli("score", str(gold), "--gold", str(gold), *extra), fragment)
 
 
+def test_score_cols_take_negative_positions_as_iloc_does(tmp_path: Path) -> None:
+    """``--cols '[[-1]]'`` grades the last gold column (upstream's ``gold.iloc[:, [-1]]``);
+    a position iloc refuses is no option error but that table's official 0 (exit 1)."""
+    from tests.helpers import make_duckdb
+
+    gold = make_duckdb(tmp_path / "gold.duckdb", {"t": "select 1 as id, 'a' as name"})
+    result = make_duckdb(tmp_path / "result.duckdb", {"t": "select 'a' as label"})
+    last = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols",
+                   "[[-1]]", "--json")
+    assert last.returncode == 0, last.stderr
+    assert json.loads(last.stdout)["passed"] is True
+    first = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols", "[[-2]]")
+    assert first.returncode == 1, first.stderr
+    outside = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols",
+                      "[[-3]]", "--json")
+    assert outside.returncode == 1, outside.stderr
+    table = json.loads(outside.stdout)["tables"][0]
+    assert table["passed"] is False and "out of range" in table["error"]
+
+
 def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
