@@ -165,6 +165,22 @@ def test_score_cols_take_negative_positions_as_iloc_does(tmp_path: Path) -> None
     assert table["passed"] is False and "out of range" in table["error"]
 
 
+def test_score_a_linked_file_agrees_with_the_library(tmp_path: Path) -> None:
+    """The CLI and ``score_database`` on a path through a link: one rule, one verdict."""
+    from spider2local.evaluation import score_database
+    from spider2local.evaluation.params import EvalParams
+    from tests.helpers import make_duckdb
+
+    gold = make_duckdb(tmp_path / "gold.duckdb", {"t": "select 1 as id"})
+    real = make_duckdb(tmp_path / "work" / "result.duckdb", {"t": "select 1 as id"})
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(real)
+    proc = run_cli("score", str(link), "--gold", str(gold), "--tables", "t", "--json")
+    assert proc.returncode == 0, proc.stderr
+    library = score_database(link, gold, EvalParams("gold.duckdb", ("t",), ((),), (False,)))
+    assert json.loads(proc.stdout)["passed"] is library.passed is True
+
+
 def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
