@@ -176,21 +176,26 @@ class SettingType(click.ParamType):  # type: ignore[type-arg]
 @click.option("--shards", type=click.IntRange(min=1), metavar="N",
               help="Instead of the tasks: the N shards `run --shard K/N` would run (with "
                    "--json: a GitHub Actions matrix).")
-@click.option("--subset", help="With --shards: shard this subset (as `run --subset`).")
+@click.option("--subset", help="Only this subset's tasks (as `run --subset` selects them); "
+                               "with --shards: shard this subset.")
 @click.option("--trials", type=SettingType(options.setting("trials")), default=None,
               help="With --shards: the trials each shard's job runs (`run --trials K`), in "
                    "every row of the matrix.")
 def list_cmd(as_json: bool, shards: int | None, subset: str | None,
              trials: int | None) -> None:
     """One row per task: id, runnable or the problem, fake date, graded tables."""
-    from spider2local.cli.listing import listing_json, listing_text, shard_matrix, shard_text
+    from spider2local.cli.listing import (
+        listed_tasks,
+        listing_json,
+        listing_text,
+        shard_matrix,
+        shard_text,
+    )
     from spider2local.clock.dates import undated_warning
     from spider2local.dataset.load import load_dataset
 
     suite = _globals().load_suite()
     data = load_dataset(suite)
-    if subset is not None and shards is None:
-        raise UserError("--subset applies to --shards", fix="add --shards N, or drop --subset")
     if trials is not None and shards is None:
         raise UserError("--trials applies to --shards", fix="add --shards N, or drop --trials")
     if shards is not None:
@@ -205,11 +210,11 @@ def list_cmd(as_json: bool, shards: int | None, subset: str | None,
         _echo_dataset_warnings(data)
         return
     if as_json:
-        _echo_json(listing_json(data))
+        _echo_json(listing_json(data, subset))
     else:
-        click.echo(listing_text(data))
+        click.echo(listing_text(data, subset))
         _echo_dataset_warnings(data)
-    undated = undated_warning((t for t in data.tasks if t.runnable), suite)
+    undated = undated_warning((t for t in listed_tasks(data, subset) if t.runnable), suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)
 

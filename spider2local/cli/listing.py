@@ -20,12 +20,24 @@ def _date_text(task: TaskSpec) -> str:
     return f"{task.date} (default)"
 
 
-def listing_text(data: Dataset) -> str:
-    rows = [(t.id, t.status, _date_text(t), ", ".join(t.graded_tables) or "-")
-            for t in data.tasks]
-    runnable = sum(t.runnable for t in data.tasks)
+def listed_tasks(data: Dataset, subset: str | None = None) -> tuple[TaskSpec, ...]:
+    """The tasks ``list`` shows: all of them, or those ``run --subset SUBSET`` would select
+    (resolved by the run's own selection, so an unknown subset or a subset naming unknown ids
+    is the same one-line error as in ``run``)."""
+    if subset is None:
+        return data.tasks
+    chosen = set(select_tasks(data, subset=subset).ids)
+    return tuple(t for t in data.tasks if t.id in chosen)
+
+
+def listing_text(data: Dataset, subset: str | None = None) -> str:
+    tasks = listed_tasks(data, subset)
+    rows = [(t.id, t.status, _date_text(t), ", ".join(t.graded_tables) or "-") for t in tasks]
+    runnable = sum(t.runnable for t in tasks)
     table = render_table(("task", "status", "fake date", "graded tables"), rows, max_width=70)
-    return f"{table}\n\n{len(data.tasks)} tasks, {runnable} runnable ({data.root})"
+    counted = (f"{len(tasks)} tasks" if subset is None
+               else f"{len(tasks)} of {len(data.tasks)} tasks in subset {subset!r}")
+    return f"{table}\n\n{counted}, {runnable} runnable ({data.root})"
 
 
 def warning_lines(data: Dataset) -> list[str]:
@@ -34,10 +46,11 @@ def warning_lines(data: Dataset) -> list[str]:
     return [f"warning: {warning}" for warning in data.warnings]
 
 
-def listing_json(data: Dataset) -> dict[str, Any]:
+def listing_json(data: Dataset, subset: str | None = None) -> dict[str, Any]:
     return {
         "dataset": str(data.root),
         "suite": str(data.suite.path),
+        "subset": subset,
         "warnings": list(data.warnings),
         "tasks": [{
             "id": t.id,
@@ -53,7 +66,7 @@ def listing_json(data: Dataset) -> dict[str, Any]:
             "graded_tables": list(t.graded_tables),
             "has_gold": t.has_gold,
             "has_solution": t.solution_dir is not None,
-        } for t in data.tasks],
+        } for t in listed_tasks(data, subset)],
     }
 
 

@@ -27,6 +27,7 @@ from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.db.connect import open_database
 from spider2local.db.snapshot import DbSnapshot, FileIdentity, file_identity, remember_snapshot
 from spider2local.dbtproject import packages
+from spider2local.evaluation.params import gold_positions
 from spider2local.report.table import render_table
 from spider2local.safepath import name_problem
 from spider2local.suite.model import Confidence, DateMethod, DateSource
@@ -39,7 +40,7 @@ class GradedTable:
     columns: tuple[str, ...]
     """Names of the graded gold columns (``condition_cols`` positions resolved)."""
     bad_positions: tuple[int, ...] = ()
-    """Graded positions beyond the gold table's width."""
+    """Graded positions outside the gold table (iloc refuses them: the table scores 0)."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,12 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
         if cols is None:
             out.append(GradedTable(name, False, ()))
             continue
-        wanted = positions or tuple(range(len(cols)))
-        out.append(GradedTable(name, True, tuple(cols[i] for i in wanted if i < len(cols)),
-                               tuple(i for i in wanted if i >= len(cols))))
+        # Resolved as the scorer resolves them (negative positions count from the end); the
+        # ones iloc would refuse are listed apart, the others still named.
+        fits = [i for i in positions if -len(cols) <= i < len(cols)]
+        named = gold_positions(fits, len(cols)) if fits or not positions else []
+        out.append(GradedTable(name, True, tuple(cols[i] for i in named),
+                               tuple(i for i in positions if i not in fits)))
     return tuple(out)
 
 

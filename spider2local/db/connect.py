@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,7 +34,7 @@ from spider2local.db.locks import is_lock_error
 from spider2local.db.sql import literal
 from spider2local.proc.tempdirs import make_owned_dir
 
-__all__ = ["UnsafeConnection", "allowed", "open_database", "private_temp"]
+__all__ = ["UnsafeConnection", "allowed", "open_database", "private_temp", "real_file"]
 
 Setting = str | bool | int | float | list[str]
 LOCKED_DOWN: Mapping[str, Setting] = {
@@ -75,11 +76,16 @@ def open_database(path: Path, *, untrusted: bool, write: bool = False,
     # ``enable_external_access`` it refuses the connection ("Modifying the temp_directory has
     # been disabled"; duckdb 1.5.6, measured).
     config["temp_directory"] = str(private_temp())
-    con = duckdb.connect(str(path), read_only=not write, config=config)
     if not untrusted:
-        return con
+        return duckdb.connect(str(path), read_only=not write, config=config)
+    # Opened by its real path, the one DuckDB reports in ``allowed_paths`` (it resolves links
+    # and relative paths itself): the check below then compares like with like, and the file
+    # checked is the file opened, not whatever a link swapped in between would name.
+    real = real_file(path)
+    attached = {name: real_file(file) for name, file in (attach or {}).items()}
+    con = duckdb.connect(str(real), read_only=not write, config=config)
     try:
-        for name, file in (attach or {}).items():
+        for name, file in attached.items():
             try:
                 con.execute(f"ATTACH {literal(str(file))} AS {name} (READ_ONLY)")
             except duckdb.Error as exc:
@@ -88,7 +94,7 @@ def open_database(path: Path, *, untrusted: bool, write: bool = False,
                 # e.g. the task database is itself named so: queries go on without the copy
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
-        _check(con, [path, *(attach or {}).values()])
+        _check(con, [real, *attached.values()])
     except BaseException:
         con.close()
         raise
@@ -103,15 +109,34 @@ def allowed(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
     return [str(p) for p in row[0] or []], [str(d) for d in row[1] or []]
 
 
+def real_file(path: Path) -> Path:
+    """``path`` as DuckDB names the file it opens: absolute, every link (of the file or of a
+    folder above it) and ``..`` resolved. The one place this rule lives: the library
+    (``score_database`` on a path reached through a link, a relative path) and the CLI (whose
+    reader sandbox binds the link's target at the given path) reach it the same way."""
+    return Path(os.path.realpath(path))
+
+
 def _check(con: duckdb.DuckDBPyConnection, opened: list[Path]) -> None:
-    """Refuse a connection that allows more than ``opened`` (and their WAL siblings, which
-    DuckDB itself names) and our temp folder: a DuckDB release that adds another place to the
-    allow-list must not widen what an agent's SQL reaches unnoticed."""
+    """Refuse a connection that allows more than ``opened`` (real paths, see :func:`real_file`;
+    and their WAL siblings, which DuckDB itself names) and our temp folder: a DuckDB release
+    that adds another place to the allow-list must not widen what an agent's SQL reaches
+    unnoticed. A sibling counts only when it is in the opened file's own folder (a name
+    built from the file's name stays where the file is: ``<db>.wal/../x`` is not a sibling)."""
     paths, dirs = allowed(con)
     temp = str(private_temp()).rstrip("/")
     bad_dirs = [d for d in dirs if d.rstrip("/") != temp]
-    names = tuple(str(p) for p in opened)
-    bad_paths = [p for p in paths if not any(p == n or p.startswith(n + ".wal") for n in names)]
+    bad_paths = [p for p in paths if not any(_is_opened(p, file) for file in opened)]
     if bad_dirs or bad_paths:
         raise UnsafeConnection(f"DuckDB allows more than the opened files: "
                                f"{', '.join([*bad_dirs, *bad_paths])}")
+
+
+def _is_opened(reported: str, file: Path) -> bool:
+    """``reported`` (an allowed path, as DuckDB gives it) is ``file`` or one of its WAL
+    siblings (``<name>.wal``, ``<name>.wal.recovery``, ...) in the same folder."""
+    if reported == str(file):
+        return True
+    path = Path(reported)
+    return (os.path.normpath(reported) == reported and path.parent == file.parent
+            and path.name.startswith(file.name + ".wal"))

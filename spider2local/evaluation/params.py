@@ -7,6 +7,7 @@ They belong to the evaluation (the scorer is what they parameterise); the datase
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,11 @@ class EvalParams:
     """File name of the gold database inside ``evaluation_suite/gold/<id>/``."""
     condition_tabs: tuple[str, ...]
     condition_cols: tuple[tuple[int, ...], ...]
-    """Per table, the gold column positions to grade; an empty tuple means every column."""
+    """Per table, the gold column positions to grade; an empty tuple means every column.
+    Positions are taken as pandas ``iloc`` takes them (upstream cuts the gold frame with
+    ``gold.iloc[:, cols]``): negative ones count from the end, and one outside the table is not
+    refused here but fails that table at scoring time, as upstream's iloc does
+    (:func:`gold_positions`)."""
     ignore_orders: tuple[bool, ...]
 
 
@@ -57,5 +62,28 @@ def parse_eval(evaluation: Any) -> EvalParams:
     return EvalParams(p["gold"], tuple(tabs), tuple(tuple(c) for c in cols), tuple(orders))
 
 
+def gold_positions(cols: Sequence[int], width: int) -> list[int]:
+    """The gold columns ``gold.iloc[:, cols]`` selects from a table of ``width`` columns, as
+    non-negative positions in selection order (repeats kept); every column when ``cols`` is
+    empty (upstream skips the cut for ``[]``).
+
+    Raises :class:`IndexError` exactly when upstream's iloc raises (any position outside
+    ``-width <= col < width``, huge ones included): upstream then lets the exception out of
+    ``duckdb_match`` and evaluate.py scores the task 0, so the caller scores that table 0.
+    The one owner of the rule: the scorer and the dataset audit both resolve positions here.
+    """
+    if not cols:
+        return list(range(width))
+    positions = []
+    for col in cols:
+        if not -width <= col < width:
+            raise IndexError(f"condition_cols position {col} is out of range for a gold table "
+                             f"of {width} columns (upstream's iloc raises; the table scores 0)")
+        positions.append(col % width)
+    return positions
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A JSON integer. Not a bool: ``iloc`` reads a list of bools as a mask, not positions, and
+    no dataset means that; negative is fine (iloc counts it from the end)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -19,7 +19,7 @@ from spider2local.evaluation import diagnostics
 from spider2local.evaluation.column_types import Column
 from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.compare import columns_match
-from spider2local.evaluation.params import EvalParams
+from spider2local.evaluation.params import EvalParams, gold_positions
 from spider2local.evaluation.reader import Database, TableRead
 from spider2local.evaluation.refstack import reading_note
 from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
@@ -66,7 +66,7 @@ def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[i
                           error=read.error)
     pred = read.frame
     try:
-        positions = _gold_positions(cols, gold.shape[1])
+        positions = gold_positions(cols, gold.shape[1])
     except IndexError as exc:  # upstream's iloc raises too, and the task then scores 0
         return TableScore(name, False, len(gold), len(pred), error=str(exc))
     gold_columns = frame_columns(gold.iloc[:, positions] if cols else gold)
@@ -114,19 +114,6 @@ def _reading_note(gold: pd.DataFrame, positions: Sequence[int],
             graded.append((str(gold.columns[i]), cls))
     note = reading_note(graded)
     return () if note is None else (note,)
-
-
-def _gold_positions(cols: Sequence[int], width: int) -> list[int]:
-    """Gold column positions as ``iloc`` takes them (negative counts from the end)."""
-    if not cols:
-        return list(range(width))
-    positions = []
-    for col in cols:
-        if not -width <= col < width:
-            raise IndexError(f"condition_cols position {col} is out of range for a gold table "
-                             f"of {width} columns")
-        positions.append(col % width)
-    return positions
 
 
 class _Unopenable(Exception):

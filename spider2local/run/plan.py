@@ -8,7 +8,7 @@ turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.resc
 Before any agent starts, the scorer is imported and the gold, evaluation records and scorer
 sources of the tasks to run are fingerprinted into run.json (``integrity``; see
 :mod:`spider2local.integrity.guard`). A resume keeps the first fingerprints and is refused when
-the scorer or a task's gold changed since.
+the scorer or the gold of any selected task (finished ones too) changed since.
 """
 
 from __future__ import annotations
@@ -212,8 +212,11 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         todo = interleaved(plan.selection.tasks, settings.trials, done)
         already = tuple(sorted(k for k in done if k[0] in plan.selection.ids
                                and k[1] <= settings.trials))
-        taken = await anyio.to_thread.run_sync(
-            guard.take, list({t.task.id: t.task for t in todo}.values()))
+        # Every selected task's gold, finished ones included: a resume is refused when any of
+        # them changed since the run started, also when nothing is left to run (only the tasks
+        # to run were fingerprinted: a finished run "resumed" over changed gold, "0 task(s) to
+        # run", and rewrote run.json and the report as if its verdicts still held).
+        taken = await anyio.to_thread.run_sync(guard.take, list(plan.selection.tasks))
         manifest, fingerprints = _start_manifest(plan, taken, await _free_passes(plan))
         if discard:
             entry = await anyio.to_thread.run_sync(folder.discard, discard)

@@ -145,6 +145,42 @@ def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment
     assert_one_line_error(run_cli("score", str(gold), "--gold", str(gold), *extra), fragment)
 
 
+def test_score_cols_take_negative_positions_as_iloc_does(tmp_path: Path) -> None:
+    """``--cols '[[-1]]'`` grades the last gold column (upstream's ``gold.iloc[:, [-1]]``);
+    a position iloc refuses is no option error but that table's official 0 (exit 1)."""
+    from tests.helpers import make_duckdb
+
+    gold = make_duckdb(tmp_path / "gold.duckdb", {"t": "select 1 as id, 'a' as name"})
+    result = make_duckdb(tmp_path / "result.duckdb", {"t": "select 'a' as label"})
+    last = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols",
+                   "[[-1]]", "--json")
+    assert last.returncode == 0, last.stderr
+    assert json.loads(last.stdout)["passed"] is True
+    first = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols", "[[-2]]")
+    assert first.returncode == 1, first.stderr
+    outside = run_cli("score", str(result), "--gold", str(gold), "--tables", "t", "--cols",
+                      "[[-3]]", "--json")
+    assert outside.returncode == 1, outside.stderr
+    table = json.loads(outside.stdout)["tables"][0]
+    assert table["passed"] is False and "out of range" in table["error"]
+
+
+def test_score_a_linked_file_agrees_with_the_library(tmp_path: Path) -> None:
+    """The CLI and ``score_database`` on a path through a link: one rule, one verdict."""
+    from spider2local.evaluation import score_database
+    from spider2local.evaluation.params import EvalParams
+    from tests.helpers import make_duckdb
+
+    gold = make_duckdb(tmp_path / "gold.duckdb", {"t": "select 1 as id"})
+    real = make_duckdb(tmp_path / "work" / "result.duckdb", {"t": "select 1 as id"})
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(real)
+    proc = run_cli("score", str(link), "--gold", str(gold), "--tables", "t", "--json")
+    assert proc.returncode == 0, proc.stderr
+    library = score_database(link, gold, EvalParams("gold.duckdb", ("t",), ((),), (False,)))
+    assert json.loads(proc.stdout)["passed"] is library.passed is True
+
+
 def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")

@@ -60,6 +60,34 @@ def test_list_shards_json_is_one_line_a_workflow_can_read(tmp_path: Path) -> Non
                            "--json"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert len(proc.stdout.strip().splitlines()) == 1
     assert [r["shard"] for r in json.loads(proc.stdout)["include"]] == ["1/2", "2/2"]
-    bad = subprocess.run([sys.executable, "-m", "spider2local", "list", "--subset", "all"],
+    bad = subprocess.run([sys.executable, "-m", "spider2local", "list", "--trials", "2"],
                          cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and "--subset applies to --shards" in bad.stderr
+    assert bad.returncode == 2 and "--trials applies to --shards" in bad.stderr
+
+
+def test_list_subset_lists_the_tasks_run_would_select(tiny_dataset: Callable[..., Path]) -> None:
+    """``list --subset S`` without ``--shards``: the subset's tasks (as ``run --subset S``
+    selects them), in text and JSON; an unknown subset is run's one-line error (exit 2)."""
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli
+
+    root = tiny_dataset("a1", "b1", "c1")
+    suite = root.parent / "tasks.toml"
+    suite.write_text(f'schema = 1\n[dataset]\nroot = "{root.name}"\n'
+                     '[subsets]\npair = ["c1", "a1"]\n')
+    runner = CliRunner()
+    text = runner.invoke(cli, ["--suite", str(suite), "list", "--subset", "pair"])
+    assert text.exit_code == 0, text.output
+    listed = [line.split()[0] for line in text.stdout.splitlines()[2:] if line.strip()]
+    assert listed[:2] == ["a1", "c1"] and "b1" not in text.stdout
+    assert "2 of 3 tasks in subset 'pair', 2 runnable" in text.stdout
+    as_json = runner.invoke(cli, ["--suite", str(suite), "list", "--subset", "pair", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    listing = json.loads(as_json.stdout)
+    assert [t["id"] for t in listing["tasks"]] == ["a1", "c1"] and listing["subset"] == "pair"
+    everything = json.loads(runner.invoke(cli, ["--suite", str(suite), "list", "--json"]).stdout)
+    assert [t["id"] for t in everything["tasks"]] == ["a1", "b1", "c1"]
+    unknown = runner.invoke(cli, ["--suite", str(suite), "list", "--subset", "nope"])
+    assert unknown.exit_code == 2
+    assert "unknown subset 'nope'" in unknown.stderr and len(unknown.stderr.splitlines()) == 1

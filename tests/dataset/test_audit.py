@@ -23,6 +23,16 @@ from spider2local.suite.model import Suite
 from tests.helpers import make_duckdb
 
 
+def test_negative_positions_name_columns_as_iloc_does(tiny_dataset: Callable[..., Path]) -> None:
+    """-1 is the last gold column (upstream's iloc); -3 of two columns is listed as bad, like 7."""
+    root = tiny_dataset("neg001", gold_tables={"orders": "select 1 as id, 'a' as name"},
+                        evaluation={"func": "duckdb_match", "parameters": {
+                            "gold": "shop.duckdb", "condition_tabs": ["orders"],
+                            "condition_cols": [[-1, -3, 0, 2]], "ignore_orders": [True]}})
+    graded = _audit(root, baseline=False)["neg001"].graded[0]
+    assert (graded.columns, graded.bad_positions) == (("name", "id"), (-3, 2))
+
+
 def _audit(root: Path, baseline: bool = True) -> dict[str, TaskAudit]:
     data = load_dataset(Suite(root / "tasks.toml", root))
     return {a.id: a for a in anyio.run(lambda: audit_dataset(data, baseline=baseline))}

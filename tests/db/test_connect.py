@@ -114,3 +114,47 @@ def test_more_allowed_than_opened_is_refused(tmp_path: Path, host: dict[str, Pat
                         lambda con: (real(con)[0], [*real(con)[1], "/"]))
     with pytest.raises(UnsafeConnection, match="allows more"):
         open_database(_agent_db(tmp_path, host, None), untrusted=True)
+
+
+@pytest.mark.parametrize("route", ["file link", "folder link", "relative", "dot-dot"])
+def test_a_path_through_links_opens_and_allows_only_the_real_file(
+        tmp_path: Path, host: dict[str, Path], route: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB reports the real path of the file it opened; the check compares it with the real
+    path too (it compared the given one: every link or relative path was refused)."""
+    db = _agent_db(tmp_path, host, None)
+    if route == "file link":
+        (tmp_path / "elsewhere").mkdir()
+        given = tmp_path / "elsewhere" / "named_otherwise.duckdb"
+        given.symlink_to(db)
+    elif route == "folder link":
+        (tmp_path / "linked").symlink_to(db.parent)
+        given = tmp_path / "linked" / db.name
+    elif route == "relative":
+        monkeypatch.chdir(tmp_path)
+        given = Path("work") / db.name
+    else:
+        given = db.parent / ".." / "work" / db.name
+    with open_database(given, untrusted=True) as con:
+        assert con.execute("SELECT a FROM ok").fetchone() == (1,)
+        paths, _ = allowed(con)
+        assert str(db) in paths and all(p.startswith(f"{db}.wal") or p == str(db)
+                                        for p in paths), paths
+        with pytest.raises(duckdb.Error):
+            con.execute(f"SELECT * FROM read_text('{host['secret.txt']}')").fetchall()
+
+
+@pytest.mark.parametrize("extra", ["{db}.wal/../../secret.txt", "{other}/result.duckdb.wal",
+                                   "{db}x.wal"])
+def test_a_wal_sibling_must_be_in_the_files_own_folder(
+        tmp_path: Path, host: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        extra: str) -> None:
+    """A name built from the file's name counts as its sibling only where the file is."""
+    import spider2local.db.connect as connect
+
+    db = _agent_db(tmp_path, host, None)
+    path = extra.format(db=db, other=tmp_path)
+    real = connect.allowed
+    monkeypatch.setattr(connect, "allowed", lambda con: ([*real(con)[0], path], real(con)[1]))
+    with pytest.raises(UnsafeConnection, match="allows more"):
+        open_database(db, untrusted=True)

@@ -450,7 +450,10 @@ def database_tables(draw: st.DrawFn) -> list[DbTable]:
         gold = draw(GOLD_TABLES)
         result = None if _chance(draw, 1) else _result_table(draw, gold)
         width = len(gold)
-        cols = draw(st.sampled_from([(), tuple(range(width)), (width - 1,), (0,)]))
+        # Negative positions count from the end as iloc counts them; (width,) and
+        # (-width - 1,) make upstream's iloc raise (the task then scores 0).
+        cols = draw(st.sampled_from([(), tuple(range(width)), (width - 1,), (0,), (-1,),
+                                     (-width, 0), (width,), (-width - 1,)]))
         tables.append(DbTable(f"t{t}", gold, result, cols, draw(st.booleans())))
     return tables
 

@@ -197,3 +197,27 @@ def test_a_result_view_reading_the_gold_file_by_its_path_does_not_pass(tmp_path:
     params = EvalParams(gold="shop.duckdb", condition_tabs=("orders",), condition_cols=((),),
                         ignore_orders=(True,))
     assert not score_database(result, gold, params).passed
+
+
+@pytest.mark.parametrize("route", ["file link", "folder link", "relative"])
+def test_a_result_reached_through_a_link_scores_as_the_file_itself(
+        tmp_path: Path, route: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library on a linked or relative path: the file's verdict (it was 'cannot open
+    result database: DuckDB allows more than the opened files', a 0 for a passing result)."""
+    gold = make_duckdb(tmp_path / "gold" / "shop.duckdb", {"orders": "select 1 as id, 'a' as n"})
+    real = make_duckdb(tmp_path / "work" / "shop.duckdb", {"orders": "select 'a' as x, 1 as y"})
+    params = EvalParams("shop.duckdb", ("orders",), ((),), (True,))
+    if route == "file link":
+        given = tmp_path / "result.duckdb"
+        given.symlink_to(real)
+    elif route == "folder link":
+        (tmp_path / "linked").symlink_to(real.parent)
+        given = tmp_path / "linked" / real.name
+    else:
+        monkeypatch.chdir(tmp_path)
+        given = Path("work") / real.name
+    direct = score_database(real, gold, params)
+    linked = score_database(given, gold, params)
+    assert direct.passed and linked.passed and linked.error is None
+    assert linked == direct
+    assert _reference(given, gold, params) == 1

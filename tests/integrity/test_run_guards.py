@@ -72,6 +72,22 @@ def test_a_resume_after_gold_changed_is_refused(data: Dataset, tmp_path: Path) -
         run(data, folder)
 
 
+def test_a_resume_of_a_finished_run_after_gold_changed_is_refused(
+        data: Dataset, tmp_path: Path) -> None:
+    """Nothing left to run is no reason to skip the check: the finished tasks' gold is
+    compared too (only the tasks to run were, so this resume was accepted)."""
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    run(data, folder)
+    before = folder.read_manifest()
+    t1 = data.get("t1")
+    assert t1 is not None and t1.gold is not None
+    add_table(t1.gold.db)
+    with pytest.raises(UserError, match=r"cannot be resumed: changed since it started: t1: "
+                                        r"gold file .* changed"):
+        run(data, folder)
+    assert folder.read_manifest() == before
+
+
 def test_a_resume_with_another_scorer_is_refused(data: Dataset, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     copy = tmp_path / "pkg"

@@ -237,3 +237,47 @@ def test_plan_takes_the_replay_dir_and_selection_the_run_recorded(
     assert again.settings.agent == "replay" and again.settings.timeout == 5.0
     assert again.agent_options == {"replay_dir": replay.resolve()}
     assert json.dumps({k: str(v) for k, v in again.agent_options.items()})
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_resuming_a_finished_sample_run_over_changed_gold_is_refused_and_touches_nothing(
+        tmp_path: Path) -> None:
+    """The user's path end to end: a finished run of the sample suite, its gold edited, then
+    ``run --run-id`` again: one line naming the gold file and the fix, exit 2, and the run
+    folder byte for byte as it was (it said "0 task(s) to run" and rewrote run.json)."""
+    import os
+    import subprocess
+    import sys
+
+    import duckdb
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "SPIDER2LOCAL_CACHE": str(tmp_path / "c")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spider2local", "--dataset", "sample",
+                               *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+
+    first = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "r1", "bakery001")
+    assert first.returncode == 0, first.stderr
+    [gold] = (tmp_path / "c").glob("sample-*/evaluation_suite/gold/bakery001/*.duckdb")
+    con = duckdb.connect(str(gold))  # the gold's bytes change (a table more)
+    con.execute("CREATE TABLE extra AS SELECT 1 AS x")
+    con.close()
+    folder = tmp_path / "runs" / "r1"
+    before = _file_hashes(folder)
+    assert "run.json" in before and any(k.endswith("result.json") for k in before)
+    resumed = cli("run", "--runs-dir", "runs", "--run-id", "r1")
+    assert resumed.returncode == 2, (resumed.stdout, resumed.stderr)
+    lines = resumed.stderr.strip().splitlines()
+    assert len(lines) == 1, resumed.stderr
+    assert "cannot be resumed: changed since it started: bakery001: gold file" in lines[0]
+    assert str(gold) in lines[0] and "start a new run with another --run-id" in lines[0]
+    assert "task(s) to run" not in resumed.stdout + resumed.stderr
+    assert _file_hashes(folder) == before
