@@ -37,10 +37,30 @@ def _site_packages() -> list[str]:
     import site
 
     found = list(site.getsitepackages())
-    user_site = site.getusersitepackages()
-    if site.ENABLE_USER_SITE and user_site in sys.path:  # a `pip install --user`: in the
-        found.append(user_site)  # home folder, which stays hidden around it
+    user = user_site()
+    if user is not None:  # in the home folder, which stays hidden around it
+        found.append(str(user))
     return [os.path.realpath(p) for p in found if Path(p).is_dir()]
+
+
+def user_site() -> Path | None:
+    """The user's own site-packages when this interpreter reads it (a ``pip install --user``
+    of spider2local or of what it needs), else None. The one owner of that question: the
+    sandbox binds it, and the agent's environment names its base (``PYTHONUSERBASE``),
+    because the agent's HOME is moved into its workspace and Python finds the user site
+    through HOME: dbt then failed with "No module named 'dbt'" (measured, issue 27)."""
+    import site
+
+    found = site.getusersitepackages()
+    return Path(found) if site.ENABLE_USER_SITE and found in sys.path else None
+
+
+def runtime_env() -> dict[str, str]:
+    """Variables a process of the agent needs to find this runtime's packages wherever HOME
+    points: ``PYTHONUSERBASE`` for a ``--user`` install (see :func:`user_site`)."""
+    import site
+
+    return {"PYTHONUSERBASE": site.getuserbase()} if user_site() is not None else {}
 
 
 def always_hidden() -> list[Path]:

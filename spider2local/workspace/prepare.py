@@ -57,6 +57,7 @@ from spider2local.run.layout import (
 from spider2local.run.results import write_json_atomic
 from spider2local.safepath import child
 from spider2local.sandbox.reply import ReaderDuckDBError
+from spider2local.sandbox.spec import runtime_env
 from spider2local.workspace.activate import CONTEXT_DIR, mark_kept, write_activation, write_marker
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
@@ -283,7 +284,7 @@ def _dated_env(date: dt.date, base: Mapping[str, str], forbidden: Sequence[Path]
     clean = {k: v for k, v in base.items()
              if (k in PASS_ENV or k.startswith("LC_")) and not any(str(p) in v for p in forbidden)}
     if root is not None:
-        clean.update(HOME=str(root / HOME_DIR), TMPDIR=str(root / TMP_DIR))
+        clean.update(HOME=str(root / HOME_DIR), TMPDIR=str(root / TMP_DIR), **runtime_env())
     return Clock(date, find_library()).agent_env(clean, faketime_dir())
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import site
 import stat
 import subprocess
 import sys
@@ -580,3 +581,34 @@ def test_a_huge_dbt_log_makes_a_bounded_text(tmp_path: Path,
     assert wsmod.write_dbt_text(logs)
     text = (logs / "dbt.txt").read_text()
     assert len(text) < 10_200 and text.endswith("[the rest of dbt.log is not kept here]\n")
+
+
+def test_a_user_site_install_is_found_by_the_agent_despite_its_moved_home(
+        sample: Dataset, tmp_path: Path) -> None:
+    """A ``pip install --user`` keeps dbt in ~/.local, found through HOME, which the agent's
+    env moves into its workspace ("No module named 'dbt'", measured as a user): a Python
+    that reads the user site (run here as one, without venv) gets PYTHONUSERBASE naming
+    it, and the sandbox binds it though the home around it stays hidden; a venv's gets
+    neither."""
+    probe = ("import json; "
+             "from spider2local.sandbox import spec; "
+             "print(json.dumps([str(spec.user_site()), spec.runtime_env(), "
+             "[str(p) for p in spec.runtime_paths()]]))")
+    user_base = tmp_path / "userbase"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    user_site = user_base / "lib" / version / "site-packages"
+    user_site.mkdir(parents=True)
+    repo = str(Path(wsmod.__file__).resolve().parents[2])
+    venv_site = os.pathsep.join([repo, *site.getsitepackages()])  # the deps, not as a venv
+    base_python = Path(sys.base_prefix) / "bin" / version
+    done = subprocess.run([str(base_python), "-c", probe], capture_output=True,
+                          text=True, check=True, timeout=60,
+                          env={**os.environ, "PYTHONUSERBASE": str(user_base),
+                               "PYTHONPATH": venv_site,  # real dbt found on PATH:
+                               "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    site_found, env, paths = json.loads(done.stdout)
+    assert site_found == str(user_site)
+    assert env == {"PYTHONUSERBASE": str(user_base)}
+    assert str(user_site) in paths
+    assert wsmod.runtime_env() == {}  # this venv's interpreter reads no user site
+    assert "PYTHONUSERBASE" not in workspace_env(sample.tasks[0], dict(os.environ), (), tmp_path)
