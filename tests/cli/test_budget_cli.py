@@ -48,7 +48,6 @@ def test_the_run_cap_cuts_running_trials_at_the_gateway_and_starts_no_more(
         report = cli("report", "cap", "--runs-dir", "runs", "--format", "json",
                      cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    print("FIGURES", served, proc.stdout[-1500:], report.stdout[:0], json.loads(report.stdout)["budget"])
     model = json.loads((tmp_path / "runs" / "cap" / "run.json").read_text())["settings"]["model"]
     # what the (fake) model server was actually paid for, whatever spider2local says
     spent = total_cost({model: {"input_tokens": served["input_tokens"]}})
