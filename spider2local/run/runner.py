@@ -73,6 +73,7 @@ from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
+from spider2local.workspace.copy import remove_tree
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
@@ -234,9 +235,17 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
                 progress.note(state.label, f"workspace not removed: {_oserror(exc)}")
 
 
+class _NotStarted(Exception):
+    """The run's budget was spent while the trial's first workspace was prepared (by trials
+    running beside it): its agent is not started. Started, its first request would be refused
+    and the untouched workspace scored as if an agent had worked on it (a "pass" for free on a
+    task whose start database already passes); the trial counts as never started instead."""
+
+
 async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentFactory,
                          progress: Progress) -> tuple[AgentOutcome, bool]:
-    """Prepare a fresh workspace and run the agent once."""
+    """Prepare a fresh workspace and run the agent once (raises :class:`_NotStarted` when the
+    run's budget is spent before the first attempt's agent starts)."""
     task = state.task
     state.attempts += 1
     progress.stage(state.label, Stage.PREPARE)
@@ -254,6 +263,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         ws = state.ws = replace(ws, env=warm.warm_env(ws.env, ws.root))
         await in_thread(warm.prepare_dir, ws.root)
     state.baseline = await in_thread(project_baseline, ws.project_dir)
+    spent = state.share.budget.refusal()
+    if spent is not None and state.attempts == 1:
+        raise _NotStarted(spent)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
@@ -503,7 +515,9 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     ``budget``: the run's (:class:`RunBudget`; none: the trial's spend is counted, uncapped).
     Returns ``None`` when the run folder could not take the trial (its folder or its result
     could not be written: a full disk): the trial stays unfinished, which a resume re-runs, and
-    one line on stderr names the path. Nothing else of the run is stopped."""
+    one line on stderr names the path. Nothing else of the run is stopped. Also ``None`` when
+    the run's budget was spent before its agent started (:class:`_NotStarted`): its folder is
+    removed and ``budget.not_run`` counts it."""
     label = trial_label(task.id, trial, settings.trials)
     if watch is None:
         watch = guard.Watch(await in_thread(guard.take, [task]), runs_dir=folder.root.parent)
@@ -528,6 +542,13 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                 raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
             verdict = await _finish(state, settings, outcome, timed_out, progress, watch)
+        except _NotStarted as exc:  # as if never begun: no result, no folder, counted
+            await _cleanup(state, False, progress)
+            await in_thread(remove_tree, artifacts)
+            if budget is not None:
+                budget.not_run += 1
+            progress.task_not_started(label, f"not started: {exc}")
+            return None
         except Exception as exc:
             verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
@@ -613,8 +634,9 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
 
     async def worker() -> None:
         while queue:
-            if budget.reached:
-                budget.not_run = len(queue)
+            if budget.reached:  # the first worker to see it counts what is left
+                budget.not_run += len(queue)
+                queue.clear()
                 return
             item = queue.popleft()
             result = await run_task(item.task, folder, settings, factory, progress, watch,

@@ -26,7 +26,7 @@ from spider2local.run.merge import merge_runs
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.results import Status, Usage, save_result
-from spider2local.run.runner import interleaved
+from spider2local.run.runner import RunBudget, interleaved, run_task
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
@@ -185,6 +185,24 @@ def test_running_trials_share_one_run_budget_and_are_cut_when_it_is_spent(
     assert (report.cut_by_budget, report.not_run_for_budget) == (2, 2)
     assert any(line.startswith("2 trial(s) cut by the run's budget of $1.00")
                for line in headline_lines(report))
+
+
+def test_a_trial_whose_budget_was_spent_while_it_was_prepared_never_starts(
+        data: Dataset, tmp_path: Path) -> None:
+    """Trials beside it spent the run's budget while its workspace was made: its agent is not
+    started (it would be refused at once and the untouched workspace scored), no result and
+    no folder are left, and it is counted as not started."""
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    folder.create()
+    budget = RunBudget(1.0, spent=1.25)
+    seen: list[str] = []
+    stream = io.StringIO()
+    task = select_tasks(data, ("t1",)).tasks[0]
+    result = anyio.run(run_task, task, folder, RunSettings(agent="recorder"),
+                       lambda: Recorder(seen), Progress(stream, live=False), None, 1, budget)
+    assert result is None and seen == [] and budget.not_run == 1
+    assert not folder.trial_dir("t1", 1).exists() and folder.trial_results() == {}
+    assert "t1: not started: the run budget of $1 is spent ($1.2500)" in stream.getvalue()
 
 
 def test_rerun_moves_the_trials_into_the_history_and_runs_them_again(data: Dataset,
