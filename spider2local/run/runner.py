@@ -263,9 +263,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         ws = state.ws = replace(ws, env=warm.warm_env(ws.env, ws.root))
         await in_thread(warm.prepare_dir, ws.root)
     state.baseline = await in_thread(project_baseline, ws.project_dir)
-    spent = state.share.budget.refusal()
-    if spent is not None and state.attempts == 1:
-        raise _NotStarted(spent)
+    refused = state.share.budget.refusal()  # asked of the budget: no request was refused
+    if refused is not None and state.attempts == 1:
+        raise _NotStarted(refused)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
