@@ -62,7 +62,7 @@ from spider2local.agents.openai_usage import OpenAiUsage
 from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import MAX_USAGE_BYTES, READERS, read_usage
 from spider2local.exceptions import UserError
-from spider2local.gateway.budget import Budget
+from spider2local.gateway.budget import Budget, Cap
 from spider2local.gateway.server import ApiCall, Upstream, open_gateway
 from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.layout import (
@@ -376,8 +376,8 @@ class CommandAgent:
             return AgentOutcome(error=f"not started: {problem}")
         apis = declared_apis(self.apis)
         meters = _Meters(apis)
-        budgets = [Budget(ctx.limits.max_budget_usd, "task"),
-                   *([ctx.budget] if ctx.budget is not None else [])]
+        budgets: list[Cap] = [Budget(ctx.limits.max_budget_usd, "task"),
+                              *([ctx.budget] if ctx.budget is not None else [])]
         async with open_gateway([a.upstream for a in apis], meters,
                                 sealed=ctx.isolation == IsolationMode.NAMESPACE, budgets=budgets,
                                 record=ctx.workspace.artifacts / API_RECORD) as served:

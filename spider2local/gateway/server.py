@@ -12,8 +12,9 @@ the gateway:
   (for a Messages API: ``message_start``/``message_delta`` usage, the model, the text): what
   the model's server said, not what the agent's process prints, so nothing the agent writes
   into its own output can change the usage, the cost or what the verifier answered;
-- charges the session's and the run's :class:`~.budget.Budget` and refuses every request once
-  one is spent (an API error the client does not retry);
+- charges the session's and the run's :class:`~.budget.Budget` (the run's through the trial's
+  :class:`~.budget.Share`) and refuses every request once one is spent (an API error the
+  client does not retry);
 - records the exchange (:mod:`.record`).
 
 When the runner dies, the socket's server dies with it: nothing more is served.
@@ -50,7 +51,7 @@ import anyio.abc
 import h11
 import httpx
 
-from spider2local.gateway.budget import Budget
+from spider2local.gateway.budget import Cap
 from spider2local.gateway.record import ExchangeLog
 from spider2local.proc.serving import serving
 from spider2local.proc.tempdirs import make_owned_dir
@@ -177,7 +178,7 @@ class Gateway:
     """Serves the HTTP connections of one agent session (see the module doc)."""
 
     def __init__(self, upstreams: Sequence[Upstream], meter: Meter, *,
-                 budgets: Sequence[Budget] = (), record: ExchangeLog | None = None,
+                 budgets: Sequence[Cap] = (), record: ExchangeLog | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.upstreams = tuple(upstreams)
         self.meter = meter
@@ -394,7 +395,7 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def open_gateway(upstreams: Sequence[Upstream], meter: Meter, *, sealed: bool,
-                       budgets: Sequence[Budget] = (), record: Path | None = None,
+                       budgets: Sequence[Cap] = (), record: Path | None = None,
                        transport: httpx.AsyncBaseTransport | None = None
                        ) -> AsyncIterator[Served]:
     """Serve ``upstreams`` for one session while the block runs.

@@ -8,6 +8,10 @@ the headline's pass and suspect counts count trials (with one trial per task, as
 ``trials`` (K) and ``stats`` are new: per task ``trials_run`` / ``trials_passed`` / ``rate``,
 ``pass_at_1`` per denominator with ``se`` and its 95% ``interval``, ``pass_k`` (pass@k and
 pass^k per k), ``flaky``. Fractions are 0..1, not percentages.
+
+Added since (same schema): ``budget`` (the run's ``--max-cost-usd`` as ``cap_usd``, what it
+counted as ``spent_usd``, trials it ``cut`` mid-way and trials it left ``not_started``) and
+each task's ``cut_by_budget``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "suspect": [r.task_id for r in report.rows if r.integrity == SUSPECT],
         "rates": asdict(report.rates), "cost_usd": report.cost_usd,
         "trials": report.trials,
+        "budget": {"cap_usd": report.max_cost_usd, "spent_usd": report.spent_usd,
+                   "cut": report.cut_by_budget, "not_started": report.not_run_for_budget},
         "stats": stats_json(report.stats),
         "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total}}
                   for r in report.rows],

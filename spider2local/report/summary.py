@@ -126,6 +126,9 @@ class Row:
     """The per-table verdicts and diagnostics as ``score`` prints them (empty: not scored)."""
     trial: int = 1
     """Which trial of the task this row is (1-based)."""
+    cut_by_budget: bool = False
+    """The run's budget (``--max-cost-usd``) was spent while it ran and its session was stopped
+    there (scored as it stood)."""
 
     @property
     def name(self) -> str:
@@ -266,6 +269,16 @@ class RunReport:
         return self.stats.trials
     not_run_for_budget: int = 0
     """Trials left unstarted because the run's budget (``--max-cost-usd``) was reached."""
+    max_cost_usd: float | None = None
+    """The run's budget as its last invocation set it (None: none)."""
+    spent_usd: float | None = None
+    """What the run's budget counted as spent (run.json), cut attempts included."""
+
+    @property
+    def cut_by_budget(self) -> int:
+        """Trials the run's budget stopped mid-way (counted from their results, so a resume
+        or a merge keeps them; ``not_run_for_budget`` is the last invocation's)."""
+        return sum(r.cut_by_budget for r in self.rows)
 
     @property
     def cost_usd(self) -> float | None:
@@ -319,7 +332,8 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
                Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens,
                       u.cache_creation_tokens), u.turns, dict(result.durations), failing,
                error.stage.value if error else None, error.kind.value if error else None,
-               error.message if error else None, text, result.trial)
+               error.message if error else None, text, result.trial,
+               result.cut_by_budget)
 
 
 def _selection(manifest: RunManifest | None,
@@ -525,4 +539,13 @@ def build_report(run_id: str, manifest: RunManifest | None,
         finished_at=manifest.finished_at if manifest else None, interrupted=interrupted,
         dataset=manifest.dataset if manifest else None,
         stats=compute_stats(rows, headline, trials),
-        not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0)
+        not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0,
+        max_cost_usd=_number(manifest.setting("max_cost_usd")) if manifest else None,
+        spent_usd=manifest.spent_usd if manifest else None)
+
+
+def _number(value: object) -> float | None:
+    """A number run.json's settings hold, read defensively (a hand-edited file)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

@@ -240,11 +240,22 @@ def headline_lines(report: RunReport) -> list[str]:
     if h.interrupted:
         lines.append(f"{h.interrupted} {'trial' if several else 'task'}(s) interrupted: "
                      f"resume with --run-id {report.run_id}")
+    if report.cut_by_budget:
+        lines.append(budget_cut_line(report))
     if report.not_run_for_budget:
         lines.append(f"{report.not_run_for_budget} trial(s) not run: the run's budget "
                      f"(--max-cost-usd) was reached; resume with --run-id {report.run_id} "
                      "and a higher --max-cost-usd")
     return lines
+
+
+def budget_cut_line(report: RunReport) -> str:
+    """The trials the run's budget stopped mid-way: their verdicts are of unfinished work,
+    which a reader must know before comparing pass rates."""
+    cap = f" of {money(report.max_cost_usd)}" if report.max_cost_usd is not None else ""
+    spent = f", spent {money(report.spent_usd)}" if report.spent_usd is not None else ""
+    return (f"{report.cut_by_budget} trial(s) cut by the run's budget{cap} (--max-cost-usd"
+            f"{spent}): stopped mid-way and scored as they stood")
 
 
 TABLE_HEADERS = ("task", "status", "verdict", "tables", "time", "cost", "tokens", "integrity",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from spider2local.dataset.task import TaskSpec
-from spider2local.gateway.budget import Budget
+from spider2local.gateway.budget import Cap
 from spider2local.run.results import Usage
 from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
@@ -83,9 +83,11 @@ class AgentContext:
     """What the run keeps from the agent (the dataset, the gold folder, the runs folder, the
     suite file, the cache; decided by :meth:`spider2local.integrity.guard.Watch.off_limits`):
     a sandbox hides each, also where it lies under a folder the sandbox binds."""
-    budget: Budget | None = None
-    """The run's spending cap (``--max-cost-usd``), one object shared by every session of the
-    run: the model gateway charges it and refuses requests once it is spent."""
+    budget: Cap | None = None
+    """The run's spending cap (``--max-cost-usd``): the trial's :class:`~spider2local.gateway.
+    budget.Share` of the one budget shared by every session of the run (the runner sets it,
+    with or without a cap, so the spend is counted either way). The agent hands it to its
+    model gateway, which charges it and refuses requests once it is spent."""
 
 
 @dataclass(frozen=True)

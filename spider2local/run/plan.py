@@ -45,7 +45,7 @@ from spider2local.run.resume import (
     remembered_settings,
     selection_request,
 )
-from spider2local.run.runner import AgentFactory, Budget, interleaved, run_tasks
+from spider2local.run.runner import AgentFactory, RunBudget, interleaved, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
 from spider2local.sandbox.isolation import Isolation, IsolationChoice, choose_isolation
@@ -228,9 +228,9 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
                             suite_file=plan.suite_path)
         # what cut attempts spent counts too: a resume must not spend past the cap again
-        budget = Budget(settings.max_cost_usd,
-                        sum(r.usage.cost_usd or 0.0 for r in kept.values())
-                        + (cut.total(cut.read(folder.root)).cost_usd or 0.0))
+        budget = RunBudget(settings.max_cost_usd,
+                           sum(r.usage.cost_usd or 0.0 for r in kept.values())
+                           + (cut.total(cut.read(folder.root)).cost_usd or 0.0))
         progress.run_started(folder.run_id, todo=len(todo), already_done=already,
                              skipped=plan.selection.skipped, trials=settings.trials,
                              spent_usd=budget.spent, jobs=settings.jobs)
@@ -239,10 +239,11 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
             lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
                               budget))
         if budget.not_run:
+            why = ("cannot be enforced (a model used has no price in spider2local's table)"
+                   if budget.shared.unknown else f"was reached (spent ${budget.spent:.2f})")
             progress.note(folder.run_id, f"{budget.not_run} trial(s) not started: the run's "
-                                         f"budget of ${budget.cap:.2f} was reached (spent "
-                                         f"${budget.spent:.2f}); resume with a higher "
-                                         "--max-cost-usd to run them")
+                                         f"budget of ${budget.cap:.2f} {why}; resume with a "
+                                         "higher --max-cost-usd to run them")
         manifest = replace(manifest, not_run_for_budget=budget.not_run,
                            spent_usd=round(budget.spent, 6))
         folder.write_manifest(manifest.finish(interrupted=interrupted))

@@ -183,6 +183,12 @@ class Progress:
         whatever the verbosity."""
         self._log(f"{task_id}: {message}", force=True, style="yellow")
 
+    def task_not_started(self, label: str, why: str) -> None:
+        """A trial begun but given up before its agent started (:meth:`task_started` was
+        called): it leaves the running ones, and the reason is shown as a note."""
+        self.running.pop(label, None)
+        self.note(label, why)
+
     def task_finished(self, result: TaskResult, label: str | None = None) -> None:
         label = label or result.task_id
         self.running.pop(label, None)

@@ -24,15 +24,16 @@ from typing import Any
 from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 4
-"""4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
+SCHEMA_VERSION = 5
+"""5: ``cut_by_budget`` (absent before, read as false).
+4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
 3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
 ``integrity``; ``isolation`` (also written by late version-2 files).
 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
-READABLE_VERSIONS = (1, 2, 3, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -182,6 +183,10 @@ class TaskResult:
     trial: int = 1
     """Which of the run's independent trials of this task this is (1-based). Results are
     addressed by ``(task_id, trial)``; files written before trials existed are trial 1."""
+    cut_by_budget: bool = False
+    """The run's budget (``--max-cost-usd``) was spent while this trial ran: its model gateway
+    refused a request, which ended the session, and what the agent had left was scored as it
+    stood (the error says so, as for the task's own ``--max-budget-usd``)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -223,7 +228,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
     "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
     "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
-    "verified": (bool, type(None)), "trial": (int,),
+    "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
 }
 
 

@@ -37,6 +37,7 @@ import anyio
 from spider2local.clock import warm
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
+from spider2local.gateway.budget import Budget, Share
 from spider2local.integrity import guard
 from spider2local.integrity.scan import (
     Evidence,
@@ -72,6 +73,7 @@ from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
+from spider2local.workspace.copy import remove_tree
 from spider2local.workspace.guard import OutsideWorkspace
 from spider2local.workspace.prepare import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
@@ -101,6 +103,9 @@ class _Attempt:
     """The running attempt's meter: what a cut attempt spent so far (:mod:`.cut`)."""
     checkpointed: bool = False
     """The checkpoint stage folded the database's WAL (collect need not again)."""
+    share: Share = field(default_factory=lambda: Budget(None, "run").share())
+    """The trial's part of the run's budget (:class:`RunBudget`), handed to each attempt's
+    agent: its gateway charges it and refuses once the run's cap is spent."""
 
     def spent_so_far(self) -> Usage:
         return self.spent + (self.meter.usage if self.meter is not None else Usage())
@@ -230,9 +235,17 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
                 progress.note(state.label, f"workspace not removed: {_oserror(exc)}")
 
 
+class _NotStarted(Exception):
+    """The run's budget was spent while the trial's first workspace was prepared (by trials
+    running beside it): its agent is not started. Started, its first request would be refused
+    and the untouched workspace scored as if an agent had worked on it (a "pass" for free on a
+    task whose start database already passes); the trial counts as never started instead."""
+
+
 async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentFactory,
                          progress: Progress) -> tuple[AgentOutcome, bool]:
-    """Prepare a fresh workspace and run the agent once."""
+    """Prepare a fresh workspace and run the agent once (raises :class:`_NotStarted` when the
+    run's budget is spent before the first attempt's agent starts)."""
     task = state.task
     state.attempts += 1
     progress.stage(state.label, Stage.PREPARE)
@@ -250,12 +263,15 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         ws = state.ws = replace(ws, env=warm.warm_env(ws.env, ws.root))
         await in_thread(warm.prepare_dir, ws.root)
     state.baseline = await in_thread(project_baseline, ws.project_dir)
+    refused = state.share.budget.refusal()  # asked of the budget: no request was refused
+    if refused is not None and state.attempts == 1:
+        raise _NotStarted(refused)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,
-                       off_limits=state.off_limits)
+                       off_limits=state.off_limits, budget=state.share)
     progress.stage(state.label, Stage.AGENT, ctx.meter)
     state.meter = ctx.meter
     with _Stopwatch(state, "agent"):
@@ -284,6 +300,7 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
     while True:
         outcome, timed_out = await _attempt_agent(state, settings, factory, progress)
         state.spent, state.meter = state.spent + outcome.usage, None
+        state.share.settle(state.spent.cost_usd)  # what no gateway of the trial charged
         if not should_retry(outcome, timed_out, state.attempts, settings.retries):
             return replace(outcome, usage=state.spent), timed_out
         wait = backoff(settings.retry_backoff, state.attempts)
@@ -449,32 +466,58 @@ def trial_label(task_id: str, trial: int, trials: int) -> str:
     return task_id if trials <= 1 and trial == 1 else f"{task_id}#{trial}"
 
 
-class Budget:
-    """The whole run's spending cap (``--max-cost-usd``): once the cost spent (finished trials
-    of this run, earlier invocations included) reaches it, no new trial starts; running ones
-    finish. ``not_run`` counts the trials left unstarted for it."""
+class RunBudget:
+    """The whole run's spending cap (``--max-cost-usd``) and the one tally of what it spent.
+
+    The tally is one :class:`~spider2local.gateway.budget.Budget` (``shared``), seeded with
+    what earlier invocations of the run spent. Every trial gets a
+    :class:`~spider2local.gateway.budget.Share` of it: its model gateways charge each call as
+    it is answered and refuse further requests once the cap is spent, so running trials are cut
+    there (scored as they stand, their result marked ``cut_by_budget``) and the spend passes
+    the cap by at most one call per session running at that moment. After each attempt the
+    runner settles the attempt's reported cost into the share: what no gateway saw (an agent
+    reporting its own cost) is added, what a gateway charged is not charged again.
+
+    Why no separate tally of finished trials, as before: it lagged the gateway's by every
+    running trial's spend and only kept new trials from starting (a $1 cap spent $16.25 with
+    two trials at once). No trial starts once the budget refuses (``reached``: the same test
+    the gateway makes, so the two never disagree); ``not_run`` counts those left unstarted.
+    """
 
     def __init__(self, cap: float | None, spent: float = 0.0) -> None:
-        self.cap, self.spent, self.not_run = cap, spent, 0
+        self.shared = Budget(cap, "run", spent_usd=spent)
+        self.not_run = 0
+
+    @property
+    def cap(self) -> float | None:
+        return self.shared.cap_usd
+
+    @property
+    def spent(self) -> float:
+        return self.shared.spent_usd
 
     @property
     def reached(self) -> bool:
-        return self.cap is not None and self.spent >= self.cap
+        return self.shared.refusal() is not None
 
-    def add(self, result: TaskResult) -> None:
-        self.spent += result.usage.cost_usd or 0.0
+    def share(self) -> Share:
+        return self.shared.share()
 
 
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                    factory: AgentFactory, progress: Progress,
-                   watch: guard.Watch | None = None, trial: int = 1) -> TaskResult | None:
+                   watch: guard.Watch | None = None, trial: int = 1,
+                   budget: RunBudget | None = None) -> TaskResult | None:
     """Run one trial of a task start to finish and write its result.json (the last thing
     written).
 
     ``watch``: the run's fingerprints (taken here, for this task alone, when not given).
+    ``budget``: the run's (:class:`RunBudget`; none: the trial's spend is counted, uncapped).
     Returns ``None`` when the run folder could not take the trial (its folder or its result
     could not be written: a full disk): the trial stays unfinished, which a resume re-runs, and
-    one line on stderr names the path. Nothing else of the run is stopped."""
+    one line on stderr names the path. Nothing else of the run is stopped. Also ``None`` when
+    the run's budget was spent before its agent started (:class:`_NotStarted`): its folder is
+    removed and ``budget.not_run`` counts it."""
     label = trial_label(task.id, trial, settings.trials)
     if watch is None:
         watch = guard.Watch(await in_thread(guard.take, [task]), runs_dir=folder.root.parent)
@@ -486,7 +529,8 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
         progress.note(label, f"not run: {exc}")
         return None
-    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label)
+    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label,
+                     share=(budget or RunBudget(None)).share())
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
@@ -498,6 +542,13 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                 raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
             verdict = await _finish(state, settings, outcome, timed_out, progress, watch)
+        except _NotStarted as exc:  # as if never begun: no result, no folder, counted
+            await _cleanup(state, False, progress)
+            await in_thread(remove_tree, artifacts)
+            if budget is not None:
+                budget.not_run += 1
+            progress.task_not_started(label, f"not started: {exc}")
+            return None
         except Exception as exc:
             verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
@@ -517,6 +568,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             model=settings.model, verified=outcome.verified,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
                             isolation=settings.isolation.value, trial=trial,
+                            cut_by_budget=state.share.refused is not None,
                             **verdict.fields())
         path = folder.result_path(task.id, trial)
         try:
@@ -559,7 +611,7 @@ def _oserror(exc: OSError, path: Path | None = None) -> str:
 async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
                     settings: RunSettings, factory: AgentFactory, progress: Progress,
                     results: dict[tuple[str, int], TaskResult] | None = None,
-                    watch: guard.Watch | None = None, budget: Budget | None = None,
+                    watch: guard.Watch | None = None, budget: RunBudget | None = None,
                     ) -> dict[tuple[str, int], TaskResult]:
     """Run ``tasks`` (trials, or tasks meaning their trial 1) in the order given, at most
     ``settings.jobs`` at a time; returns the results written, by ``(task id, trial)``.
@@ -569,11 +621,12 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
     ``results`` (filled as trials finish) lets a caller see what finished before a
     cancellation. ``watch``: the run's fingerprints (:func:`~spider2local.run.plan.
     execute_run` records them in run.json); when not given they are taken here, before any
-    agent starts. ``budget``: no trial starts once it is reached (:class:`Budget`).
+    agent starts. ``budget``: shared by every trial; none starts once it is reached
+    (:class:`RunBudget`).
     """
     queue = deque(t if isinstance(t, Trial) else Trial(t) for t in tasks)
     results = {} if results is None else results
-    budget = budget if budget is not None else Budget(None)
+    budget = budget if budget is not None else RunBudget(None)
     if watch is None:
         watch = guard.Watch(await in_thread(guard.take, list({t.task.id: t.task for t in queue}
                                                               .values())),
@@ -581,15 +634,15 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
 
     async def worker() -> None:
         while queue:
-            if budget.reached:
-                budget.not_run = len(queue)
+            if budget.reached:  # the first worker to see it counts what is left
+                budget.not_run += len(queue)
+                queue.clear()
                 return
             item = queue.popleft()
             result = await run_task(item.task, folder, settings, factory, progress, watch,
-                                    item.trial)
+                                    item.trial, budget)
             if result is not None:
                 results[item.key] = result
-                budget.add(result)
 
     async with anyio.create_task_group() as outer:
         outer.start_soon(progress.refresh_loop)

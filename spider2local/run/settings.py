@@ -45,7 +45,8 @@ class RunSettings:
     model: str | None = None
     max_budget_usd: float | None = _default("max_budget_usd")
     max_cost_usd: float | None = _default("max_cost_usd")
-    """The whole run's budget: no trial starts once the cost spent reaches it."""
+    """The whole run's budget (:class:`~spider2local.run.runner.RunBudget`): once the cost
+    spent reaches it, the gateways refuse requests (running trials stop) and no trial starts."""
     verify_rounds: int = _default("verify_rounds")
     skills: tuple[str, ...] = ()
     keep: bool = False

@@ -409,8 +409,9 @@ SETTINGS: tuple[Setting, ...] = (
             "The agent's own spending cap per task (its session stops there).",
             Resume.MUST_MATCH),
     Setting("max_cost_usd", Positive(metavar="USD"), None,
-            "A budget for the whole run: once the spent cost reaches it no new trial starts "
-            "(running ones finish); a resume with a higher cap continues."),
+            "A budget for the whole run, charged at the model gateway: once the spent cost "
+            "reaches it running trials are stopped (scored as they stand) and no new trial "
+            "starts; a resume with a higher cap continues."),
     Setting("verify_rounds", Integer(minimum=0), 2,
             "Verifier rounds after the agent's work.", Resume.MUST_MATCH),
     Setting("templates", Flag(), False,

@@ -26,7 +26,7 @@ from spider2local.run.merge import merge_runs
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.results import Status, Usage, save_result
-from spider2local.run.runner import interleaved
+from spider2local.run.runner import RunBudget, interleaved, run_task
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
@@ -140,6 +140,69 @@ def test_the_budget_stops_new_trials_and_a_higher_cap_continues(data: Dataset,
     more = execute(data, folder, ids=("t1",), cost=3.0, trials=3, max_cost_usd=20.0)
     assert list(more.ran) == [("t1", 3)] and more.not_run_for_budget == 0
     assert load_report(folder).not_run_for_budget == 0
+
+
+class Spender:
+    """Spends $0.40 a call through the trial's share of the run's budget, as its model gateway
+    would: asks before each call, is charged after it; stops when refused (as a session does
+    on the gateway's refusal) and reports what it spent, as an agent's usage does."""
+
+    name = "spender"
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        assert ctx.budget is not None  # the runner always hands a trial its share
+        spent = 0.0
+        for _ in range(25):
+            refused = ctx.budget.refusal()
+            if refused is not None:
+                return AgentOutcome(usage=Usage(turns=1, cost_usd_computed=spent),
+                                    error=f"the agent reached its budget limit: {refused}")
+            await anyio.sleep(0.01)
+            ctx.budget.charge(0.4)
+            spent += 0.4
+        return AgentOutcome(usage=Usage(turns=1, cost_usd_computed=spent))
+
+
+def test_running_trials_share_one_run_budget_and_are_cut_when_it_is_spent(
+        data: Dataset, tmp_path: Path) -> None:
+    """Two trials at once under a $1 cap: both are cut mid-way (over the cap by at most one
+    call each), the two trials after them never start, what the run spent is counted once
+    (the gateway's charges and the results' costs are the same money), and the report says
+    how many were cut and how many never started."""
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    plan = RunPlan(folder, select_tasks(data, ("t1", "t2")),
+                   RunSettings(agent="spender", jobs=2, trials=2, max_cost_usd=1.0),
+                   Spender, data.suite.path, "sha", data.root)
+    outcome = anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
+    assert sorted(outcome.ran) == [("t1", 1), ("t2", 1)] and outcome.not_run_for_budget == 2
+    results = folder.trial_results()
+    assert all(r.cut_by_budget for r in results.values())
+    spent = sum(r.usage.cost_usd or 0.0 for r in results.values())
+    assert 1.0 <= spent <= 1.0 + 2 * 0.4 + 1e-9
+    manifest = folder.read_manifest()
+    assert manifest is not None and manifest.spent_usd == pytest.approx(spent)
+    report = load_report(folder)
+    assert (report.cut_by_budget, report.not_run_for_budget) == (2, 2)
+    assert any(line.startswith("2 trial(s) cut by the run's budget of $1.00")
+               for line in headline_lines(report))
+
+
+def test_a_trial_whose_budget_was_spent_while_it_was_prepared_never_starts(
+        data: Dataset, tmp_path: Path) -> None:
+    """Trials beside it spent the run's budget while its workspace was made: its agent is not
+    started (it would be refused at once and the untouched workspace scored), no result and
+    no folder are left, and it is counted as not started."""
+    folder = RunFolder.at(tmp_path / "runs", "r")
+    folder.create()
+    budget = RunBudget(1.0, spent=1.25)
+    seen: list[str] = []
+    stream = io.StringIO()
+    task = select_tasks(data, ("t1",)).tasks[0]
+    result = anyio.run(run_task, task, folder, RunSettings(agent="recorder"),
+                       lambda: Recorder(seen), Progress(stream, live=False), None, 1, budget)
+    assert result is None and seen == [] and budget.not_run == 1
+    assert not folder.trial_dir("t1", 1).exists() and folder.trial_results() == {}
+    assert "t1: not started: the run budget of $1 is spent ($1.2500)" in stream.getvalue()
 
 
 def test_rerun_moves_the_trials_into_the_history_and_runs_them_again(data: Dataset,

@@ -60,7 +60,7 @@ from spider2local.agents.registry import Capabilities
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
-from spider2local.gateway.budget import Budget
+from spider2local.gateway.budget import Budget, Cap
 from spider2local.gateway.server import open_gateway
 from spider2local.proc.run import text_file_busy
 from spider2local.run.contract import AgentContext, AgentOutcome
@@ -223,8 +223,8 @@ class ClaudeAgent:
         usage = ApiUsage(prompts.verifier_prompt(ctx.task, ctx.workspace, ctx.prompts),
                          on_change=lambda: ctx.meter.set(usage.usage()),
                          on_report=state.on_verifier_report)
-        budgets = [Budget(ctx.limits.max_budget_usd, "task"),
-                   *([ctx.budget] if ctx.budget is not None else [])]
+        budgets: list[Cap] = [Budget(ctx.limits.max_budget_usd, "task"),
+                              *([ctx.budget] if ctx.budget is not None else [])]
         sealed = ctx.isolation == IsolationMode.NAMESPACE
         marker = uuid.uuid4().hex
         env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
