@@ -1,5 +1,6 @@
-"""Shared fixtures: the real Spider2-DBT tasks in ../shared, tiny upstream-shaped datasets, and
-the sample suite's reference run, done once per test session."""
+"""Shared fixtures: the session's own home and cache, the real Spider2-DBT tasks in ../shared,
+tiny upstream-shaped datasets, and the sample suite's reference run, done once per test
+session."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from hypothesis import settings
 from tests.helpers import (
     HYPOTHESIS_PROFILE,
     ReferenceRun,
+    SessionHome,
     build_reference_run,
+    isolate_session,
     session_folder,
     write_task,
 )
@@ -71,6 +74,18 @@ for _name in ("COLUMNS", "LINES"):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionHome]:
+    """Every test, and every program it starts, sees a home folder and a spider2local cache of
+    this session's own, shared by its xdist workers, with the sample suite built there once:
+    the session passes on a fresh machine or fails on this one, and never reads or writes the
+    developer's ~/.cache/spider2local (see :func:`tests.helpers.isolate_session`). A fixture
+    rather than a ``pytest_configure`` hook: the base temp is only public through
+    ``tmp_path_factory``, and no test module reads the cache while being collected."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield isolate_session(session_folder(tmp_path_factory.getbasetemp()), monkeypatch)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def shared_dataset_untouched() -> Iterator[None]:
     """No test may change the real tasks: every file is hashed before the session and again
     after it (each xdist worker checks its own tests; about 20 ms for the two tasks)."""
@@ -107,13 +122,16 @@ def tiny_dataset(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
+def reference_run(tmp_path_factory: pytest.TempPathFactory,
+                  session_home: SessionHome) -> ReferenceRun:
     """The sample suite's reference run (real dbt, ~25 s), once per session, xdist included.
 
     Each layer that needs the reference solutions built asserts what it is there to prove on
     this one run folder instead of building them again: the sample's solutions pass official
     scoring at each task's date (tests/dataset), the reference agent builds models equal to
-    gold (tests/agents), ``run`` reports and ``score`` re-scores them (tests/cli).
+    gold (tests/agents), ``run`` reports and ``score`` re-scores them (tests/cli). It asks for
+    ``session_home`` by name, not only through autouse, so the CLI it starts is sure to find
+    the session's cache in its environment.
     """
     return build_reference_run(session_folder(tmp_path_factory.getbasetemp()) / "reference-run")
 

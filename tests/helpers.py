@@ -21,6 +21,7 @@ import duckdb
 import pytest
 
 from spider2local.dataset.load import load_dataset
+from spider2local.dataset.sample import ensure_built
 from spider2local.dataset.task import Dataset
 from spider2local.suite.load import load_suite
 
@@ -197,6 +198,60 @@ def _text(data: str | bytes | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
+XDG_BASES = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+"""Base folders that, when set, win over ``$HOME`` for the programs a test starts (the
+sample's cache is one: ``$XDG_CACHE_HOME/spider2local``): unset in the session, so that
+everything follows the session's own home."""
+
+HOST_LOCATIONS: dict[str, str | None] = {name: os.environ.get(name)
+                                         for name in ("HOME", *XDG_BASES)}
+"""``HOME`` and the XDG base folders as this process found them, before
+:func:`isolate_session` replaced them (this module is imported by tests/conftest.py before any
+fixture runs): where :func:`cached_venv` keeps the interpreters built once per machine, and what
+its pip reads its configuration from (here the package index lives in ~/.config/pip)."""
+
+
+@dataclass(frozen=True)
+class SessionHome:
+    """The home folder and spider2local cache every process of one test session uses instead
+    of the developer's (see :func:`isolate_session`)."""
+
+    home: Path
+    cache: Path
+    sample: Path
+    """The sample suite's dataset root, built in :attr:`cache` once for the session."""
+
+
+def isolate_session(session: Path, monkeypatch: pytest.MonkeyPatch) -> SessionHome:
+    """Give this process ``<session>/home`` as ``$HOME`` and ``<session>/cache`` as
+    ``$SPIDER2LOCAL_CACHE``, with the XDG base folders unset; then build the sample suite there
+    unless a process of this session already did.
+
+    Why: a test must pass on a fresh machine, and must neither read what a developer's earlier
+    builds left nor write into their home. The sample suite is built on first use and two builds
+    of the same DuckDB file differ in bytes, so a cache kept between sessions hid tests that
+    only passed against one machine's build; and every run appends the folders it used to the
+    cache's registry of what agents must never see (:mod:`spider2local.integrity.known`), which
+    grew with each session's temporary runs. Every xdist worker computes the same ``session``
+    (:func:`session_folder`), so they share one cache; the build runs under an exclusive
+    ``flock`` so the first worker builds and the others wait and reuse it (``ensure_built``
+    alone is safe to race, but would build once per worker). The home matters beyond the cache:
+    a code path that forgets ``$SPIDER2LOCAL_CACHE`` falls back to ``~/.cache`` here, and the
+    programs tests start (the Claude CLI, dbt, tmux, a browser) keep their state under it.
+    """
+    home, cache = session / "home", session / "cache"
+    home.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SPIDER2LOCAL_CACHE", str(cache))
+    for name in XDG_BASES:
+        monkeypatch.delenv(name, raising=False)
+    with cache.with_name(cache.name + ".lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+        sample = ensure_built()
+    return SessionHome(home, cache, sample)
+
+
 REFERENCE_RUN_ARGS = ("run", "--agent", "reference", "--keep-db", "--jobs", "2",
                       "--runs-dir", "runs", "--run-id", "reference")
 """The sample suite's reference run, exactly as a user types it (the bundled suite: no
@@ -235,10 +290,19 @@ def build_reference_run(folder: Path) -> ReferenceRun:
 # --- interpreters of other stacks, built once per machine ----------------------------------
 
 def cache_dir() -> Path:
-    """Where tests keep what outlives a session (built venvs): ``$XDG_CACHE_HOME`` or
-    ``~/.cache``, under ``spider2local-test``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """Where tests keep what outlives a session (built venvs): the developer's
+    ``$XDG_CACHE_HOME`` or ``~/.cache`` (:data:`HOST_LOCATIONS`, not the session's fresh home:
+    a venv costs 30 s to 30 min of pip, and holds only pinned packages from the index, nothing
+    this project built), under ``spider2local-test``."""
+    base = HOST_LOCATIONS["XDG_CACHE_HOME"] or str(Path(HOST_LOCATIONS["HOME"] or Path.home())
+                                                   / ".cache")
     return Path(base) / "spider2local-test"
+
+
+def host_env() -> dict[str, str]:
+    """This process's environment with the developer's home and XDG folders back: for pip,
+    whose index and cache are configured there."""
+    return {**os.environ, **{k: v for k, v in HOST_LOCATIONS.items() if v is not None}}
 
 
 class VenvUnavailable(Exception):
@@ -273,7 +337,7 @@ def cached_venv(name: str, requirements: Sequence[str], *, timeout: float = 600)
                            capture_output=True, text=True, timeout=120)
             subprocess.run([str(scratch / "bin" / "python"), "-m", "pip", "install", "-q",
                             "--disable-pip-version-check", *requirements], check=True,
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, timeout=timeout, env=host_env())
         except subprocess.CalledProcessError as exc:
             shutil.rmtree(scratch, ignore_errors=True)
             words = (exc.stderr or exc.stdout or "").strip().splitlines()

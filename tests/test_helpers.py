@@ -4,13 +4,22 @@ what every slow test sees, so they are tested like product code."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import OUTCOME_FILE, run_once, session_folder
+from spider2local.dataset.sample import default_cache_dir
+from tests.helpers import (
+    HOST_LOCATIONS,
+    OUTCOME_FILE,
+    XDG_BASES,
+    SessionHome,
+    run_once,
+    session_folder,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,6 +41,25 @@ def test_session_folder_is_shared_by_xdist_workers_only(tmp_path: Path,
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     # Alone, the parent would be every past session's folder: the base temp is the session's.
     assert session_folder(tmp_path / "pytest-7") == tmp_path / "pytest-7"
+
+
+def test_the_session_has_its_own_home_and_cache_and_its_programs_see_them(
+        session_home: SessionHome, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Nothing a developer's machine built is read, nothing is written into their home: the
+    home and spider2local's cache are this session's (one for all its xdist workers), the
+    sample is built there, and a program a test starts finds both."""
+    session = session_folder(tmp_path_factory.getbasetemp())
+    assert (session_home.home, session_home.cache) == (session / "home", session / "cache")
+    assert Path.home() == session_home.home != Path(HOST_LOCATIONS["HOME"] or "/")
+    assert default_cache_dir() == session_home.cache
+    assert not [name for name in XDG_BASES if name in os.environ]  # none overrides the home
+    assert session_home.sample.parent == session_home.cache
+    assert (session_home.sample / ".spider2local-sample").is_file()  # the finished build
+    code = ("import pathlib; from spider2local.dataset.sample import ensure_built; "
+            "print(ensure_built()); print(pathlib.Path.home())")
+    seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.split()
+    assert seen == [str(session_home.sample), str(session_home.home)]
 
 
 def test_concurrent_processes_run_the_command_once_and_read_one_outcome(tmp_path: Path) -> None:

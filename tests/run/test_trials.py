@@ -7,7 +7,7 @@ import io
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +267,11 @@ def test_a_run_made_before_trials_reads_as_a_1_trial_run(tmp_path: Path) -> None
 def test_a_run_made_before_trials_resumes_and_takes_more_trials(tmp_path: Path) -> None:
     """The sample suite's run made by the code before trials, resumed by this code: nothing
     is re-run; ``--trials 2`` then runs only trial 2. The fingerprints of the package's own
-    sources are today's (any upgrade changes them, which a resume refuses by design)."""
+    sources are today's (any upgrade changes them, which a resume refuses by design), and so
+    are those of the gold files: the sample is built on first use, and two builds of the same
+    DuckDB file differ in bytes, so the recorded ones name the build on the machine that made
+    the run and a resume anywhere else is refused ("gold file ... changed"). Each task's
+    evaluation record stays as the old code recorded it: a resume still compares it."""
     from spider2local.dataset.load import load_dataset as load
     from spider2local.run.plan import plan_run
     from spider2local.suite.load import bundled_suite_path, load_suite
@@ -277,9 +281,17 @@ def test_a_run_made_before_trials_resumes_and_takes_more_trials(tmp_path: Path) 
     raw["integrity"]["sources"] = guard.source_hashes()
     suite = load_suite(bundled_suite_path()).with_dataset("sample")
     raw["suite"]["sha256"] = suite.sha256
+    data = load(suite)
+    recorded = raw["integrity"]["tasks"]
+    assert sorted(recorded) == sorted(data.ids())
+    for task in data.tasks:
+        built = guard.task_fingerprint(task)
+        assert built is not None and built.db is not None
+        gold = {"gold": built.gold, "db": asdict(built.db),
+                "wal": None if built.wal is None else asdict(built.wal)}
+        recorded[task.id].update(gold)
     folder.manifest_path.write_text(json.dumps(raw))
     before = {k: folder.result_path(*k).read_bytes() for k in folder.trial_results()}
-    data = load(suite)
     plan = plan_run(suite, data, agent=None, runs_dir=folder.root.parent,
                     run_id=folder.run_id)
     outcome = anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
