@@ -29,6 +29,7 @@ import pytest
 from spider2local.dataset.sample import build as sample_build
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
+from tests.helpers import host_env
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 SOLUTION = (Path(sample_build.__file__).resolve().parent / "solutions" / "gym001" / "models"
@@ -125,8 +126,11 @@ class Install:
 
 
 def _pip(venv: Path, *args: str) -> None:
+    """pip with the developer's own configuration (the session's fresh HOME has none: where
+    the machine's package index is set up, it is set up there)."""
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "-q", *args],
-                          capture_output=True, text=True, timeout=900, check=False, cwd="/")
+                          capture_output=True, text=True, timeout=900, check=False, cwd="/",
+                          env=host_env())
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -143,7 +147,8 @@ def install() -> Iterator[Install]:
     try:
         built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                                 "-w", str(base / "wheels"), str(CHECKOUT)],
-                               capture_output=True, text=True, timeout=600, check=False)
+                               capture_output=True, text=True, timeout=600, check=False,
+                               env=host_env())
         assert built.returncode == 0, built.stderr[-3000:]
         wheel = next((base / "wheels").glob("spider2local-*.whl"))
         venv = base / "venv"
