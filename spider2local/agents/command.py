@@ -8,7 +8,7 @@ CLI (:mod:`spider2local.sandbox`: the workspace writable, the runtime read-only,
 gold, runs folder and spider2local itself absent), plus the read-only folders the agent declares
 (its own install), each checked against what must stay hidden.
 
-The contract (README, "Command agents"): the environment is the workspace's allow-list (the
+The contract (docs/agents.md, "Command agents"): the environment is the workspace's allow-list (the
 dbt shim first on PATH, so ``dbt`` runs under the task's fake date), the variables the agent
 names (``pass_env``, never the whole environment), and
 

@@ -143,7 +143,7 @@ def _load(name: str, target: str, *, entry_point: bool = False) -> AgentFactory:
     problem = contract_problem(found)
     if problem is not None:
         raise UserError(f"{where} does not implement the agent contract: {problem}",
-                        fix="see README, 'Agents as plugins': a class with a name and "
+                        fix="see docs/agents.md, 'Agents as plugins': a class with a name and "
                             "async def run(self, ctx) -> AgentOutcome")
     factory: AgentFactory = found
     return factory

@@ -82,7 +82,7 @@ def _python() -> Check:
 
 
 CHECKED = ("dbt-core", "dbt-duckdb", "duckdb", "pandas", "claude-agent-sdk")
-"""The stack whose versions decide verdicts and clocks (README, "Pinned stack")."""
+"""The stack whose versions decide verdicts and clocks (docs/development.md, "Pinned stack")."""
 
 
 def _pins() -> dict[str, SpecifierSet]:

@@ -250,7 +250,7 @@ class RunReport:
     @property
     def unsealed(self) -> bool:
         """Made with ``--isolation none``: its agents could reach gold and the scorer, and only
-        detection watched them. Every report format says so (README, "Isolation")."""
+        detection watched them. Every report format says so (docs/isolation.md)."""
         return self.isolation == "none"
     agent: str | None = None
     agent_command: str | None = None

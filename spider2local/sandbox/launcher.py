@@ -55,7 +55,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 Not ``/opt`` (where datasets, old runs and zips end up; the runtime's own folders are bound by
 name when they lie there) and not ``/etc`` whole (see :data:`ETC_ALLOWED`)."""
 ETC_ALLOWED = (
-    # measured with strace (README, Isolation): the bundled Claude CLI and its Bash tool
+    # measured with strace (docs/isolation.md): the bundled Claude CLI and its Bash tool
     "passwd", "group", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
     "localtime", "timezone", "machine-id", "gitconfig", "profile", "profile.d", "bash.bashrc",
     "inputrc", "environment", "alternatives", "terminfo", "claude-code", "os-release",

@@ -144,7 +144,7 @@ def write_suite(path: Path, text: str) -> None:
 NEW_SUITE_HEADER = """\
 # spider2local suite file, written by spider2local because none was here: the dataset root
 # and what the command found. Every other setting (run defaults, subsets, notes) is the
-# built-in default; see README.md, "The suite file".
+# built-in default; see docs/suite.md.
 schema = 1
 """
 

@@ -15,7 +15,7 @@ _HEADER = re.compile(r"^\s*\[\[?([^\]]+)\]\]?")
 _ASSIGN = re.compile(r"([A-Za-z0-9_\-.\"' ]+?)\s*=\s*")
 _DATE_LIKE = re.compile(r"\d{4}-\d+-\d+[^\s,}\]#]*")
 
-SYNTAX_FIX = "fix the syntax; see the README's suite file format"
+SYNTAX_FIX = "fix the syntax; see docs/suite.md for the suite file format"
 DATE_FIX = "write it as YYYY-MM-DD, e.g. 2024-09-15"
 
 
