@@ -1,4 +1,5 @@
-"""Whose fault is a full disk once the agent has run: the one owner of that rule.
+"""Whose fault is a full disk, or a locked database, once the agent has run: the one owner of
+those rules.
 
 :mod:`.faults` calls a full disk the machine's (``infrastructure``: never scored, run again by a
 resume). That is only true while the agent did not fill it: an agent can write until the file
@@ -29,11 +30,20 @@ Growth is measured as the workspace's allocated blocks (:func:`spider2local.work
 disk_usage`), so a sparse file counts what it takes, and only what is inside the workspace
 counts: an agent that writes elsewhere on the disk (possible without a sandbox) is not caught
 by this rule, and stays ``infrastructure``.
+
+The other free re-roll is a lock: without a sandbox an agent can leave a detached process
+(``env -i``, ``cd /``, a double fork) holding the task's database open, and the checkpoint then
+fails on DuckDB's lock, which :mod:`.faults` reads as another process's: the machine's. But
+after the agent stage the database lives in the task's private workspace, and the runner has
+killed every process holding it (:func:`spider2local.proc.reap.areap` with the database's
+files); a lock that is still there can only be the agent's doing (:func:`held_database`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from spider2local.run.faults import is_locked
 
 MIN_BLAMED_GROWTH = 16 * 2**20
 """Bytes the workspace must have grown by at least for a full disk to be the agent's: a few
@@ -81,3 +91,12 @@ def agents_doing(room: Room | None, used: int, limit: int, *, disk_full: bool) -
                 f"{mib(room.free)} was free when it was made (growth of at least half of "
                 f"that, and at least {mib(MIN_BLAMED_GROWTH)}, is the agent's doing)")
     return None
+
+
+def held_database(exc: BaseException) -> str | None:
+    """Why a checkpoint's failure is the agent's doing when the task's database was still
+    locked (see the module doc), or ``None`` when ``exc`` is no lock."""
+    if not is_locked(exc):
+        return None
+    return ("the task's database was still locked after the agent stage, once every process "
+            "holding it had been killed: a process the agent left (or made unkillable) held it")

@@ -111,6 +111,12 @@ def is_disk_full(exc: BaseException) -> bool:
                or (_is_duckdb(err) and names_disk_full(str(err))) for err in _chain(exc))
 
 
+def is_locked(exc: BaseException) -> bool:
+    """True when ``exc`` or anything it wraps is a DuckDB file held by another process (a
+    lock that outlived its wait, :class:`DatabaseLocked`, or DuckDB's own lock message)."""
+    return any(isinstance(err, DatabaseLocked) or is_lock_error(err) for err in _chain(exc))
+
+
 def is_machine_fault(exc: BaseException) -> bool:
     """True when ``exc`` or anything it wraps is a fault of the machine: an OS error in
     :data:`MACHINE_ERRNOS`, :class:`MemoryError`, a sandbox that could not be built, a

@@ -47,7 +47,7 @@ from spider2local.integrity.scan import (
 )
 from spider2local.proc.reap import areap
 from spider2local.run import cut
-from spider2local.run.blame import agents_doing, too_big
+from spider2local.run.blame import agents_doing, held_database, too_big
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome, UsageMeter
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_disk_full, is_machine_fault, names_disk_full
@@ -73,7 +73,7 @@ from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
-from spider2local.workspace.guard import OutsideWorkspace
+from spider2local.workspace.guard import OutsideWorkspace, database_ids
 from spider2local.workspace.prepare import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
 
@@ -203,13 +203,21 @@ def _blamed(state: _Attempt, settings: RunSettings, *, disk_full: bool) -> str |
                         disk_full=disk_full)
 
 
+async def _reap(ws: Ws) -> None:
+    """Kill what the agent left: every process working in its workspace, and every process
+    holding the task's database (or its WAL) open wherever it works (a detached leftover of an
+    agent without a sandbox: ``env -i``, ``cd /``, a double fork). After the agent stage the
+    database lives in the task's private workspace, so whoever holds it is the agent's."""
+    await areap(ws.root, files=await in_thread(database_ids, ws.root, ws.database))
+
+
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     """Kill stragglers and remove the workspace; shielded so cancellation cannot skip it."""
     ws, state.ws = state.ws, None
     if ws is None:
         return
     with anyio.CancelScope(shield=True):
-        await areap(ws.root)
+        await _reap(ws)
         if keep:
             try:  # its marker and activation script, spider2local's own again
                 await in_thread(ws_mod.keep_workspace, ws)
@@ -261,7 +269,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         finally:
             if server is not None:
                 await server.stop()
-    await areap(ws.root)
+    await _reap(ws)
     if warm.SOCKET_ENV in ws.env:
         transcript.append("warm_dbt", await in_thread(warm.report, ws.root,
                                                       warm.runs_dir(ws.env)))
@@ -311,6 +319,9 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
             return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
+            if (held := held_database(exc)) is not None:  # its holders were killed: the agent's
+                keep_traceback(state.artifacts, Stage.CHECKPOINT, exc)
+                return _agent_fault(task, Stage.CHECKPOINT, f"{held}: {describe_fault(exc)}")
             return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return Verdict.unscored()

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from spider2local.exceptions import ScoringError
@@ -167,3 +168,79 @@ def test_a_disk_another_process_filled_while_the_agent_stayed_small_is_infrastru
     assert "No space left on device" in message
     # the disk is free again: the resume runs it again and scores it
     assert second == {"ran": {"t1": ["passed", None, None, None]}, "already_done": []}
+
+
+HOLDER = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+          "time.sleep(600)")
+
+
+def _hold(db: Path) -> subprocess.Popen[bytes]:
+    """A detached process (its own session, working in ``/``) holding ``db`` read-write."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], cwd="/",
+                            start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
+    return proc
+
+
+def test_a_lock_left_on_the_task_database_after_the_agent_stage_is_the_agents(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder the runner could not kill (here: not looked for) leaves the checkpoint a lock:
+    the agent's failure, with the reason, never ``infrastructure`` (a free re-roll)."""
+    import anyio
+
+    from spider2local.dataset.load import load_dataset
+    from spider2local.run import runner
+    from spider2local.run.contract import AgentContext, AgentOutcome
+    from spider2local.run.folder import RunFolder
+    from spider2local.run.results import ErrorKind, Stage, Status
+    from spider2local.suite.model import Suite
+    from tests.helpers import by_task
+    from tests.run.test_runner import WriterAgent, quiet, settings
+
+    monkeypatch.setattr(runner, "database_ids", lambda root, db: ())
+    holders: list[subprocess.Popen[bytes]] = []
+
+    class Holding(WriterAgent):
+        # Popen, not anyio's process: the holder must outlive this session's event loop
+        async def run(self, ctx: AgentContext) -> AgentOutcome:
+            outcome = await super().run(ctx)
+            holders.append(await anyio.to_thread.run_sync(_hold, ctx.workspace.database))
+            return outcome
+
+    tasks = list(load_dataset(Suite(tmp_path / "tasks.toml", tiny_dataset("t1"))).tasks)
+    try:
+        done = by_task(anyio.run(runner.run_tasks, tasks, RunFolder.at(tmp_path, "r"),
+                                 settings(), Holding, quiet()))
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.communicate()
+    r = done["t1"]
+    assert r.status is Status.FAILED and r.passed is False, r
+    assert r.error is not None and r.error.kind is ErrorKind.AGENT
+    assert r.error.stage is Stage.CHECKPOINT
+    assert "still locked after the agent stage" in r.error.message
+    assert "still locked by another process after" in r.error.message
+
+
+def test_holders_are_found_by_the_file_they_hold_never_through_a_link(tmp_path: Path) -> None:
+    from spider2local.proc.procfs import holding
+    from spider2local.workspace.guard import database_ids
+    db = tmp_path / "ws" / "t.duckdb"
+    db.parent.mkdir()
+    duckdb.connect(str(db)).close()
+    outside = tmp_path / "outside.duckdb"
+    duckdb.connect(str(outside)).close()
+    with subprocess.Popen([sys.executable, "-c", HOLDER, str(outside)], cwd="/",
+                          stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")
+            assert proc.pid not in holding(database_ids(db.parent, db))
+            db.unlink()
+            db.symlink_to(outside)  # the agent points its database at a file outside
+            assert database_ids(db.parent, db) == ()
+            info = outside.stat()
+            assert proc.pid in holding([(info.st_dev, info.st_ino)])
+        finally:
+            proc.kill()
