@@ -291,6 +291,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_detached_leftover_holding_the_database_is_killed_and_the_trial_scored(
         tmp_path: Path) -> None:
     """Without a sandbox the agent does the task with real dbt, then leaves a double-forked
