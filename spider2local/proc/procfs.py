@@ -1,16 +1,16 @@
 """The live processes of this machine, read from /proc, and the finders built on them.
 
-Three cleanups need "which processes are still alive" with different tests (a process group, a
-working folder inside a workspace, a marker in the environment): one finder each, below, and
-:mod:`spider2local.proc.kill` kills what any of them finds the same way. They share this walk so
-that all of them skip our own process and zombies the same way: ``kill(pid, 0)`` cannot tell a
-zombie from a live process, and a zombie needs no killing.
+Four cleanups need "which processes are still alive" with different tests (a process group, a
+working folder inside a workspace, a marker in the environment, a file held open): one finder
+each, below, and :mod:`spider2local.proc.kill` kills what any of them finds the same way. They
+share this walk so that all of them skip our own process and zombies the same way:
+``kill(pid, 0)`` cannot tell a zombie from a live process, and a zombie needs no killing.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -83,4 +83,41 @@ def carrying_env(name: str, value: str) -> list[int]:
                 found.append(pid)
         except OSError:
             continue
+    return found
+
+
+FileId = tuple[int, int]
+"""A file's ``(st_dev, st_ino)``: what it is, whichever name a process opened it by."""
+
+
+def holding(files: Collection[FileId]) -> list[int]:
+    """Live processes with one of ``files`` open: what keeps a task's database locked after its
+    agent ended, wherever that process works and whatever its group, session or environment
+    (a detached leftover: ``env -i``, ``cd /``, a double fork).
+
+    Matched by identity, not by name: the kernel names an open file by the path it has now,
+    and a file opened through another name (a hard link, a folder renamed since) is the same
+    file, with the same DuckDB lock. The identities come from the caller's ``lstat`` of a
+    plain file (never through a symlink), so this never finds a process for holding a file
+    the agent only pointed at. Processes whose descriptors this user cannot read are skipped
+    (they are not ours to kill either).
+    """
+    if not files:
+        return []
+    found = []
+    for pid in live_pids():
+        try:
+            entries = list((PROC / str(pid) / "fd").iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not str(entry.readlink()).startswith("/"):
+                    continue  # a pipe, a socket, an anonymous inode: never a file of ours
+                info = entry.stat()
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) in files:
+                found.append(pid)
+                break
     return found

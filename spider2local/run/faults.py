@@ -4,7 +4,9 @@ A full disk, a permission refused on our own folders, a database locked by anoth
 many open files or no memory say nothing about the agent's work: scoring such a task would turn
 a fault of the machine into a verdict (a reference run that should pass 4/4 stayed 0/4 after the
 disk was freed). So a task that fails this way is recorded with ``ErrorKind.INFRASTRUCTURE``,
-never scored, and run again by a resume (:func:`spider2local.run.resume.is_finished`).
+never scored, and run again by a resume (:func:`spider2local.run.resume.is_finished`). Except
+when the agent caused it: a disk its own workspace filled (:mod:`.blame` owns that rule, the
+runner asks it after the agent started) is a verdict, never a free re-run.
 
 The exception is walked with its causes (``raise ... from``) and contexts, because ours wrap
 the OS's: a ScoringError "cannot checkpoint" carries DuckDB's IO error, which carries the text
@@ -88,6 +90,31 @@ def _is_duckdb(exc: BaseException) -> bool:
     # Read by module rather than isinstance so this module never imports duckdb (the agent's
     # query child and every CLI call import the run package).
     return type(exc).__module__.split(".")[0] in {"duckdb", "_duckdb"}
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The machine faults an agent can cause on purpose by writing: see :mod:`.blame`."""
+_DISK_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded")
+
+
+def names_disk_full(text: str) -> bool:
+    """True when ``text`` (an agent's recorded error, a DuckDB message) reports ENOSPC or
+    EDQUOT by their strerror texts."""
+    return _DISK_FULL_TEXT.search(text) is not None
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` or anything it wraps is a full disk or an exceeded quota: an OS error
+    in :data:`DISK_FULL_ERRNOS`, or a DuckDB error whose message says so. A subset of
+    :func:`is_machine_fault`: the one fault an agent can bring about by itself."""
+    return any((isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS)
+               or (_is_duckdb(err) and names_disk_full(str(err))) for err in _chain(exc))
+
+
+def is_locked(exc: BaseException) -> bool:
+    """True when ``exc`` or anything it wraps is a DuckDB file held by another process (a
+    lock that outlived its wait, :class:`DatabaseLocked`, or DuckDB's own lock message)."""
+    return any(isinstance(err, DatabaseLocked) or is_lock_error(err) for err in _chain(exc))
 
 
 def is_machine_fault(exc: BaseException) -> bool:

@@ -48,9 +48,10 @@ from spider2local.integrity.scan import (
 )
 from spider2local.proc.reap import areap
 from spider2local.run import cut
+from spider2local.run.blame import agents_doing, held_database, too_big
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome, UsageMeter
 from spider2local.run.faults import describe as describe_fault
-from spider2local.run.faults import is_machine_fault
+from spider2local.run.faults import is_disk_full, is_machine_fault, names_disk_full
 from spider2local.run.folder import RunFolder
 from spider2local.run.layout import QUERIES, TRANSCRIPT
 from spider2local.run.manifest import now_iso
@@ -74,7 +75,7 @@ from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.copy import remove_tree
-from spider2local.workspace.guard import OutsideWorkspace
+from spider2local.workspace.guard import OutsideWorkspace, database_ids
 from spider2local.workspace.prepare import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
 
@@ -134,7 +135,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 SIZE_POLL = 5.0
 """Seconds between two measurements of a workspace's disk use while its agent works (a walk
-of a few thousand files; a disk filled faster than this is caught by :func:`_filled`)."""
+of a few thousand files; a disk filled faster than this is caught by :func:`_blamed`)."""
 
 
 async def _run_agent(agent: Agent, ctx: AgentContext,
@@ -156,7 +157,7 @@ async def _run_agent(agent: Agent, ctx: AgentContext,
                     box["error"] = exc
                 tg.cancel_scope.cancel()
         if over:
-            return AgentOutcome(usage=ctx.meter.usage, error=_too_big(over[0], workspace_size),
+            return AgentOutcome(usage=ctx.meter.usage, error=too_big(over[0], workspace_size),
                                 acted=True), False
         if "error" in box:
             raise box["error"]
@@ -198,18 +199,21 @@ async def _watch_size(root: Path, limit: int, scope: anyio.CancelScope,
             return
 
 
-def _too_big(used: int, limit: int) -> str:
-    return (f"the workspace grew past --workspace-size ({used / 2**20:.0f} MiB > "
-            f"{limit / 2**20:.0f} MiB); the agent's processes were killed")
-
-
-def _filled(state: _Attempt, settings: RunSettings) -> str | None:
-    """Why a full disk is the agent's doing, if it is: its workspace holds more than
-    ``--workspace-size`` (a disk that fills while the workspace is smaller is ours)."""
+def _blamed(state: _Attempt, settings: RunSettings, *, disk_full: bool) -> str | None:
+    """Why a machine fault after the agent started is the agent's doing, if it is: the rule of
+    :func:`spider2local.run.blame.agents_doing`, on the workspace as it is now."""
     if state.ws is None:
         return None
-    used = disk_usage(state.ws.root)
-    return _too_big(used, settings.workspace_size) if used > settings.workspace_size else None
+    return agents_doing(state.ws.room, disk_usage(state.ws.root), settings.workspace_size,
+                        disk_full=disk_full)
+
+
+async def _reap(ws: Ws) -> None:
+    """Kill what the agent left: every process working in its workspace, and every process
+    holding the task's database (or its WAL) open wherever it works (a detached leftover of an
+    agent without a sandbox: ``env -i``, ``cd /``, a double fork). After the agent stage the
+    database lives in the task's private workspace, so whoever holds it is the agent's."""
+    await areap(ws.root, files=await in_thread(database_ids, ws.root, ws.database))
 
 
 async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
@@ -218,7 +222,7 @@ async def _cleanup(state: _Attempt, keep: bool, progress: Progress) -> None:
     if ws is None:
         return
     with anyio.CancelScope(shield=True):
-        await areap(ws.root)
+        await _reap(ws)
         if keep:
             try:  # its marker and activation script, spider2local's own again
                 await in_thread(ws_mod.keep_workspace, ws)
@@ -281,11 +285,12 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         finally:
             if server is not None:
                 await server.stop()
-    await areap(ws.root)
+    await _reap(ws)
     if warm.SOCKET_ENV in ws.env:
         transcript.append("warm_dbt", await in_thread(warm.report, ws.root,
                                                       warm.runs_dir(ws.env)))
-    if outcome.infrastructure and (filled := await in_thread(_filled, state, settings)):
+    if outcome.infrastructure and (filled := await in_thread(
+            _blamed, state, settings, disk_full=names_disk_full(outcome.error or ""))):
         outcome = replace(outcome, infrastructure=False, error=f"{outcome.error} ({filled})")
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
@@ -331,6 +336,9 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
             return _agent_fault(task, Stage.CHECKPOINT, exc)
         except Exception as exc:
+            if (held := held_database(exc)) is not None:  # its holders were killed: the agent's
+                keep_traceback(state.artifacts, Stage.CHECKPOINT, exc)
+                return _agent_fault(task, Stage.CHECKPOINT, f"{held}: {describe_fault(exc)}")
             return await _stage_error(state, settings, Stage.CHECKPOINT, exc)
     if task.gold is None:
         return Verdict.unscored()
@@ -358,10 +366,11 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
 
 async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
                        exc: Exception) -> Verdict:
-    """:func:`_error`, except that a full disk with the workspace past ``--workspace-size``
-    is the agent's doing (a verdict: no usable result), not a fault of the machine that a
-    resume would run again (a free re-roll)."""
-    if is_machine_fault(exc) and (filled := await in_thread(_filled, state, settings)):
+    """:func:`_error`, except that a full disk the agent filled (:mod:`.blame`) is the agent's
+    doing (a verdict: no usable result), not a fault of the machine that a resume would run
+    again (a free re-roll)."""
+    if is_machine_fault(exc) and (filled := await in_thread(
+            _blamed, state, settings, disk_full=is_disk_full(exc))):
         keep_traceback(state.artifacts, stage, exc)
         return _agent_fault(state.task, stage, f"{describe_fault(exc)} ({filled})")
     return _error(state, stage, exc)

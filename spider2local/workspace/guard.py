@@ -77,6 +77,22 @@ def database_files(root: Path, db: Path) -> os.stat_result:
     return info
 
 
+def database_ids(root: Path, db: Path) -> tuple[tuple[int, int], ...]:
+    """``(st_dev, st_ino)`` of ``db`` and of each WAL sibling that is a plain file of the
+    workspace (:func:`workspace_file`): the files whose holders the runner kills after the
+    agent stage (:func:`spider2local.proc.procfs.holding`). A symlink, a hard link or a special
+    file is left out, so the agent can never point the runner at a file outside (and at the
+    processes that hold it); the checkpoint refuses such a database anyway."""
+    ids = []
+    for path in (db, *(db.with_name(db.name + suffix) for suffix in WAL_SUFFIXES)):
+        try:
+            info = workspace_file(root, path)
+        except (OSError, OutsideWorkspace):
+            continue
+        ids.append((info.st_dev, info.st_ino))
+    return tuple(ids)
+
+
 def is_workspace_file(root: Path, path: Path) -> bool:
     """:func:`workspace_file` as a yes/no (missing counts as no)."""
     try:

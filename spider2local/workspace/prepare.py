@@ -40,6 +40,7 @@ from spider2local.dbtproject.paths import project_paths
 from spider2local.dbtproject.templates import templates as model_templates
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir, skills_dir
+from spider2local.run.blame import Room
 from spider2local.run.layout import (
     DBT_LOG,
     DBT_LOGS,
@@ -67,7 +68,7 @@ from spider2local.workspace.guard import (
     is_workspace_file,
     workspace_file,
 )
-from spider2local.workspace.tree import Check, copy_regular, walk_files
+from spider2local.workspace.tree import Check, copy_regular, disk_usage, walk_files
 
 SKIP_TOP = frozenset({"target", "logs", "dbt_modules", ".git", ".user.yml", "__pycache__"})
 """Build output, logs and caches dbt recreates; ``dbt_modules`` is dbt < 1.0's package folder."""
@@ -113,6 +114,10 @@ class Workspace:
     :data:`START_DIR` (hidden from a sandboxed agent): the query tool attaches it as ``start``
     so the agent can compare what it built with what the project shipped, even after its first
     ``dbt run`` overwrote the model tables in :attr:`database`."""
+    room: Room | None = None
+    """The free space of the workspace's file system and the workspace's own size once made
+    (:func:`measure_room`): what tells a disk the agent filled from one the machine ran out of
+    (:mod:`spider2local.run.blame`). ``None`` when the file system could not be measured."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,21 @@ def _fill(task: TaskSpec, root: Path, start_db: Path, artifacts: Path,
                    time.monotonic() - started, written)
     return Workspace(root=root, project_dir=project, database=project / start_db, env=env,
                      artifacts=artifacts, scan_path=scan_path, snapshot_path=snapshot_path,
-                     problems=problems, start_copy=start_copy)
+                     problems=problems, start_copy=start_copy, room=measure_room(root))
+
+
+def measure_room(root: Path) -> Room | None:
+    """How much was free on ``root``'s file system, and how much ``root`` held, now: taken last
+    in :func:`prepare_workspace`, so the runner's own copying is in the baseline and only what
+    the agent's session adds counts as its growth. Free space is what the runner's user can
+    write (root may also fill the blocks reserved for it; the agent runs as the runner's user,
+    or as its namespace's root mapped to it). ``None`` when ``statvfs`` fails."""
+    try:
+        info = os.statvfs(root)
+    except OSError:
+        return None
+    blocks = info.f_bfree if os.geteuid() == 0 else info.f_bavail
+    return Room(free=blocks * info.f_frsize, used=disk_usage(root))
 
 
 def write_templates(scan: ProjectScan, project: Path) -> tuple[str, ...]:

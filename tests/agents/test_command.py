@@ -273,6 +273,63 @@ def test_the_deadline_kills_the_whole_tree(tmp_path: Path,
     assert left.stdout.strip() == "", "a process of the agent outlived its deadline"
 
 
+LEFTOVER = """
+import os, sys, time
+db, ready = sys.argv[1], sys.argv[2]
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+os.chdir("/")
+import duckdb
+con = duckdb.connect(db)  # read-write: DuckDB's lock on the task's database
+with open(ready + ".tmp", "w") as fh:
+    fh.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_detached_leftover_holding_the_database_is_killed_and_the_trial_scored(
+        tmp_path: Path) -> None:
+    """Without a sandbox the agent does the task with real dbt, then leaves a double-forked
+    python (``env -i``, ``cd /``, its own session) holding the task's database open. It works
+    nowhere near the workspace and carries none of the session's marks, so only its open file
+    names it: it is killed after the agent stage, the checkpoint gets the database, and the
+    trial is scored (it was a free re-roll as ``infrastructure``, and outlived the run)."""
+    from spider2local.dataset.sample import build as sample_build
+    solution = Path(sample_build.__file__).resolve().parent / "solutions" / "library001"
+    script, ready = tmp_path / f"leftover-{uuid.uuid4().hex[:12]}.py", tmp_path / "leftover.pid"
+    script.write_text(LEFTOVER)
+    command = (f"cp -r {solution}/models/. models/ && dbt run >/dev/null 2>&1; cd / && "
+               f'env -i {sys.executable} {script} "$SPIDER2_DATABASE" {ready} '
+               "</dev/null >/dev/null 2>&1; "
+               f"while [ ! -s {ready} ]; do sleep 0.1; done")
+    try:
+        done = cli("--dataset", "sample", "run", "library001", "--agent", "command",
+                   "--agent-command", command, "--isolation", "none", "--retries", "0",
+                   "--runs-dir", "runs", "--run-id", "l", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        leftover = int(ready.read_text())
+        result = json.loads((task_folder(tmp_path, "l", "library001") / "result.json")
+                            .read_text())
+        assert result["status"] == "passed" and result["error"] is None, result
+        assert not _alive(leftover), "the leftover outlived the run"
+    finally:  # never leave it behind, whatever failed above
+        if ready.is_file() and _alive(pid := int(ready.read_text())):
+            os.kill(pid, 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
 def test_huge_output_is_capped(tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
     done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
