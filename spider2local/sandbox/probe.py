@@ -148,7 +148,7 @@ def check_agent_sandbox(hidden: Sequence[Path], start_dir: str) -> Probe:
     start copy, the spider2local package). ``doctor`` says ok only if this worked: the
     capability probe (:func:`probe`) builds a bare sandbox, which worked where every agent's
     failed (a wheel's layout, a non-root user: issue 27)."""
-    from spider2local.sandbox.spec import agent_spec, always_hidden
+    from spider2local.sandbox.spec import agent_spec, installed_package
 
     if not sys.platform.startswith("linux"):
         return Probe(False, f"no Linux namespaces on {sys.platform}",
@@ -169,7 +169,7 @@ def check_agent_sandbox(hidden: Sequence[Path], start_dir: str) -> Probe:
         listener.listen(4)
         server = threading.Thread(target=_answer_once, args=(listener,), daemon=True)
         server.start()
-        package = always_hidden()[-1]  # its scorer; the dbt shim of a wheel stays visible
+        package = installed_package()  # its scorer; the dbt shim of a wheel stays visible
         secrets = [start / "start.duckdb", package / "__init__.py", package / "evaluation"]
         spec = agent_spec(Path(os.path.realpath("/bin/sh")), [ws],
                           hidden=(*hidden, start),

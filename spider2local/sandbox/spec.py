@@ -68,7 +68,12 @@ def always_hidden() -> list[Path]:
     caches hold the sample suite's gold) and the installed spider2local package, whose
     ``evaluation`` is the scorer (a wheel installs it inside the venv)."""
     home = Path.home()
-    return [home, home / ".cache" / CACHE_NAME, Path(spider2local.__file__).resolve().parent]
+    return [home, home / ".cache" / CACHE_NAME, installed_package()]
+
+
+def installed_package() -> Path:
+    """The folder of the spider2local package this process runs (its scorer included)."""
+    return Path(spider2local.__file__).resolve().parent
 
 
 def agent_spec(program: Path, writable: Sequence[Path], *, hidden: Iterable[Path] = (),
