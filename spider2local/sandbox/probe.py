@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local.exceptions import Spider2LocalError
 from spider2local.proc.tempdirs import owned_tempdir
 from spider2local.sandbox.launcher import Launcher, SandboxError, SandboxSpec, decisive_line
 from spider2local.sandbox.network import RELAY_PORT, NetworkSeal
@@ -171,13 +172,16 @@ def check_agent_sandbox(hidden: Sequence[Path], start_dir: str) -> Probe:
         server.start()
         package = installed_package()  # its scorer; the dbt shim of a wheel stays visible
         secrets = [start / "start.duckdb", package / "__init__.py", package / "evaluation"]
-        spec = agent_spec(Path(os.path.realpath("/bin/sh")), [ws],
-                          hidden=(*hidden, start),
-                          network=NetworkSeal(Path(gateway) / "api.sock"))
         try:
+            spec = agent_spec(Path(os.path.realpath("/bin/sh")), [ws],
+                              hidden=(*hidden, start),
+                              network=NetworkSeal(Path(gateway) / "api.sock"))
             launcher = Launcher(spec)
         except SandboxError as exc:
             return Probe(False, str(exc), "install util-linux (unshare, mount, pivot_root)")
+        except Spider2LocalError as exc:  # the runtime it binds is incomplete (no libfaketime)
+            return Probe(False, f"the agent's sandbox cannot be planned: {exc}",
+                         "the fix named there")
         try:
             command = shlex.join([sys.executable, "-I", "-S", "-c", _AGENT_CHECK,
                                   str(RELAY_PORT), *map(str, secrets)])
