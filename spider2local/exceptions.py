@@ -79,7 +79,7 @@ class DeadlinePassed(Spider2LocalError):
     millions of entries). The agent's doing: the task fails with this reason, never re-run."""
 
     def __init__(self, stage: str, seconds: float, detail: str = "") -> None:
-        self.stage, self.seconds = stage, seconds
+        self.stage, self.seconds, self.detail = stage, seconds, detail
         more = f": {detail}" if detail else ""
         super().__init__(f"{stage} did not finish within its deadline of {seconds:g}s "
                          f"(what the agent left makes it hang){more}")

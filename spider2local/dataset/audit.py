@@ -187,32 +187,54 @@ def denominators(data: Dataset) -> Denominators:
                         runnable=sum(t.runnable for t in data.tasks))
 
 
+@dataclass(frozen=True)
+class StartBaseline:
+    """What scoring the untouched start databases told (:func:`start_baseline`)."""
+
+    free: dict[str, bool | None]
+    """Per task, whether its start database already passes (``None``: cannot tell)."""
+    seconds: dict[str, dict[str, float]]
+    """Per task measured, what the work cost on its start database, by the runner's stage it
+    stands for (``checkpoint``, ``score``): the base of its stage deadlines
+    (:mod:`spider2local.run.deadlines`). A task absent was not measured."""
+
+
 async def free_passes(tasks: Sequence[TaskSpec]) -> dict[str, bool | None]:
     """Per task, whether its untouched start database already passes (``None``: cannot tell,
     e.g. no gold). The same check as ``audit --baseline``, so a run can say how many of its
-    passes took no work.
+    passes took no work (:func:`start_baseline`)."""
+    return (await start_baseline(tasks)).free
+
+
+async def start_baseline(tasks: Sequence[TaskSpec]) -> StartBaseline:
+    """Score each task's untouched start database: whether it passes, and what that cost.
 
     All in one reader sandbox holding the start and gold databases read-only
     (:func:`~spider2local.evaluation.sandboxed.score_starts_sandboxed`), which also snapshots
-    each start database for the run's workspaces (:func:`_remember_snapshots`); should that
-    child die, each task is scored in a child of its own, as ``audit --baseline`` does."""
+    each start database for the run's workspaces (:func:`_remember_snapshots`) and times each
+    piece of work; should that child die, each task is scored in a child of its own, as
+    ``audit --baseline`` does, and nothing is measured (a child's start-up is no cost of the
+    task's)."""
     from spider2local.evaluation.sandboxed import score_starts_sandboxed
 
     found: dict[str, bool | None] = {t.id: None for t in tasks}
     scorable = [t for t in tasks if t.start_db is not None and t.gold is not None]
     if not scorable:
-        return found
+        return StartBaseline(found, {})
     starts = [(t.start_db, t.gold.db, t.gold.params) for t in scorable
               if t.start_db is not None and t.gold is not None]
     before = [file_identity(start) for start, _, _ in starts]
     try:
         scored = await score_starts_sandboxed(starts)
     except Exception:  # the batch's child died: one child per task, one failure each
-        return {task.id: (await _baseline(task))[0] for task in tasks}
+        return StartBaseline({task.id: (await _baseline(task))[0] for task in tasks}, {})
     _remember_snapshots(starts, before, [s.snapshot for s in scored])
+    seconds: dict[str, dict[str, float]] = {}
     for task, start in zip(scorable, scored, strict=True):
         found[task.id] = start.score.passed if start.score is not None else None
-    return found
+        if start.seconds:
+            seconds[task.id] = dict(start.seconds)
+    return StartBaseline(found, seconds)
 
 
 def _remember_snapshots(starts: Sequence[tuple[Path, Path, Any]],

@@ -20,16 +20,19 @@ SNAPSHOT_TIMEOUT = 300.0
 takes seconds), and the task must not wait for ever."""
 
 
-def checkpoint_sandboxed(db: Path, lock_seconds: float) -> float | None:
+def checkpoint_sandboxed(db: Path, lock_seconds: float, *,
+                         timeout: float | None = None) -> float | None:
     """CHECKPOINT ``db`` in its sandbox, retrying ``lock_seconds`` on a lock; ``None`` when done,
-    else the seconds waited on a lock that stayed. Raises what the child raised."""
+    else the seconds waited on a lock that stayed. Raises what the child raised. The child is
+    killed after ``timeout`` seconds (default :data:`CHECKPOINT_TIMEOUT`)."""
     from spider2local.sandbox.readers import ReaderFiles, ask_reader_sync
     from spider2local.sandbox.reply import result_of
 
     folder = Path(os.path.realpath(db.parent))
     answer = ask_reader_sync(MODULE, {"job": "checkpoint", "db": str(folder / db.name),
                                       "lock_seconds": lock_seconds},
-                             ReaderFiles(writable=(folder,)), timeout=CHECKPOINT_TIMEOUT)
+                             ReaderFiles(writable=(folder,)),
+                             timeout=CHECKPOINT_TIMEOUT if timeout is None else timeout)
     waited = result_of(answer)
     return None if waited is None else float(waited)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,10 @@ class StartScore:
     snapshot: dict[str, Any] | None
     """Its :class:`~spider2local.db.snapshot.DbSnapshot` data, read in the same child; ``None``
     when it could not be read (the workspace reads its copy then)."""
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    """What each piece of work cost in the child, by the runner's stage it stands for
+    (``checkpoint``: opening and snapshotting it; ``score``: scoring it), when it succeeded:
+    the base of the task's stage deadlines (:mod:`spider2local.run.deadlines`)."""
 
 
 async def score_starts_sandboxed(starts: Sequence[tuple[Path, Path, EvalParams]]
@@ -107,12 +112,22 @@ async def score_starts_sandboxed(starts: Sequence[tuple[Path, Path, EvalParams]]
     out = []
     for item in found:
         snapshot = item.get("snapshot")
+        seconds = _seconds(item.get("seconds"))
         try:
             out.append(StartScore(_verdict(item["score"]), None,
-                                  snapshot if isinstance(snapshot, dict) else None))
-        except Exception as exc:  # that task's scoring raised, in the child
-            out.append(StartScore(None, exc, snapshot if isinstance(snapshot, dict) else None))
+                                  snapshot if isinstance(snapshot, dict) else None, seconds))
+        except Exception as exc:  # that task's scoring raised, in the child: no cost measured
+            out.append(StartScore(None, exc, snapshot if isinstance(snapshot, dict) else None,
+                                  {k: v for k, v in seconds.items() if k != "score"}))
     return out
+
+
+def _seconds(raw: Any) -> dict[str, float]:
+    """The child's ``seconds``, only non-negative numbers kept (anything else: not measured)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): float(v) for k, v in raw.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
 
 
 def _label(db: Path) -> str:
@@ -135,11 +150,20 @@ def _score(request: dict[str, Any]) -> dict[str, Any]:
 
 def _start(request: dict[str, Any]) -> dict[str, Any]:
     """One start database: its snapshot first (read-only, closed again before the scorer opens
-    it), then its score, each answered on its own."""
+    it), then its score, each answered on its own, with the seconds each took (``seconds``,
+    a piece that failed left out: a failure is no measure of the work)."""
     from spider2local.sandbox.reply import answer_of
 
-    return {"snapshot": _snapshot_data(Path(request["result"]), str(request["snapshot"])),
-            "score": answer_of(_score, request)}
+    t0 = time.monotonic()
+    snapshot = _snapshot_data(Path(request["result"]), str(request["snapshot"]))
+    t1 = time.monotonic()
+    score = answer_of(_score, request)
+    t2 = time.monotonic()
+    seconds = {"checkpoint": t1 - t0} if snapshot is not None else {}
+    if "ok" in score:
+        seconds["score"] = t2 - t1
+    return {"snapshot": snapshot, "score": score,
+            "seconds": {k: round(v, 4) for k, v in seconds.items()}}
 
 
 def _snapshot_data(db: Path, label: str) -> dict[str, Any] | None:

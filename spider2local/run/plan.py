@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,13 +25,14 @@ import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.clock.faketime import find_library
-from spider2local.dataset.audit import Denominators, denominators, free_passes
+from spider2local.dataset.audit import Denominators, denominators, start_baseline
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run import cut
+from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
@@ -217,7 +218,8 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         # to run were fingerprinted: a finished run "resumed" over changed gold, "0 task(s) to
         # run", and rewrote run.json and the report as if its verdicts still held).
         taken = await anyio.to_thread.run_sync(guard.take, list(plan.selection.tasks))
-        manifest, fingerprints = _start_manifest(plan, taken, await _free_passes(plan))
+        free, costs = await _free_passes(plan, {t.task.id for t in todo})
+        manifest, fingerprints = _start_manifest(plan, taken, free)
         if discard:
             entry = await anyio.to_thread.run_sync(folder.discard, discard)
             manifest = replace(manifest, reruns=(*manifest.reruns, {
@@ -237,7 +239,7 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         ran: dict[tuple[str, int], TaskResult] = {}
         _, interrupted = await until_signal(
             lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
-                              budget))
+                              budget, costs))
         if budget.not_run:
             why = ("cannot be enforced (a model used has no price in spider2local's table)"
                    if budget.shared.unknown else f"was reached (spent ${budget.spent:.2f})")
@@ -250,15 +252,22 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
     return RunOutcome(folder, ran, already, interrupted, budget.not_run)
 
 
-async def _free_passes(plan: RunPlan) -> dict[str, bool | None]:
-    """Which selected tasks pass untouched, so the report can say how many passes were free.
-    Measured once per task and run: what an earlier invocation of the run recorded is kept
-    (the start and gold databases are the dataset's, unchanged between sessions)."""
+async def _free_passes(plan: RunPlan, to_run: Collection[str]
+                       ) -> tuple[dict[str, bool | None], dict[str, StageCosts]]:
+    """Which selected tasks pass untouched, so the report can say how many passes were free,
+    and what that work cost for each task ``to_run`` (the base of its stage deadlines,
+    :mod:`.deadlines`). A task's free pass is measured once per run: what an earlier invocation
+    recorded is kept (the start and gold databases are the dataset's, unchanged between
+    sessions); its cost is measured again by every invocation that runs it, on the machine as
+    it is now."""
     previous = plan.folder.read_manifest()
     known = {t.id: t.free for t in (previous.tasks if previous else ())
              if isinstance(t.free, bool)}
-    todo = [t for t in plan.selection.tasks if t.id not in known]
-    return {**known, **await free_passes(todo)}
+    todo = [t for t in plan.selection.tasks if t.id not in known or t.id in to_run]
+    found = await start_baseline(todo)
+    costs = {tid: StageCosts(checkpoint=s.get(CHECKPOINT), score=s.get(SCORE))
+             for tid, s in found.seconds.items()}
+    return {**found.free, **known}, costs
 
 
 def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str, bool | None]

@@ -24,10 +24,11 @@ written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,6 +51,8 @@ from spider2local.proc.reap import areap
 from spider2local.run import cut
 from spider2local.run.blame import agents_doing, held_database, too_big
 from spider2local.run.contract import Agent, AgentContext, AgentOutcome, UsageMeter
+from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts, StageDeadline
+from spider2local.run.deadlines import deadlines as stage_deadlines
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_disk_full, is_machine_fault, names_disk_full
 from spider2local.run.folder import RunFolder
@@ -69,7 +72,7 @@ from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills, wants_warm_dbt
 from spider2local.run.transcript import Transcript
 from spider2local.run.verdict import Verdict
-from spider2local.run.watchdog import bounded
+from spider2local.run.watchdog import GRACE, bounded
 from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
@@ -107,6 +110,9 @@ class _Attempt:
     share: Share = field(default_factory=lambda: Budget(None, "run").share())
     """The trial's part of the run's budget (:class:`RunBudget`), handed to each attempt's
     agent: its gateway charges it and refuses once the run's cap is spent."""
+    costs: StageCosts | None = None
+    """What the checkpoint's and the scorer's work cost on the task's untouched start database
+    at the run's start (``None``: not measured): the base of their deadlines (:mod:`.deadlines`)."""
 
     def spent_so_far(self) -> Usage:
         return self.spent + (self.meter.usage if self.meter is not None else Usage())
@@ -315,23 +321,49 @@ async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: A
         await anyio.sleep(wait)
 
 
+def _deadlines(state: _Attempt, settings: RunSettings) -> dict[str, StageDeadline]:
+    """The checkpoint's and the scorer's deadlines for this task (:func:`.deadlines.derive`),
+    written to its transcript (``stage_deadlines``) before either starts: a person sees what
+    was in force, also when the task passed."""
+    found = stage_deadlines(state.costs, settings.stage_timeout)
+    with contextlib.suppress(OSError):  # a transcript that cannot grow loses a note, no more
+        Transcript(state.artifacts / TRANSCRIPT).append(
+            "stage_deadlines", {stage: d.to_json() for stage, d in found.items()})
+    return found
+
+
+def _passed(exc: DeadlinePassed, deadline: StageDeadline) -> DeadlinePassed:
+    """``exc`` with where its deadline came from said (the result's error message)."""
+    if not deadline.derived:
+        return exc
+    return DeadlinePassed(exc.stage, exc.seconds,
+                          "; ".join(filter(None, (exc.detail, f"deadline {deadline.basis}"))))
+
+
 async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
                  watch: guard.Watch) -> Verdict:
     """Checkpoint and score the workspace database. What it is scored against is checked
-    first and its gold file once more after (see module doc). Both stages run under
-    ``settings.stage_timeout`` (:mod:`.watchdog`; the scorer's sandboxed child is killed at
-    it)."""
+    first and its gold file once more after (see module doc). Each stage runs under its
+    deadline fitted to the task (:mod:`.deadlines`; ``settings.stage_timeout`` where nothing
+    was measured; :mod:`.watchdog`), and the sandboxed child of each is killed at it."""
     from spider2local.evaluation.sandboxed import score_sandboxed
 
     task, ws = state.task, state.ws
     assert ws is not None
-    deadline = settings.stage_timeout
+    limits = await in_thread(_deadlines, state, settings)
     if ws.database.exists() or ws.database.is_symlink():
         progress.stage(state.label, Stage.CHECKPOINT)
+        deadline = limits[CHECKPOINT]
         try:
             with _Stopwatch(state, "checkpoint"):
-                await bounded("checkpoint", deadline, ws_mod.checkpoint_database,
-                              ws.database, root=ws.root)
+                try:
+                    # the child outlives the watchdog's timer by half the grace: killed at
+                    # it, it raises once the deadline is known to have passed
+                    await bounded("checkpoint", deadline.seconds, ws_mod.checkpoint_database,
+                                  ws.database, root=ws.root,
+                                  timeout=deadline.seconds + GRACE / 2)
+                except DeadlinePassed as exc:
+                    raise _passed(exc, deadline) from exc.__cause__
             state.checkpointed = True
         except (OutsideWorkspace, DeadlinePassed) as exc:  # the agent's doing: no verdict
             return _agent_fault(task, Stage.CHECKPOINT, exc)
@@ -343,17 +375,18 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
     if task.gold is None:
         return Verdict.unscored()
     progress.stage(state.label, Stage.SCORE)
+    deadline = limits[SCORE]
     try:
         with _Stopwatch(state, "score"):
             check = await in_thread(guard.changes, watch.fingerprints, task)
             if check.changed:
                 return _integrity_error(check.changed)
             try:
-                with anyio.fail_after(deadline):  # cancelling kills the scorer's child
+                with anyio.fail_after(deadline.seconds):  # cancelling kills the scorer's child
                     score = await score_sandboxed(ws.database, task.gold.db, task.gold.params,
                                                   hidden=state.off_limits)
             except TimeoutError:
-                raise DeadlinePassed("score", deadline) from None
+                raise _passed(DeadlinePassed("score", deadline.seconds), deadline) from None
             moved = await in_thread(guard.gold_moved, check, task)
             if moved is not None:
                 return _integrity_error((moved,))
@@ -516,12 +549,15 @@ class RunBudget:
 async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                    factory: AgentFactory, progress: Progress,
                    watch: guard.Watch | None = None, trial: int = 1,
-                   budget: RunBudget | None = None) -> TaskResult | None:
+                   budget: RunBudget | None = None,
+                   costs: StageCosts | None = None) -> TaskResult | None:
     """Run one trial of a task start to finish and write its result.json (the last thing
     written).
 
     ``watch``: the run's fingerprints (taken here, for this task alone, when not given).
     ``budget``: the run's (:class:`RunBudget`; none: the trial's spend is counted, uncapped).
+    ``costs``: what the task's stages cost on its untouched start database (:mod:`.deadlines`;
+    none: their deadlines are ``settings.stage_timeout``).
     Returns ``None`` when the run folder could not take the trial (its folder or its result
     could not be written: a full disk): the trial stays unfinished, which a resume re-runs, and
     one line on stderr names the path. Nothing else of the run is stopped. Also ``None`` when
@@ -539,7 +575,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         progress.note(label, f"not run: {exc}")
         return None
     state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label,
-                     share=(budget or RunBudget(None)).share())
+                     share=(budget or RunBudget(None)).share(), costs=costs)
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
@@ -621,6 +657,7 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
                     settings: RunSettings, factory: AgentFactory, progress: Progress,
                     results: dict[tuple[str, int], TaskResult] | None = None,
                     watch: guard.Watch | None = None, budget: RunBudget | None = None,
+                    costs: Mapping[str, StageCosts] | None = None,
                     ) -> dict[tuple[str, int], TaskResult]:
     """Run ``tasks`` (trials, or tasks meaning their trial 1) in the order given, at most
     ``settings.jobs`` at a time; returns the results written, by ``(task id, trial)``.
@@ -631,7 +668,9 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
     cancellation. ``watch``: the run's fingerprints (:func:`~spider2local.run.plan.
     execute_run` records them in run.json); when not given they are taken here, before any
     agent starts. ``budget``: shared by every trial; none starts once it is reached
-    (:class:`RunBudget`).
+    (:class:`RunBudget`). ``costs``: by task id, what its stages cost on its untouched start
+    database at the run's start (:func:`~spider2local.dataset.audit.start_baseline`), the base
+    of its checkpoint's and scorer's deadlines (:mod:`.deadlines`).
     """
     queue = deque(t if isinstance(t, Trial) else Trial(t) for t in tasks)
     results = {} if results is None else results
@@ -649,7 +688,7 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
                 return
             item = queue.popleft()
             result = await run_task(item.task, folder, settings, factory, progress, watch,
-                                    item.trial, budget)
+                                    item.trial, budget, (costs or {}).get(item.task.id))
             if result is not None:
                 results[item.key] = result
 

@@ -419,8 +419,10 @@ SETTINGS: tuple[Setting, ...] = (
             "and a TODO), still listed as a stub.", Resume.MUST_MATCH, suite=False,
             compared=bool),
     Setting("stage_timeout", Duration(), 600.0,
-            "Time for each stage after the agent (checkpoint, score, scan, collect); a task "
-            "whose leftovers make one hang fails with that reason."),
+            "Time for each stage after the agent (checkpoint, score, scan, collect) at most; "
+            "checkpoint and score get a deadline fitted to what their work cost on the "
+            "task's start database when the run began. A task whose leftovers make one hang "
+            "fails with that reason."),
     Setting("workspace_size", Size(), 4 * 2**30,
             "Disk a task's workspace may hold (e.g. 4G): past it the agent is stopped and its "
             "work scored; a disk it filled is its doing, not the machine's."),

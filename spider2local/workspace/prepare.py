@@ -465,7 +465,7 @@ def _record_order(name: str) -> tuple[int, str]:
     return (int(number) if number.isdigit() else 1 << 62, name)
 
 
-def checkpoint_database(db: Path, *, root: Path) -> None:
+def checkpoint_database(db: Path, *, root: Path, timeout: float | None = None) -> None:
     """Fold the WAL into ``db`` so the file alone is complete (what gets scored and kept).
 
     ``db`` must be a plain file in the workspace ``root`` (:mod:`.guard`): this opens it
@@ -475,7 +475,9 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
     :class:`ScoringError` when the file is missing (opening it would create an empty one),
     stays locked, or is not a DuckDB file; :class:`OutsideWorkspace` (a ScoringError) when it
     is not a plain file of the workspace, and its :class:`LockedOut` when the agent made it
-    unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result.
+    unopenable (:func:`_refused_to_us`): the agent's doing, scored as no result. ``timeout``:
+    seconds after which the sandboxed child is killed (default: its own generous one), so that
+    a stage deadline leaves no checkpoint running behind it.
     """
     try:
         database_files(root, db)
@@ -488,7 +490,7 @@ def checkpoint_database(db: Path, *, root: Path) -> None:
         raise LockedOut(f"{db}: the agent made its database unopenable ({refused}: a mode "
                         "or attribute changed in the workspace)")
     try:  # in a reader sandbox holding the database's folder alone (spider2local.db.sandboxed)
-        waited = checkpoint_sandboxed(db, CHECKPOINT_LOCK_WAIT.seconds)
+        waited = checkpoint_sandboxed(db, CHECKPOINT_LOCK_WAIT.seconds, timeout=timeout)
     except ReaderDuckDBError as exc:  # corrupt or not DuckDB: waiting would not help
         raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
     if waited is not None:

@@ -9,6 +9,7 @@ result saying why, nothing left running, and a resume that works.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import os
@@ -18,7 +19,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
 from spider2local.integrity.scan import project_baseline
 from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.run.deadlines import StageCosts
 from spider2local.run.folder import RunFolder
 from spider2local.run.progress import Progress
 from spider2local.run.results import ErrorKind, Stage, Status, TaskResult
@@ -67,12 +69,15 @@ class LeavingAgent:
 
 
 def run(tasks: list[TaskSpec], folder: RunFolder, agent: Callable[[], LeavingAgent],
-        parent: Path, **kw: object) -> dict[str, TaskResult]:
+        parent: Path, costs: Mapping[str, StageCosts] | None = None,
+        **kw: object) -> dict[str, TaskResult]:
+    """``costs``: the measured stage costs by task (the run's baseline; none here by default,
+    so the stages' deadlines are ``stage_timeout``)."""
     parent.mkdir(exist_ok=True)
     settings = RunSettings(**{"agent": "test", "jobs": 2, "timeout": 30.0, "retries": 0,
                               "workspace_parent": parent, **kw})  # type: ignore[arg-type]
-    done = anyio.run(run_tasks, tasks, folder, settings, agent,
-                     Progress(io.StringIO(), live=False))
+    done = anyio.run(functools.partial(run_tasks, tasks, folder, settings, agent,
+                                       Progress(io.StringIO(), live=False), costs=costs))
     return {tid: r for (tid, _), r in done.items()}  # one trial each here
 
 
@@ -263,6 +268,7 @@ import errno, sys, anyio, duckdb
 from pathlib import Path
 from tests.run.test_hangs import LeavingAgent, run
 from spider2local.dataset.load import load_dataset
+from spider2local.run.deadlines import StageCosts
 from spider2local.run.contract import AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.suite.model import Suite
