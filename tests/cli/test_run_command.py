@@ -114,6 +114,16 @@ def dbt_workspaces(root: int) -> set[str]:
     return found
 
 
+BASELINE_MODULE = "spider2local.evaluation.sandboxed"
+"""The reader child that scores every start database before any agent (the free passes)."""
+
+
+def in_free_passes(root: int, log: Path) -> bool:
+    """The run is scoring its start databases: that child runs and no task has started."""
+    started = log.exists() and ": started" in log.read_text()
+    return not started and any(BASELINE_MODULE in cmdline(p) for p in descendants(root))
+
+
 def wait_for(predicate: object, limit: float, what: str, poll: float = 0.1) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -512,7 +522,7 @@ def test_a_hangup_or_a_double_ctrl_c_is_one_clean_shutdown(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment", ["prepare", "dbt", "score"])
+@pytest.mark.parametrize("moment", ["free-pass", "prepare", "dbt", "score"])
 def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
         tmp_path: Path, kill_leftovers: set[int], moment: str) -> None:
     workspaces = tmp_path / "ws"
@@ -526,7 +536,8 @@ def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
         return [p for tid in ("bakery001", "fleet001")
                 for p in workspaces.glob(f"spider2local-{tid}-*")]
 
-    reached = {"prepare": lambda: bool(leaked()),
+    reached = {"free-pass": lambda: in_free_passes(runner.pid, log),
+               "prepare": lambda: bool(leaked()),
                "dbt": lambda: bool(dbt_workspaces(runner.pid)),
                "score": lambda: ": score" in log.read_text()}[moment]
     try:
@@ -550,6 +561,41 @@ def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
         lines = (tmp_path / "runs" / "k" / tid / "transcript.jsonl").read_text().splitlines()
         assert sum(json.loads(x)["kind"] == "attempt" for x in lines) == 1, tid
     assert leaked() == []
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_free_passes_is_one_clean_shutdown_and_the_run_resumes(
+        tmp_path: Path) -> None:
+    """The moment before any agent (the run scoring its start databases in a reader child)
+    holds like every other: SIGTERM ends the run as interrupted, its child dies, nothing is
+    half-written, and a resume finishes it."""
+    args = ("run", "bakery001", "fleet001", "--agent", "reference", "--jobs", "2",
+            "--runs-dir", "runs", "--run-id", "ft")
+    log = tmp_path / "runner.log"
+    runner = spawn(*args, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        wait_for(lambda: in_free_passes(runner.pid, log), 120, "the free passes", poll=0.005)
+        children = descendants(runner.pid)
+        runner.send_signal(signal.SIGTERM)
+        code = runner.wait(60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    text = log.read_text()
+    assert code != 0 and "Traceback" not in text, text
+    deadline = time.monotonic() + 10
+    while [p for p in children if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [cmdline(p) for p in children if alive(p)]
+    assert code == 130 and text.strip().splitlines()[-1] == "spider2local: interrupted", text
+    run_dir = tmp_path / "runs" / "ft"
+    manifest = run_dir / "run.json"  # before the plan is written, or marked interrupted
+    assert not manifest.exists() or json.loads(manifest.read_text())["interrupted"] is True
+    assert results(run_dir) == {}  # no agent had started: nothing to keep
+    done = cli(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert {t: r["status"] for t, r in results(run_dir).items()} == {"bakery001": "passed",
+                                                                    "fleet001": "passed"}
 
 
 @pytest.mark.slow
