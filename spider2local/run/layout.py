@@ -43,6 +43,9 @@ from __future__ import annotations
 
 MANIFEST = "run.json"
 LOCK = ".lock"
+MERGING = ".merging"
+"""In a ``merge --into`` folder while it is written (removed once run.json is): a folder that
+still holds it, with nobody holding its lock, was left by a merge that was killed."""
 RESULT = "result.json"
 ERROR_TRACEBACK = "error.txt"
 TRANSCRIPT = "transcript.jsonl"

@@ -26,8 +26,8 @@ from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.run import cut
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import LOCK, RESULT, WORKSPACE_RECORD
-from spider2local.run.lock import reading, run_lock
+from spider2local.run.layout import LOCK, MERGING, RESULT, WORKSPACE_RECORD
+from spider2local.run.lock import in_use, reading, run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.results import TaskResult
 from spider2local.run.resume import same_experiment
@@ -113,9 +113,20 @@ def _check_sources(sources: Sequence[RunFolder], into: RunFolder) -> list[RunMan
 
 
 def _check_into(into: RunFolder) -> None:
+    if _left_by_a_killed_merge(into):
+        shutil.rmtree(into.root)  # a merge writes only what it copies: started again whole
     if into.root.exists() and (not into.root.is_dir() or any(into.root.iterdir())):
         raise UserError("the --into folder exists and is not empty", path=into.root,
                         fix="merge into a new folder (the sources are left as they are)")
+
+
+def _left_by_a_killed_merge(into: RunFolder) -> bool:
+    """``into`` holds the mark of a merge that never finished (kill -9, power loss), no
+    run.json, and no process holds its lock: the next merge into it starts over instead of
+    refusing a folder the user never made (and a resume would find no run in it)."""
+    root = into.root
+    return (root.is_dir() and not root.is_symlink() and (root / MERGING).is_file()
+            and not into.manifest_path.exists() and not in_use(into))
 
 
 def _not_copied(folder: str, names: list[str]) -> set[str]:
@@ -123,7 +134,7 @@ def _not_copied(folder: str, names: list[str]) -> set[str]:
     folders. A source may be a downloaded artifact: ``copytree`` follows links, so a link to
     ``/`` once copied the whole file system into the merged run (and a link kept as a link
     would lead the report outside); a FIFO made the merge fail with a traceback."""
-    skipped = {RESULT, WORKSPACE_RECORD, LOCK}
+    skipped = {RESULT, WORKSPACE_RECORD, LOCK, MERGING}
     for name in names:
         try:
             mode = (Path(folder) / name).lstat().st_mode
@@ -230,12 +241,15 @@ def _merge(sources: Sequence[RunFolder], into: RunFolder, force: bool) -> Merged
     kept = {key: str(folder.root) for key, (folder, _) in chosen.items()}
     try:
         with run_lock(into):
+            (into.root / MERGING).write_text("a merge is writing this folder\n",
+                                             encoding="utf-8")
             for key, (folder, _) in sorted(chosen.items()):
                 _copy_trial(folder, into, key)
             for folder in sources:  # money spent in any source stays spent (cut.py)
                 for attempt in cut.read(folder.root):
                     cut.record(into.root, attempt)
             into.write_manifest(merged_manifest(manifests, sources, into, kept, differing))
+            (into.root / MERGING).unlink()
     except (OSError, shutil.Error, UserError) as exc:
         # A full disk under --into: the half-made folder (new or empty before, see
         # _check_into) would only be refused by the next merge; the sources are untouched.

@@ -255,3 +255,35 @@ def test_runs_of_one_command_served_different_apis_are_not_merged_unless_forced(
     assert any("agent_apis" in note for note in merged.notes)
     old, none = command_run("c", "t3", None), command_run("d", "t4", [])
     assert merge_runs([old, none], RunFolder(tmp_path / "n" / "r")).notes == ()
+
+
+def test_a_merge_killed_half_way_is_started_over_by_the_next(tmp_path: Path) -> None:
+    """kill -9 while the merged folder is written (its mark there, no run.json, no lock
+    holder): the next merge into it starts over and gives the whole run, where it refused a
+    folder the user never made."""
+    import os
+    import signal
+    import time
+
+    results = {f"t{i:03d}": (i % 2 == 0, "2026-01-01T00:10:00+00:00") for i in range(400)}
+    source = make_run(tmp_path / "a" / "r", results)
+    for tid in results:  # enough to copy that the kill lands in the middle
+        (source.task_dir(tid) / "bulk.bin").write_bytes(b"x" * 200_000)
+    into = tmp_path / "m" / "r"
+    merging = subprocess.Popen([sys.executable, "-m", "spider2local", "merge",
+                                str(source.root), "--into", str(into)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (into / "t005").exists() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.kill(merging.pid, signal.SIGKILL)
+    merging.wait(10)
+    assert (into / ".merging").is_file() and not (into / "run.json").exists()
+    copied = sum(1 for _ in into.glob("t*/result.json"))
+    assert 0 < copied < len(results)  # the kill did land half-way
+    merged = merge_runs([source], RunFolder(into))
+    assert len(merged.kept) == len(results)
+    assert not (into / ".merging").exists()
+    assert {r.task_id for r in load_report(RunFolder(into)).rows} == set(results)
+    with pytest.raises(UserError, match="exists and is not empty"):  # a finished one stays
+        merge_runs([source], RunFolder(into))
