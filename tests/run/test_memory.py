@@ -7,10 +7,18 @@ run, every task recorded, spun forever importing scipy's OpenBLAS for the summar
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from spider2local.cli.exits import NO_MEMORY
 from spider2local.run.faults import (
     died_of_memory,
     is_machine_failure,
@@ -92,3 +100,43 @@ def test_the_cli_ends_with_one_line_when_the_runner_runs_out_of_memory(
     assert "Traceback" not in out.output
     assert out.stderr.strip().splitlines() == [
         line for line in out.stderr.strip().splitlines() if "not enough memory" in line]
+
+
+MEMORY_WORDS = re.compile(r"memory|start new thread|killed|exit 137", re.IGNORECASE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kib", [450_000, 330_000])
+def test_a_reference_run_under_a_memory_limit_records_no_verdict_and_ends(
+        tmp_path: Path, kib: int) -> None:
+    """The issue's two runs, end to end, under ``ulimit -v`` (DuckDB and dbt run out of
+    memory). Before: at 450000 a task scored ``failed``, kind agent ("can't start new
+    thread"); at 330000 the run, every task recorded, spun forever importing scipy for its
+    summary. Now every task is ``passed`` or ``error``/infrastructure and the run returns:
+    with its summary (exit 0) or, when the runner itself cannot go on, one line (exit 3)."""
+    command = (f"ulimit -v {kib}; exec {shlex.quote(sys.executable)} -m spider2local "
+               "--dataset sample run fleet001 library001 --agent reference --jobs 2 "
+               "--retries 0 --no-color")
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    elapsed = time.monotonic() - started
+    assert elapsed < 300
+    assert done.returncode in (0, NO_MEMORY), done.stderr[-3000:]
+    assert not [line for line in done.stderr.splitlines() if line.startswith("Traceback")]
+    if done.returncode == NO_MEMORY:
+        assert done.stderr.strip().splitlines()[-1].startswith(
+            "spider2local: error: not enough memory")
+    results = [json.loads(p.read_text()) for p in tmp_path.glob("runs/*/*/result.json")]
+    for result in results:
+        error = result.get("error") or {}
+        verdict = (result["status"], error.get("kind"), error.get("message", ""))
+        assert result["status"] in ("passed", "failed", "error"), verdict
+        if result["status"] == "failed":  # a verdict, then never one the machine caused
+            tables = (result.get("score") or {}).get("tables", [])
+            said = " ".join([verdict[2], *(str(t.get("error") or "") for t in tables)])
+            assert not MEMORY_WORDS.search(said), verdict
+        if result["status"] == "error":
+            assert error.get("kind") == "infrastructure", verdict
+    if done.returncode == 0:
+        assert len(results) == 2, done.stdout
