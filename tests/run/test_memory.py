@@ -140,3 +140,34 @@ def test_a_reference_run_under_a_memory_limit_records_no_verdict_and_ends(
             assert error.get("kind") == "infrastructure", verdict
     if done.returncode == 0:
         assert len(results) == 2, done.stdout
+
+
+@pytest.mark.parametrize(("returncode", "timed_out", "machine"), [
+    (137, False, True),  # the kernel killed dbt (through the shim's shell)
+    (-signal.SIGKILL, False, True),
+    (-signal.SIGKILL, True, False),  # our own timeout's kill: the agent's verdict
+    (1, False, False),
+])
+def test_a_dbt_build_killed_by_the_kernel_is_infrastructure_but_a_timeout_is_not(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, returncode: int, timed_out: bool,
+        machine: bool) -> None:
+    import types
+
+    import anyio
+
+    from spider2local.agents import applying
+    from spider2local.clock.dbt import DbtResult
+
+    async def fake_run_dbt(project: Path, args: list[str], **_: object) -> DbtResult:
+        return DbtResult(args=tuple(args), returncode=returncode, models=(), duration=1.0,
+                         timed_out=timed_out, stdout_tail="", stderr_tail="",
+                         run_results_path=None)
+
+    monkeypatch.setattr(applying, "run_dbt", fake_run_dbt)
+    ctx = types.SimpleNamespace(
+        workspace=types.SimpleNamespace(project_dir=tmp_path, env={}, artifacts=tmp_path),
+        transcript=types.SimpleNamespace(append=lambda *_: None),
+        limits=types.SimpleNamespace(timeout=10.0))
+    outcome = anyio.run(applying.build, ctx)
+    assert outcome.error is not None
+    assert outcome.infrastructure is machine, outcome.error
