@@ -50,7 +50,8 @@ async def build(ctx: AgentContext, args: Sequence[str] = ("run",)) -> AgentOutco
     # dbt failed because the disk is full (or memory, or file handles ran out), or could not
     # be executed at all: the machine's fault, not the solution's, so the task is re-run rather
     # than scored on a half build.
-    machine = error is not None and is_machine_failure(
+    # A timeout's kill is ours (the agent's verdict); any other SIGKILL is the kernel's.
+    machine = error is not None and not result.timed_out and is_machine_failure(
         result.returncode,
         f"{error}\n{result.stderr_tail}\n{' '.join(result.error_messages())}")
     return AgentOutcome(error=error, infrastructure=machine)

@@ -20,7 +20,7 @@ import click
 
 from spider2local import __version__
 from spider2local.cli import complete
-from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, OK
+from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, NO_MEMORY, OK
 from spider2local.exceptions import UserError
 from spider2local.report.formats import REPORT_FORMATS
 from spider2local.suite import options
@@ -45,7 +45,10 @@ class Globals:
 
 class _Group(click.Group):
     """Turns :class:`UserError` into a one-line message and exit code 2, never a traceback;
-    Ctrl-C outside a run (a run handles it itself) into "interrupted" and exit code 130."""
+    Ctrl-C outside a run (a run handles it itself) into "interrupted" and exit code 130;
+    running out of memory in this process (:func:`~spider2local.run.faults.is_out_of_memory`,
+    also inside a task group's exception group) into one line and exit code 3: under
+    ``ulimit -v`` the runner printed a traceback or nothing at all."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -57,6 +60,15 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("\nspider2local: interrupted", err=True)
             ctx.exit(INTERRUPTED)
+        except Exception as exc:
+            from spider2local.run.faults import is_out_of_memory
+
+            if not is_out_of_memory(exc):
+                raise
+            del exc  # let the frames it holds go: the line below needs a little memory
+            click.echo("spider2local: error: not enough memory to go on (the tasks recorded "
+                       "so far stay; free memory, then resume the run)", err=True)
+            ctx.exit(NO_MEMORY)
 
 
 def _set_suite(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:

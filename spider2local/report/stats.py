@@ -16,9 +16,10 @@ Everything here works on :class:`TaskCount` (per task: trials run ``n``, trials 
   one plain sentence).
 
 Libraries: numpy draws the resamples (a seeded ``Generator``, so a report is the same every
-time it is rebuilt) and scipy.special gives the beta quantiles of the Clopper-Pearson bounds,
-imported only where used since importing scipy costs every report up to 1 s (McNemar's exact
-test at p = 1/2 is a sum of binomial coefficients, by hand: scipy.stats would cost 2 s more);
+time it is rebuilt); the beta quantiles of the Clopper-Pearson bounds are computed by hand
+(importing scipy costs every report up to 1 s, and its OpenBLAS can spin forever when memory
+is short; McNemar's exact test at p = 1/2 is a sum of binomial coefficients, by hand:
+scipy.stats would cost 2 s more);
 the power formula's normal quantiles come from the standard library's
 ``statistics.NormalDist``. The percentile bootstrap and the sign-flip test are written with
 numpy rather than through ``scipy.stats.bootstrap`` /
@@ -133,18 +134,63 @@ def flaky_tasks(counts: Mapping[str, TaskCount]) -> list[str]:
     return sorted(tid for tid, count in counts.items() if count.flaky)
 
 
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction
+    (modified Lentz, as in Numerical Recipes' ``betacf``), to about 1e-15.
+
+    Pure Python on purpose: the interval used to come from scipy.special, and importing
+    scipy in a run's last step loads its own OpenBLAS, whose start-up retries a failed
+    ``mmap`` forever. Under ``ulimit -v 330000`` the runner, every task already recorded, spun
+    at 100% CPU in that import until it was killed (issue 33, item 6)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only below the mean
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return math.exp(log_front) * h / a
+
+
+def _betaincinv(a: float, b: float, q: float) -> float:
+    """The ``x`` with I_x(a, b) = q, by bisection (I is increasing in x): 200 halvings of
+    [0, 1] reach the spacing of doubles near any answer."""
+    low, high = 0.0, 1.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if mid in (low, high):
+            break
+        if _betainc(a, b, mid) < q:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 @lru_cache(maxsize=4096)
 def clopper_pearson(x: float, m: float, alpha: float = ALPHA) -> tuple[float, float]:
     """The exact (Clopper-Pearson) interval of a proportion ``x`` of ``m``, from beta
-    quantiles (a non-integer ``x`` interpolates, for equal fractional rates)."""
+    quantiles (a non-integer ``x`` interpolates, for equal fractional rates). The quantiles
+    are computed here, without scipy: see :func:`_betainc` for why."""
     if m <= 0:
         return 0.0, 1.0
-    # The beta quantile is scipy.special's betaincinv (what scipy.stats.beta.ppf calls):
-    # importing scipy.stats costs every report 1.6-2.5 s here, scipy.special under 1 s.
-    from scipy.special import betaincinv
-
-    low = 0.0 if x <= 0 else float(betaincinv(x, m - x + 1, alpha / 2))
-    high = 1.0 if x >= m else float(betaincinv(x + 1, m - x, 1 - alpha / 2))
+    low = 0.0 if x <= 0 else _betaincinv(x, m - x + 1, alpha / 2)
+    high = 1.0 if x >= m else _betaincinv(x + 1, m - x, 1 - alpha / 2)
     return low, high
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import re
+import signal
 from collections.abc import Iterator
 
 from spider2local.db.locks import DatabaseLocked, is_lock_error
@@ -37,9 +38,17 @@ MACHINE_ERRNOS = frozenset({
 
 _MACHINE_TEXT = re.compile(
     r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files"
-    r"|Cannot allocate memory|Out of Memory Error|failed to allocate data of size")
+    r"|Cannot allocate memory|Out of Memory Error|failed to allocate data of size"
+    r"|can't start new thread|\bMemoryError\b|std::bad_alloc")
 """How the same faults read in DuckDB's messages and in a dbt process's output (the OS's
-strerror texts, and DuckDB's out-of-memory wording)."""
+strerror texts, DuckDB's out-of-memory wording, and Python's and C++'s: a thread whose stack
+cannot be mapped is ``RuntimeError: can't start new thread``, which under ``ulimit -v 450000``
+made dbt fail and the task score ``failed``, kind agent)."""
+
+KILLED_EXITS = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
+"""How a child we started reports a SIGKILL we did not send (-9 from the child itself, 137
+through a shell such as the dbt shim): the kernel's out-of-memory killer. Callers leave out
+the kills of their own timeouts, which are the agent's verdict."""
 _PERMISSION_TEXT = re.compile(r"Permission denied|Operation not permitted")
 
 
@@ -61,12 +70,14 @@ _EXEC_REFUSED_TEXT = re.compile(r"Permission denied|Operation not permitted|Exec
 
 
 def is_machine_failure(returncode: int | None, output: str) -> bool:
-    """True when a process we started (dbt, through the shim) ended for the machine's sake:
-    its output names a fault of :func:`names_machine_fault`, or it could not be executed at
-    all (exit 126 with the shell's "Permission denied"; the venv's interpreter unreadable for
-    this user). dbt itself exits 0, 1 or 2, so 126 is never a verdict on the SQL it ran; a
-    reference task failed ``0/1`` as the agent's fault before this."""
-    if names_machine_fault(output):
+    """True when a process we started (dbt, through the shim; a reader child) ended for the
+    machine's sake: its output names a fault of :func:`names_machine_fault`, it was killed
+    by a SIGKILL (:data:`KILLED_EXITS`; the caller rules out its own timeout kill first), or
+    it could not be executed at all (exit 126 with the shell's "Permission denied"; the venv's
+    interpreter unreadable for this user). dbt itself exits 0, 1 or 2, so 126 and 137 are
+    never a verdict on the SQL it ran; a reference task failed ``0/1`` as the agent's fault
+    before this."""
+    if names_machine_fault(output) or returncode in KILLED_EXITS:
         return True
     return returncode == CANNOT_EXECUTE and _EXEC_REFUSED_TEXT.search(output) is not None
 
@@ -134,6 +145,29 @@ def is_machine_fault(exc: BaseException) -> bool:
                                 or _PERMISSION_TEXT.search(str(err))):
             return True
     return False
+
+
+_MEMORY_TEXT = re.compile(r"Cannot allocate memory|Out of Memory Error"
+                          r"|failed to allocate data of size|can't start new thread"
+                          r"|\bMemoryError\b|std::bad_alloc")
+
+
+def died_of_memory(returncode: int | None, output: str) -> bool:
+    """True when a child we started ended for want of memory: its output says so (the
+    memory texts of :data:`_MACHINE_TEXT`) or it was killed by a SIGKILL we did not send
+    (:data:`KILLED_EXITS`). Narrower than :func:`is_machine_failure`: a full disk is left to
+    :mod:`.blame`, which may make it the agent's verdict."""
+    return returncode in KILLED_EXITS or _MEMORY_TEXT.search(output) is not None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when ``exc`` or anything it wraps (task groups' exception groups included) is
+    :class:`MemoryError` or the :class:`RuntimeError` of a thread that could not be started
+    (its stack could not be mapped): the runner itself cannot go on, and the command ends
+    with one line saying so instead of a traceback."""
+    return any(isinstance(err, MemoryError)
+               or (isinstance(err, RuntimeError) and "can't start new thread" in str(err))
+               for err in _chain(exc))
 
 
 def describe(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ import anyio
 import spider2local
 from spider2local.exceptions import SandboxFailed
 from spider2local.proc.run import ProcessResult, run_process
+from spider2local.run.faults import died_of_memory
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.probe import probe
 
@@ -147,7 +148,12 @@ async def ask_reader(module: str, request: Mapping[str, Any], files: ReaderFiles
         answer = None
     if not isinstance(answer, dict):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReaderFailed(f"{module} failed (exit {done.returncode}): {tail}")
+        failed = ReaderFailed(f"{module} failed (exit {done.returncode}): {tail}")
+        if died_of_memory(done.returncode, done.stderr):
+            # died of the machine (a MemoryError, DuckDB's out of memory, the kernel's
+            # SIGKILL): chained so the one classifier records infrastructure, not a verdict
+            raise failed from MemoryError(tail)
+        raise failed
     return answer
 
 

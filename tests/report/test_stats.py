@@ -242,3 +242,29 @@ def test_hand_written_exact_tests_equal_scipy_stats() -> None:
         low, high = clopper_pearson(x, m)
         assert low == (0.0 if x == 0 else pytest.approx(beta.ppf(0.025, x, m - x + 1)))
         assert high == (1.0 if x == m else pytest.approx(beta.ppf(0.975, x + 1, m - x)))
+
+
+def test_clopper_pearson_is_computed_without_scipy() -> None:
+    """The run's last step (the summary) must not import scipy: its OpenBLAS retries a failed
+    mmap forever at import, and under ``ulimit -v 330000`` a finished run spun at 100% CPU
+    there until killed. The hand-written quantiles equal scipy's to 1e-10, over the
+    proportions a run reports (every x of m up to 70, and fractional rates)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from spider2local.report.stats import clopper_pearson; "
+            "clopper_pearson(3, 4); clopper_pearson(38.4, 64); "
+            "assert 'scipy' not in sys.modules, sorted(m for m in sys.modules if 'scipy' in m)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+    from scipy.special import betaincinv
+
+    cases = [(x, m) for m in (1, 2, 4, 7, 20, 64, 68) for x in range(m + 1)]
+    cases += [(38.4, 64), (0.5, 3), (66.75, 68), (1e-3, 5)]
+    for x, m in cases:
+        clopper_pearson.cache_clear()
+        low, high = clopper_pearson(x, m)
+        want_low = 0.0 if x <= 0 else float(betaincinv(x, m - x + 1, 0.025))
+        want_high = 1.0 if x >= m else float(betaincinv(x + 1, m - x, 0.975))
+        assert low == pytest.approx(want_low, rel=1e-10, abs=1e-13), (x, m)
+        assert high == pytest.approx(want_high, rel=1e-10, abs=1e-13), (x, m)
