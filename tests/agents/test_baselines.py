@@ -164,7 +164,11 @@ def test_reference_builds_the_sample_models_equal_to_gold(reference_run: Referen
     assert {m.status for m in scan_project(task_dir / "project").models} == {"complete"}
     events = [json.loads(line) for line in (task_dir / "transcript.jsonl").read_text()
               .splitlines()]
-    assert [e["kind"] for e in events] == ["attempt", "apply", "dbt", "dbt_result", "outcome"]
+    assert [e["kind"] for e in events] == ["attempt", "apply", "dbt", "dbt_result", "outcome",
+                                           "stage_deadlines"]
+    # the checkpoint's and the scorer's deadlines, fitted to this task's start database
+    assert {stage: d["derived"] for stage, d in events[5]["data"].items()} == {
+        "checkpoint": True, "score": True}
     applied = sorted(str(p.relative_to(task.solution_dir))
                      for p in task.solution_dir.rglob("*") if p.is_file())
     assert events[1]["data"]["files"] == applied
