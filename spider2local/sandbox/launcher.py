@@ -449,15 +449,23 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
     etc = etc_copy()
     if etc is not None:
         lines.append(f"etc {q(str(etc))}")
+    hidden = [m for m in mounts if m.kind is Kind.HIDDEN]
     for m in mounts:
-        lines.append(f"{m.kind.value} {q(str(m.path))}")
+        path = q(str(m.path))
+        if m.kind is Kind.HIDDEN:  # gone since the plan (another run's folder deleted): there
+            # is nothing to hide, and its mount point cannot be made in a read-only bind
+            lines.append(f'if [ -d "$R"{path} ]; then hide {path}; H{hidden.index(m)}=1; fi')
+        elif m.kind is Kind.HIDDEN_FILE:
+            lines.append(f'if [ -f "$R"{path} ]; then hidefile {path}; fi')
+        else:
+            lines.append(f"{m.kind.value} {path}")
         if m.kind is Kind.PRIVATE:  # its mount points, made once it is mounted
             lines.append(_make_dirs(mounts, m.path))
-    hidden = [m for m in mounts if m.kind is Kind.HIDDEN]
     names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]
     lines.append(_FINISH % {
         "devices": " ".join(DEVICES),
-        "hidden_ro": "\n".join(f'$MOUNT -o remount,bind,ro "$R"{q(str(m.path))}' for m in hidden),
+        "hidden_ro": "\n".join(f'if [ -n "${{H{i}-}}" ]; then $MOUNT -o remount,bind,ro '
+                               f'"$R"{q(str(m.path))}; fi' for i, m in enumerate(hidden)),
         "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
         # the relay outlives this script: it keeps no descriptor of a host file
         "relay": start_relay(spec.network) + (" 7>&- 8>&-" if spec.network else ""),

@@ -480,26 +480,27 @@ def test_install_layouts_build_and_hide_what_they_must(tmp_path: Path) -> None:
 
 
 @needs_namespaces
-def test_a_mount_that_fails_is_named_and_the_program_never_runs(tmp_path: Path) -> None:
-    """A mount point gone between the plan and the launch (a real ``mount`` failing): the
-    launcher stops before the program, says why on stderr, and :meth:`Launcher.failure`
-    gives the mount's own line, not util-linux's generic hint. A sandbox that was built
-    reports no failure, whatever the program's own exit status."""
-    lib, ws = tmp_path / "lib", tmp_path / "ws"
-    lib.mkdir()
-    ws.mkdir()
-    (lib / "suite.toml").write_text("x")
-    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(lib,), writable=(ws,),
-                                    hidden=(lib / "suite.toml",)))
+def test_a_mount_that_fails_is_named_and_the_program_never_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real ``mount`` failing (sent to a point that does not exist): the launcher stops
+    before the program, says why on stderr, and :meth:`Launcher.failure` gives the mount's own
+    line, not util-linux's generic hint. A sandbox that was built reports no failure, whatever
+    the program's own exit status."""
+    from tests.sandbox.test_probe import broken_mount
+
+    ws = tmp_path / "ws"
+    (ws / ".start").mkdir(parents=True)
+    broken_mount(tmp_path / "bin", monkeypatch)
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,),
+                                    hidden=(ws / ".start",)))
     try:
-        (lib / "suite.toml").unlink()
         done = inside(launcher, ws, f"touch {ws}/ran")
         failure = launcher.failure()
     finally:
         launcher.remove()
     assert done.returncode != 0 and not (ws / "ran").exists()
     assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
-    assert failure.endswith("suite.toml: mount point does not exist."), failure
+    assert failure.endswith("/.start/missing: mount point does not exist."), failure
     assert "mount point does not exist" in done.stderr  # also where the caller's stderr goes
     ok = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,)))
     try:  # a program posing as a failed sandbox buys no re-run: failure() is the runner's
@@ -509,6 +510,31 @@ def test_a_mount_that_fails_is_named_and_the_program_never_runs(tmp_path: Path) 
         assert done.returncode == 32 and ok.failure() is None
     finally:
         ok.remove()
+
+
+@needs_namespaces
+def test_a_hidden_path_gone_since_the_plan_is_no_failure(tmp_path: Path) -> None:
+    """Another run's folder on the hidden list, deleted between the plan and the launch (its
+    test or its user removed it): nothing is left to hide, so the sandbox builds (it stopped on
+    "cannot create directory ... Read-only file system" and the trial was lost), and what is
+    still there stays hidden."""
+    lib, ws = tmp_path / "lib", tmp_path / "ws"
+    (lib / "gone").mkdir(parents=True)
+    (lib / "kept").mkdir()
+    (lib / "kept" / "secret.txt").write_text("s")
+    (lib / "gone.toml").write_text("x")
+    ws.mkdir()
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(lib,), writable=(ws,),
+                                    hidden=(lib / "gone", lib / "gone.toml", lib / "kept")))
+    try:
+        (lib / "gone").rmdir()
+        (lib / "gone.toml").unlink()
+        done = inside(launcher, ws, f"ls -A {lib}; ls -A {lib}/kept | wc -l")
+        assert launcher.failure() is None
+    finally:
+        launcher.remove()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["kept", "0"]
 
 
 @needs_namespaces
