@@ -30,22 +30,11 @@ from spider2local.dataset.sample import build as sample_build
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.helpers import host_env
+from tests.sandbox.test_probe import BROKEN_MOUNT
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 SOLUTION = (Path(sample_build.__file__).resolve().parent / "solutions" / "gym001" / "models"
             / "membership_status.sql")
-BROKEN_MOUNT = """#!/bin/sh
-# util-linux mount, except that a mount onto a workspace's start copy (.start) is sent to a
-# point that does not exist: a real mount failing with its real message
-n=$#; i=0
-for a in "$@"; do
-    i=$((i + 1))
-    case "$i:$a" in "$n:"*/.start) a="$a/missing" ;; esac
-    set -- "$@" "$a"
-done
-shift "$n"
-exec {mount} "$@"
-"""
 
 pytestmark = [
     pytest.mark.slow,
