@@ -44,7 +44,7 @@ class ToolConfig:
     @classmethod
     def for_workspace(cls, ws: Workspace, date: dt.date | None,
                       limits: QueryLimits | None = None) -> ToolConfig:
-        from spider2local.run.layout import QUERIES
+        from spider2local.core.layout import QUERIES
 
         return cls(database=ws.database, audit=ws.artifacts / QUERIES, date=date, root=ws.root,
                    start=ws.start_copy, scan=ws.scan_path, limits=limits or QueryLimits())

@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.layout import LOCK, MERGING, RESULT, WORKSPACE_RECORD
+from spider2local.core.results import TaskResult
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.run import cut
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import LOCK, MERGING, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import in_use, reading, run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
-from spider2local.run.results import TaskResult
 from spider2local.run.resume import same_experiment
 
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from spider2local.core.layout import RESULT, WORKSPACE_RECORD
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.proc.reap import reap
 from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import RESULT, WORKSPACE_RECORD
 from spider2local.run.settings import (
     RunSettings,
     resolve_capabilities,

@@ -29,19 +29,8 @@ from pathlib import Path
 
 from spider2local.clock.dbt import log_as_text
 from spider2local.clock.faketime import FAKE_DATE_ENV, RUNS_ENV, Clock, find_library
-from spider2local.dataset.task import TaskSpec
-from spider2local.db.locks import DatabaseLocked, LockWait
-from spider2local.db.sandboxed import checkpoint_sandboxed
-from spider2local.db.snapshot import file_identity, snapshot_database
-from spider2local.dbtproject import packages
-from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
-from spider2local.dbtproject.inventory import ProjectScan, scan_project
-from spider2local.dbtproject.paths import project_paths
-from spider2local.dbtproject.templates import templates as model_templates
-from spider2local.exceptions import DatasetError, ScoringError, UserError
-from spider2local.resources import faketime_dir, skills_dir
-from spider2local.run.blame import Room
-from spider2local.run.layout import (
+from spider2local.core import upstream
+from spider2local.core.layout import (
     DBT_LOG,
     DBT_LOGS,
     DBT_RUNS,
@@ -55,11 +44,23 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
-from spider2local.run.results import write_json_atomic
+from spider2local.core.results import write_json_atomic
+from spider2local.dataset.task import TaskSpec
+from spider2local.db.locks import DatabaseLocked, LockWait
+from spider2local.db.snapshot import file_identity
+from spider2local.dbtproject import packages
+from spider2local.dbtproject.files import PROFILE_FIX, confine_profile
+from spider2local.dbtproject.inventory import ProjectScan, scan_project
+from spider2local.dbtproject.paths import project_paths
+from spider2local.dbtproject.templates import templates as model_templates
+from spider2local.exceptions import DatasetError, ScoringError, UserError
+from spider2local.resources import faketime_dir, skills_dir
 from spider2local.safepath import child
+from spider2local.sandbox.dbreads import checkpoint_sandboxed, snapshot_database
 from spider2local.sandbox.reply import ReaderDuckDBError
 from spider2local.sandbox.spec import runtime_env
 from spider2local.workspace.activate import CONTEXT_DIR, mark_kept, write_activation, write_marker
+from spider2local.workspace.blame import Room
 from spider2local.workspace.copy import copy_tree, fast_copy, remove_tree
 from spider2local.workspace.guard import (
     LockedOut,
@@ -117,7 +118,7 @@ class Workspace:
     room: Room | None = None
     """The free space of the workspace's file system and the workspace's own size once made
     (:func:`measure_room`): what tells a disk the agent filled from one the machine ran out of
-    (:mod:`spider2local.run.blame`). ``None`` when the file system could not be measured."""
+    (:mod:`spider2local.workspace.blame`). ``None`` when the file system could not be measured."""
 
 
 @dataclass(frozen=True)
@@ -489,7 +490,7 @@ def checkpoint_database(db: Path, *, root: Path, timeout: float | None = None) -
     if refused is not None:
         raise LockedOut(f"{db}: the agent made its database unopenable ({refused}: a mode "
                         "or attribute changed in the workspace)")
-    try:  # in a reader sandbox holding the database's folder alone (spider2local.db.sandboxed)
+    try:  # in a reader sandbox holding the database's folder alone (spider2local.sandbox.dbreads)
         waited = checkpoint_sandboxed(db, CHECKPOINT_LOCK_WAIT.seconds, timeout=timeout)
     except ReaderDuckDBError as exc:  # corrupt or not DuckDB: waiting would not help
         raise ScoringError(f"{db}: cannot checkpoint: {exc}") from exc
@@ -546,7 +547,7 @@ def _start_db(task: TaskSpec) -> Path:
 
 def _forbidden_paths(task: TaskSpec) -> tuple[Path, ...]:
     """The gold database and the dataset's evaluation folder: never copied, never named."""
-    paths = [task.project_dir.resolve().parent.parent / "evaluation_suite"]
+    paths = [upstream.gold_folder(task.project_dir.resolve().parent.parent)]
     if task.gold is not None:
         paths.append(task.gold.db.resolve())
     return tuple(paths)

@@ -13,9 +13,9 @@ import duckdb
 import pytest
 
 from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
-from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.exceptions import DatasetError, ScoringError
+from spider2local.sandbox.dbreads import snapshot_database
 from spider2local.workspace.prepare import checkpoint_database
 from tests.helpers import heavy_imports, hold_lock, make_duckdb
 

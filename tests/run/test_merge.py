@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from spider2local.core.results import Status, TaskResult, save_result
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import manifest_problem
 from spider2local.run.merge import merge_runs
-from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.resume import remembered
 from tests.helpers import ReferenceRun, by_task, manifest_json
 

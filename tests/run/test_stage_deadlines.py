@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.agents.contract import AgentContext
+from spider2local.core.results import ErrorKind, Stage, Status
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
+from spider2local.proc.watchdog import check
 from spider2local.run import deadlines
-from spider2local.run.contract import AgentContext
 from spider2local.run.deadlines import StageCosts
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import ErrorKind, Stage, Status
-from spider2local.run.watchdog import check
 from spider2local.suite.model import Suite
 from tests.run.test_hangs import LeavingAgent, endless_view, run
 

@@ -19,10 +19,11 @@ import pytest
 from spider2local.clock.faketime import FAKE_DATE_ENV
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset, TaskSpec
-from spider2local.db.snapshot import DbSnapshot, snapshot_database
+from spider2local.db.snapshot import DbSnapshot
 from spider2local.dbtproject.inventory import ProjectScan
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir
+from spider2local.sandbox.dbreads import snapshot_database
 from spider2local.suite.model import SAMPLE, Suite
 from spider2local.workspace import prepare as wsmod
 from spider2local.workspace.prepare import (
@@ -216,7 +217,7 @@ def test_task_without_start_db_is_refused(tiny_dataset: Callable[..., Path],
 
 def _count_snapshot_children(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Record every snapshot reader child started (the real one still runs)."""
-    from spider2local.db import sandboxed
+    from spider2local.sandbox import dbreads as sandboxed
 
     started: list[Path] = []
     real = sandboxed.snapshot_sandboxed

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spider2local.run import transcript as transcript_mod
+from spider2local.core import transcript as transcript_mod
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, route_by_system, tool
 from tests.agents.claude.test_sandbox import sandboxed_run

@@ -19,19 +19,20 @@ import anyio
 import duckdb
 import pytest
 
-from spider2local.agents.claude import prompts
-from spider2local.agents.claude.support import MARKER_ENV, SessionState, cli_env
+from spider2local.agents import prompts
+from spider2local.agents.claude.support import SessionState, cli_env
+from spider2local.agents.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.agents.registry import capabilities, make_agent
 from spider2local.clock import warm
+from spider2local.core.transcript import Transcript
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
-from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.run.retry import should_retry
-from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
+from spider2local.seal.processes import MARKER_ENV
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
 from spider2local.testing import (
@@ -669,14 +670,15 @@ def test_tool_calls_are_counted_as_announced() -> None:
 
 def test_the_sandbox_starts_the_warm_dbt_server_without_the_api_credentials(
         tmp_path: Path) -> None:
-    from spider2local.agents.claude.session import warm_services
+    from spider2local.agents.claude.session import services_env
+    from spider2local.sandbox.spec import warm_services
 
     env = {"PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": "x",
            MARKER_ENV: "m1", "BLANKED": "", "SPIDER2LOCAL_FAKE_DATE": "2024-01-15",
            "SPIDER2LOCAL_LIBFAKETIME": "/lib/libfaketime.so.1",
            "SPIDER2LOCAL_REAL_DBT": "/venv/bin/dbt"}
-    assert warm_services(env, tmp_path) == ()  # no socket named: no server
-    (service,) = warm_services(warm.warm_env(env, tmp_path), tmp_path)
+    assert warm_services(services_env(env), tmp_path) == ()  # no socket named: no server
+    (service,) = warm_services(services_env(warm.warm_env(env, tmp_path)), tmp_path)
     given = dict(service.env)
     assert "ANTHROPIC_API_KEY" not in given and "ANTHROPIC_BASE_URL" not in given
     assert "BLANKED" not in given and given[MARKER_ENV] == "m1"  # the sweep finds it too

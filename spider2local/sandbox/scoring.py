@@ -1,5 +1,5 @@
 """Score in a reader sandbox: :func:`score_database` run by ``python -I -m
-spider2local.evaluation.sandboxed`` inside a sandbox holding only the result and the gold file
+spider2local.sandbox.scoring`` inside a sandbox holding only the result and the gold file
 (:mod:`spider2local.sandbox.readers`). Every scoring of an agent's database goes through here:
 the runner, ``spider2local score`` (a file or a run folder) and the re-score.
 
@@ -22,7 +22,7 @@ from typing import Any
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.verdicts import TaskScore
 
-MODULE = "spider2local.evaluation.sandboxed"
+MODULE = "spider2local.sandbox.scoring"
 SCORE_TIMEOUT: float | None = None
 """No deadline of its own: the official comparator is slow on big tables (78 s measured) and
 the caller's deadline, when it has one, cancels the child (killed with its sandbox)."""

@@ -21,8 +21,28 @@ import re
 import signal
 from collections.abc import Iterator
 
-from spider2local.db.locks import DatabaseLocked, is_lock_error
 from spider2local.exceptions import SandboxFailed
+
+_LOCK_MESSAGE = re.compile(r"(?:IO Error: )?Could not set lock on file ")
+"""DuckDB's message, anchored at its start: ``IO Error: Could not set lock on file "<path>":
+Conflicting lock is held in <program> (PID <n>)``. Anchored so a path or any other text that
+merely contains the words (or "lock" inside "block") never matches."""
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True only for DuckDB's "Could not set lock on file" (another process holds the file)."""
+    return _LOCK_MESSAGE.match(str(exc)) is not None
+
+
+class DatabaseLocked(Exception):
+    """The file stayed locked for the whole :class:`LockWait`."""
+
+    def __init__(self, last: BaseException, attempts: int, waited: float) -> None:
+        super().__init__(f"still locked after {attempts} attempts over {waited:.1f} s: {last}")
+        self.last = last
+        self.attempts = attempts
+        self.waited = waited
+
 
 MACHINE_ERRNOS = frozenset({
     errno.ENOSPC,  # no space left on device

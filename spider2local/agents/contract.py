@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from spider2local.core.results import Usage
+from spider2local.core.transcript import Transcript
 from spider2local.dataset.task import TaskSpec
 from spider2local.gateway.budget import Cap
-from spider2local.run.results import Usage
-from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite import options
 from spider2local.workspace.prepare import Workspace

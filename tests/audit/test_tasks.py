@@ -13,8 +13,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from spider2local.audit.tasks import TaskAudit, audit_dataset, suggested_subsets
 from spider2local.cli.app import cli
-from spider2local.dataset.audit import TaskAudit, audit_dataset, suggested_subsets
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.db.snapshot import DbSnapshot
@@ -181,7 +181,7 @@ def test_denominators_count_the_dataset_not_a_constant(tiny_dataset: Callable[..
                                                         tmp_path: Path) -> None:
     """official = every task listed; with gold = a DuckDB file in its gold folder, whatever
     its name (upstream's misnamed gold counts, as the leaderboard's 64 do); runnable = here."""
-    from spider2local.dataset.audit import denominators
+    from spider2local.audit.tasks import denominators
 
     root = tiny_dataset("ok1", "ok2")
     tiny_dataset("nogold", with_gold=False)
@@ -194,7 +194,7 @@ def test_denominators_count_the_dataset_not_a_constant(tiny_dataset: Callable[..
 
 def test_free_passes_score_the_untouched_start_database(tiny_dataset: Callable[..., Path],
                                                          tmp_path: Path) -> None:
-    from spider2local.dataset.audit import free_passes
+    from spider2local.audit.tasks import free_passes
 
     root = tiny_dataset("work", "free")
     tiny_dataset("nogold", with_gold=False)
@@ -225,7 +225,7 @@ def _count_readers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_free_passes_take_one_child_whose_snapshots_serve_the_workspaces(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.dataset.audit import free_passes
+    from spider2local.audit.tasks import free_passes
     from spider2local.workspace.prepare import prepare_workspace
 
     root = tiny_dataset("work", "free", "badgold")
@@ -241,23 +241,23 @@ def test_free_passes_take_one_child_whose_snapshots_serve_the_workspaces(
     found = anyio.run(free_passes, list(tasks.values()))
     # one task's scoring failing is that task's unknown, never the others'
     assert found == {"work": False, "free": True, "badgold": None}
-    assert started == ["spider2local.evaluation.sandboxed:3"]
+    assert started == ["spider2local.sandbox.scoring:3"]
     ws = prepare_workspace(tasks["free"], artifacts=tmp_path / "a", parent=tmp_path)
-    assert started == ["spider2local.evaluation.sandboxed:3"]  # no snapshot child of its own
+    assert started == ["spider2local.sandbox.scoring:3"]  # no snapshot child of its own
     snap = DbSnapshot.from_json(ws.snapshot_path.read_text())
     assert snap.database == "shop.duckdb" and [t.name for t in snap.tables] == [
         "orders", "raw_orders"]
     with duckdb.connect(str(free)) as con:  # changed since: read again, from the copy
         con.execute("CREATE TABLE later AS SELECT 1 AS id")
     ws = prepare_workspace(tasks["free"], artifacts=tmp_path / "b", parent=tmp_path)
-    assert started[1:] == ["spider2local.db.sandboxed:snapshot"]
+    assert started[1:] == ["spider2local.sandbox.dbreads:snapshot"]
     assert "later" in [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
 
 
 def test_free_passes_score_each_task_alone_when_the_batch_child_dies(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.dataset import audit
-    from spider2local.evaluation import sandboxed
+    from spider2local.audit import tasks as audit
+    from spider2local.sandbox import scoring as sandboxed
     from spider2local.sandbox.readers import ReaderFailed
 
     root = tiny_dataset("work", "free")
@@ -267,9 +267,9 @@ def test_free_passes_score_each_task_alone_when_the_batch_child_dies(
     tasks = list(load_dataset(Suite(tmp_path / "tasks.toml", root)).tasks)
 
     async def dies(*_: object) -> object:
-        raise ReaderFailed("spider2local.evaluation.sandboxed failed (exit -9): no output")
+        raise ReaderFailed("spider2local.sandbox.scoring failed (exit -9): no output")
 
     monkeypatch.setattr(sandboxed, "score_starts_sandboxed", dies)
     started = _count_readers(monkeypatch)
     assert anyio.run(audit.free_passes, tasks) == {"work": False, "free": True}
-    assert started == ["spider2local.evaluation.sandboxed:1"] * 2
+    assert started == ["spider2local.sandbox.scoring:1"] * 2

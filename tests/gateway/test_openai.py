@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from spider2local.agents.command import _Meters, declared_apis
-from spider2local.agents.openai_usage import OpenAiUsage, tokens_of
 from spider2local.agents.usage import from_mini_trajectory
 from spider2local.gateway.budget import Budget
+from spider2local.gateway.openai import OpenAiUsage, tokens_of
 from spider2local.gateway.server import ApiCall, open_gateway
 from spider2local.testing import FakeOpenAI, HttpError, reply, tool
 

@@ -21,15 +21,16 @@ import anyio
 
 from spider2local.clock.dates import derive_task
 from spider2local.clock.reads import scan_clock_reads
+from spider2local.core.table import render_table
 from spider2local.dataset.load import gold_folder
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.db.connect import open_database
-from spider2local.db.snapshot import DbSnapshot, FileIdentity, file_identity, remember_snapshot
+from spider2local.db.snapshot import DbSnapshot, FileIdentity, file_identity
 from spider2local.dbtproject import packages
 from spider2local.evaluation.params import gold_positions
-from spider2local.report.table import render_table
 from spider2local.safepath import name_problem
+from spider2local.sandbox.dbreads import remember_snapshot
 from spider2local.suite.model import Confidence, DateMethod, DateSource
 
 
@@ -145,7 +146,7 @@ async def _baseline(task: TaskSpec) -> tuple[bool | None, str | None]:
         return None, f"cannot score: {_why_unscorable(task)}"
     # In a reader sandbox like every other scoring: the start database is the dataset's, and
     # its views are SQL that untrusted input wrote (the snapshot of it is sandboxed too).
-    from spider2local.evaluation.sandboxed import score_sandboxed
+    from spider2local.sandbox.scoring import score_sandboxed
 
     try:
         score = await score_sandboxed(task.start_db, task.gold.db, task.gold.params)
@@ -210,12 +211,12 @@ async def start_baseline(tasks: Sequence[TaskSpec]) -> StartBaseline:
     """Score each task's untouched start database: whether it passes, and what that cost.
 
     All in one reader sandbox holding the start and gold databases read-only
-    (:func:`~spider2local.evaluation.sandboxed.score_starts_sandboxed`), which also snapshots
+    (:func:`~spider2local.sandbox.scoring.score_starts_sandboxed`), which also snapshots
     each start database for the run's workspaces (:func:`_remember_snapshots`) and times each
     piece of work; should that child die, each task is scored in a child of its own, as
     ``audit --baseline`` does, and nothing is measured (a child's start-up is no cost of the
     task's)."""
-    from spider2local.evaluation.sandboxed import score_starts_sandboxed
+    from spider2local.sandbox.scoring import score_starts_sandboxed
 
     found: dict[str, bool | None] = {t.id: None for t in tasks}
     scorable = [t for t in tasks if t.start_db is not None and t.gold is not None]
@@ -242,7 +243,7 @@ def _remember_snapshots(starts: Sequence[tuple[Path, Path, Any]],
                         snapshots: Sequence[dict[str, Any] | None]) -> None:
     """Keep each start database's snapshot for the workspaces of the run, under the identity
     its file had before the child read it and still has after
-    (:func:`~spider2local.db.snapshot.snapshot_database`)."""
+    (:func:`~spider2local.sandbox.dbreads.snapshot_database`)."""
     for (start, _, _), identity, data in zip(starts, before, snapshots, strict=True):
         if data is None or "problem" in data or identity is None:
             continue

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spider2local.agents.claude.pricing import TOKEN_KEYS, total_cost
+from spider2local.core.results import Usage
+from spider2local.gateway.anthropic import TOKEN_KEYS, total_cost
 from spider2local.gateway.server import ApiCall
-from spider2local.run.results import Usage
 
 METERED_PATHS = ("/chat/completions", "/responses", "/completions")
 

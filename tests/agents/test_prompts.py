@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spider2local.agents.claude import prompts
+from spider2local.agents import prompts
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.resources import prompts_dir, skills_dir

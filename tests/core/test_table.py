@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spider2local.report.table import cut, fit, render_table, styled_table
+from spider2local.core.table import cut, fit, render_table, styled_table
 
 NOTE = ("Runtime Error in model daily_revenue (models/daily_revenue.sql) Parser Error: syntax "
         "error at or near \"by\" LINE 12: group by by day, store_id; " * 3).strip()

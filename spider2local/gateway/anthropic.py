@@ -1,4 +1,8 @@
-"""Token prices per model and the usage bookkeeping of a Claude session.
+"""The Anthropic Messages API at the gateway: where it is and how it is reached
+(:func:`claude_upstream`), token prices per model, and the gateway's meter for it.
+
+Any agent that speaks this API (the Claude session, a command agent declaring ``anthropic``)
+is served and metered the same way, so all of it lives here, below the agents.
 
 Why our own cost: the CLI's ``total_cost_usd`` has been seen pricing a run at the wrong model
 and missing cache tokens and subagents (measured), and the agent's code can forge it (it comes
@@ -10,12 +14,43 @@ computed cost ``None``, never a guess. The CLI's own figures stay in the transcr
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spider2local.gateway.server import ApiCall
-from spider2local.run.results import Usage
+from spider2local.core.results import Usage
+from spider2local.gateway.server import ApiCall, Upstream
+
+CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
+DEFAULT_API = "https://api.anthropic.com"
+PLACEHOLDER = "spider2local-gateway-adds-the-credential"
+"""What the CLI's credential variables hold: the CLI needs one set to start, the gateway
+drops the header it makes of it and adds the real one. Measured with CLI 2.1.x against a
+recording server: with ``ANTHROPIC_API_KEY`` or ``CLAUDE_CODE_OAUTH_TOKEN`` set to this and a
+base URL with a path (``http://127.0.0.1:PORT/u0``), its only request was ``POST
+/u0/v1/messages?beta=true`` carrying the placeholder as is (``x-api-key``, or
+``Authorization: Bearer`` plus its ``oauth-2025-04-20`` beta), and the session worked."""
+TOKEN_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+"""Credentials sent as ``Authorization: Bearer``."""
+
+
+def claude_upstream(environ: Mapping[str, str] | None = None) -> Upstream:
+    """The API the Claude CLI may reach and what the gateway adds to each request: the user's
+    ``ANTHROPIC_BASE_URL`` (or Anthropic's API), their credential and custom headers."""
+    environ = os.environ if environ is None else environ
+    headers: dict[str, str] = {}
+    for line in environ.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            headers[name.strip().lower()] = value.strip()
+    if environ.get("ANTHROPIC_API_KEY"):
+        headers["x-api-key"] = environ["ANTHROPIC_API_KEY"]
+    token = next((environ[v] for v in TOKEN_VARS if environ.get(v)), None)
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return Upstream(base_url=environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API,
+                    headers=headers, drop=("x-api-key", "authorization"), paths=("/v1/",))
 
 
 @dataclass(frozen=True)

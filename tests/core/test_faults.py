@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from spider2local.core.faults import describe, is_machine_fault, names_machine_fault
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.exceptions import ScoringError
-from spider2local.run.faults import describe, is_machine_fault, names_machine_fault
 from tests.helpers import hold_lock, make_duckdb
 
 

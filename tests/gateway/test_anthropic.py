@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from spider2local.agents.claude.pricing import (
+from spider2local.gateway.anthropic import (
     ApiUsage,
     model_cost,
     price_for,

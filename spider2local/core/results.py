@@ -21,8 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from spider2local.integrity.scan import Evidence, Integrity
-from spider2local.run.layout import ERROR_TRACEBACK
+from spider2local.core.layout import ERROR_TRACEBACK
 
 SCHEMA_VERSION = 5
 """5: ``cut_by_budget`` (absent before, read as false).
@@ -35,6 +34,31 @@ field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infras
 ``agent``."""
 READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
+
+
+class Integrity(StrEnum):
+    CLEAN = "clean"
+    """Nothing found."""
+    SUSPECT = "suspect"
+    """Something outside the workspace was named or opened: see the evidence."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    """``transcript.jsonl``, ``queries.jsonl`` or ``project/<path>``."""
+    line: int | None
+    """1-based line in the source (``None`` when only the squashed text matched)."""
+    rule: str
+    excerpt: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
+        return cls(str(data["source"]), data.get("line"), str(data["rule"]),
+                   str(data["excerpt"]))
 
 
 class Status(StrEnum):
@@ -119,7 +143,7 @@ class ErrorKind(StrEnum):
     INFRASTRUCTURE = "infrastructure"
     """The machine's fault, not the agent's: API overloaded or rate-limited, CLI crash, a full
     disk, a permission refused, a database locked by another process
-    (:func:`spider2local.run.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
+    (:func:`spider2local.core.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
     INTEGRITY = "integrity"
     """What the task is scored against (its gold file, its evaluation record, the scorer's
     source) changed after the run fingerprinted it: not scored, the message names the change."""

@@ -1,4 +1,4 @@
-"""Whose fault is a full disk after the agent ran (:mod:`spider2local.run.blame`): the rule on
+"""Whose fault is a full disk after the agent ran (:mod:`spider2local.workspace.blame`): the rule on
 its figures, then on a real disk filled for real (a tmpfs in a user namespace), through the
 runner and a resume."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from spider2local.core.faults import is_disk_full, is_machine_fault
 from spider2local.exceptions import ScoringError
-from spider2local.run.blame import MIN_BLAMED_GROWTH, Room, agents_doing
-from spider2local.run.faults import is_disk_full, is_machine_fault
 from spider2local.sandbox.reply import ReaderDuckDBError
+from spider2local.workspace.blame import MIN_BLAMED_GROWTH, Room, agents_doing
 from tests.helpers import tiny_disk_prefix
 
 MiB = 2**20
@@ -81,7 +81,7 @@ import json, sys
 from pathlib import Path
 import anyio, duckdb
 from spider2local.dataset.load import load_dataset
-from spider2local.run.contract import AgentOutcome
+from spider2local.agents.contract import AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.selection import select_tasks
@@ -189,11 +189,11 @@ def test_a_lock_left_on_the_task_database_after_the_agent_stage_is_the_agents(
     the agent's failure, with the reason, never ``infrastructure`` (a free re-roll)."""
     import anyio
 
+    from spider2local.agents.contract import AgentContext, AgentOutcome
+    from spider2local.core.results import ErrorKind, Stage, Status
     from spider2local.dataset.load import load_dataset
     from spider2local.run import runner
-    from spider2local.run.contract import AgentContext, AgentOutcome
     from spider2local.run.folder import RunFolder
-    from spider2local.run.results import ErrorKind, Stage, Status
     from spider2local.suite.model import Suite
     from tests.helpers import by_task
     from tests.run.test_runner import WriterAgent, quiet, settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spider2local.report.printable import printable
+from spider2local.core.printable import printable
 
 if TYPE_CHECKING:
     from rich.text import Text

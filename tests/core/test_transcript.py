@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spider2local.run.transcript import MAX_LINE, Transcript
+from spider2local.core.transcript import MAX_LINE, Transcript
 
 
 def test_lines_are_appended_as_json(tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from spider2local.integrity.scan import Evidence, Integrity
-from spider2local.run.results import (
+from spider2local.core.results import (
     SCHEMA_VERSION,
     ErrorKind,
+    Evidence,
+    Integrity,
     Stage,
     Status,
     TaskError,

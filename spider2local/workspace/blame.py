@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spider2local.run.faults import is_locked
+from spider2local.core.faults import is_locked
 
 MIN_BLAMED_GROWTH = 16 * 2**20
 """Bytes the workspace must have grown by at least for a full disk to be the agent's: a few
@@ -78,7 +78,7 @@ def agents_doing(room: Room | None, used: int, limit: int, *, disk_full: bool) -
 
     ``used``: the workspace's bytes now; ``limit``: ``--workspace-size``; ``room``: what
     :class:`Room` recorded (``None`` when the file system could not be measured); ``disk_full``:
-    the fault is ENOSPC or EDQUOT (:func:`spider2local.run.faults.is_disk_full`). A workspace
+    the fault is ENOSPC or EDQUOT (:func:`spider2local.core.faults.is_disk_full`). A workspace
     past its limit makes any machine fault the agent's (it went past what it was allowed, and
     its processes were being killed for it); the free-space rule only reads a full disk."""
     if used > limit:
