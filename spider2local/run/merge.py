@@ -62,8 +62,10 @@ def experiment_differences(first: RunManifest, other: RunManifest) -> list[str]:
 
 
 def _unsealed(manifest: RunManifest) -> bool:
-    """Made with ``--isolation none`` (recorded in run.json's settings)."""
-    return manifest.settings.get("isolation") == "none"
+    """Made without isolation: the one reading of what a run recorded
+    (:attr:`RunManifest.isolation_mode`, which every report uses too), so a run that recorded
+    none is unsealed here as it is in its report."""
+    return manifest.isolation_mode == "none"
 
 
 def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
