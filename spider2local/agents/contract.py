@@ -19,7 +19,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.gateway.budget import Cap
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite import options
-from spider2local.workspace.prepare import Workspace
+from spider2local.workspace.model import Workspace
 
 
 @dataclass(frozen=True)

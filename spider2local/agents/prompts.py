@@ -20,7 +20,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.db.snapshot import DbSnapshot
 from spider2local.dbtproject.inventory import ModelDecl, ModelStatus, ProjectScan
 from spider2local.resources import prompts_dir
-from spider2local.workspace.prepare import Workspace
+from spider2local.workspace.model import Workspace
 
 VERIFIER = "verifier"
 """The subagent's name, as the agent passes it in ``subagent_type``."""

@@ -54,6 +54,10 @@ class Capabilities:
     """Calls a model: ``--model`` applies and is recorded (other agents record none)."""
     skills: bool = False
     """Reads the skills installed into the workspace (others get a workspace without them)."""
+    skills_dir: str = ".claude/skills"
+    """Where in the project the agent reads skills, relative (the runner installs each skill
+    folder there, before the agent starts). The default is Claude Code's folder, which every
+    agent declaring ``skills`` got before this field existed."""
     needs_solution: bool = False
     """Only meaningful on tasks that have a reference solution (others are skipped)."""
     credentials: tuple[str, ...] = ()

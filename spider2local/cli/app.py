@@ -566,12 +566,12 @@ def shell(runs_dir: Path, target: tuple[str, ...], workspace: Path | None, trial
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
     task = selection.tasks[0]
-    if agent is not None:
-        from spider2local.agents.registry import capabilities
+    from spider2local.agents.registry import capabilities
 
-        capabilities(agent)  # an unknown or broken agent: one line, exit 2
+    caps = capabilities(agent or suite.defaults.agent)  # unknown or broken: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
-    sys.exit(open_shell(task, skills=skills, command=command, keep=keep, suite=suite.path))
+    sys.exit(open_shell(task, skills=skills, skills_dir=caps.skills_dir, command=command,
+                        keep=keep, suite=suite.path))
 
 
 @cli.command("derive-dates")

@@ -223,7 +223,7 @@ def _isolation(suite: Suite, agent: str) -> Check:
     from spider2local.sandbox.isolation import IsolationMode, choose_isolation
     from spider2local.sandbox.probe import check_agent_sandbox, probe
     from spider2local.suite.options import Isolation
-    from spider2local.workspace.prepare import START_DIR
+    from spider2local.workspace.environment import START_DIR
 
     requested = suite.defaults.isolation
     found = probe()

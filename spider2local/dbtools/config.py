@@ -21,7 +21,7 @@ from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.exceptions import UserError
 
 if TYPE_CHECKING:
-    from spider2local.workspace.prepare import Workspace
+    from spider2local.workspace.model import Workspace
 
 SCHEMA_VERSION = 1
 

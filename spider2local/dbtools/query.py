@@ -32,7 +32,7 @@ from spider2local.dbtools.policy import refusal, statements
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.sandbox.readers import ReaderFiles
-    from spider2local.workspace.prepare import Workspace
+    from spider2local.workspace.model import Workspace
 
 log = logging.getLogger(__name__)
 __all__ = ["QueryLimits", "QueryResult", "QueryService", "refusal", "statements"]

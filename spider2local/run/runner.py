@@ -75,11 +75,13 @@ from spider2local.run.settings import RunSettings, limits_for, task_skills, want
 from spider2local.run.verdict import Verdict
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
+from spider2local.workspace import checkpoint as checkpoint_mod
+from spider2local.workspace import collect as collect_mod
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.blame import agents_doing, held_database, too_big
 from spider2local.workspace.copy import remove_tree
 from spider2local.workspace.guard import OutsideWorkspace, database_ids
-from spider2local.workspace.prepare import Workspace as Ws
+from spider2local.workspace.model import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
 
 AgentFactory = Callable[[], Agent]
@@ -266,6 +268,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                                    parent=settings.workspace_parent,
                                    skills=task_skills(task, settings),
                                    skills_root=settings.skills_dir,
+                                   skills_dir=settings.caps.skills_dir,
                                    templates=settings.templates)
     ws = state.ws
     assert ws is not None
@@ -359,7 +362,8 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
                 try:
                     # the child outlives the watchdog's timer by half the grace: killed at
                     # it, it raises once the deadline is known to have passed
-                    await bounded("checkpoint", deadline.seconds, ws_mod.checkpoint_database,
+                    await bounded("checkpoint", deadline.seconds,
+                                  checkpoint_mod.checkpoint_database,
                                   ws.database, root=ws.root,
                                   timeout=deadline.seconds + GRACE / 2)
                 except DeadlinePassed as exc:
@@ -441,7 +445,7 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
-            await bounded("collect", settings.stage_timeout, ws_mod.collect_artifacts,
+            await bounded("collect", settings.stage_timeout, collect_mod.collect_artifacts,
                           state.ws, keep_db=settings.keep_db, check=watchdog_check,
                           checkpointed=state.checkpointed)
         except DeadlinePassed as exc:  # the agent's tree made it hang: its doing

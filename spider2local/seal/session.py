@@ -36,7 +36,7 @@ from spider2local.sandbox.launcher import DeathWrapper, Launcher
 from spider2local.sandbox.network import NetworkSeal
 from spider2local.sandbox.spec import agent_spec, warm_services
 from spider2local.seal.processes import MARKER_ENV, sweep
-from spider2local.workspace.prepare import Workspace
+from spider2local.workspace.model import Workspace
 
 
 def is_sealed(isolation: IsolationMode) -> bool:

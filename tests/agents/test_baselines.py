@@ -23,7 +23,8 @@ from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.exceptions import UserError
 from spider2local.suite.model import DEFAULT_DATE, Suite
-from spider2local.workspace.prepare import checkpoint_database, cleanup_workspace, prepare_workspace
+from spider2local.workspace.checkpoint import checkpoint_database
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 from tests.helpers import ReferenceRun
 
 

@@ -14,7 +14,8 @@ from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.resources import prompts_dir, skills_dir
 from spider2local.suite.model import Suite
-from spider2local.workspace.prepare import Workspace, cleanup_workspace, prepare_workspace
+from spider2local.workspace.model import Workspace
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 
 SECRET_TABLE = "graded_secret_orders"
 

@@ -40,7 +40,7 @@ from spider2local.run.progress import Progress
 from spider2local.run.runner import run_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
-from spider2local.workspace.prepare import copy_text_files
+from spider2local.workspace.collect import copy_text_files
 from spider2local.workspace.tree import SpecialFile, read_regular, remove_tree, walk_files
 
 DEPTH = 1200

@@ -57,7 +57,7 @@ def test_an_endless_view_fails_at_the_derived_score_deadline_not_the_stage_timeo
 
 def test_a_checkpoint_that_never_ends_fails_at_its_derived_deadline(
         tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.workspace import prepare
+    from spider2local.workspace import checkpoint as prepare
 
     def stuck(db: Path, *, root: Path, timeout: float | None = None) -> None:
         assert timeout is not None and timeout < 10  # its child would be killed near it too

@@ -24,7 +24,8 @@ from spider2local.sandbox.probe import probe
 from spider2local.seal.processes import MARKER_ENV
 from spider2local.seal.session import is_sealed, open_seal
 from spider2local.suite.model import Suite
-from spider2local.workspace.prepare import Workspace, cleanup_workspace, prepare_workspace
+from spider2local.workspace.model import Workspace
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 from tests.sandbox.test_probe import broken_mount
 
 NAMESPACES = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: {probe().reason}")

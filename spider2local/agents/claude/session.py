@@ -171,7 +171,8 @@ class ClaudeAgent:
     """``make_agent("claude", **options)``; every option has a working default."""
 
     name = "claude"
-    capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS,
+    capabilities = Capabilities(model=True, skills=True, skills_dir=".claude/skills",
+                                credentials=CREDENTIAL_VARS,
                                 sandboxed=True)
     tool_version = staticmethod(cli_version)
     check_api = staticmethod(apicheck.check_api)

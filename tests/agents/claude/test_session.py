@@ -44,13 +44,10 @@ from spider2local.testing import (
     route_by_system,
     tool,
 )
-from spider2local.workspace.prepare import (
-    Workspace,
-    checkpoint_database,
-    cleanup_workspace,
-    collect_artifacts,
-    prepare_workspace,
-)
+from spider2local.workspace.checkpoint import checkpoint_database
+from spider2local.workspace.collect import collect_artifacts
+from spider2local.workspace.model import Workspace
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
