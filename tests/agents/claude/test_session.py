@@ -631,15 +631,15 @@ def test_a_persistent_529_is_infrastructure_after_the_runner_s_retries(tmp_path:
     """The CLI's own retries are bounded, so a dead API under --timeout 120 is not a timeout:
     the runner retries, then records infrastructure; the retries show in the progress lines."""
     with FakeAnthropic([HttpError(529, repeat=True)], route=ROUTE) as fake:
-        started = time.monotonic()
         proc = spider2local_run(tmp_path, fake.env(), "--timeout", "120", "--retries", "1",
                                 "bakery001")
-        elapsed = time.monotonic() - started
         answered = [r.answer for r in fake.conversation_requests("main")]
     result = only_result(tmp_path)
     assert result["status"] == "error", (result, proc.stderr[-2000:])
     assert result["error"]["kind"] == "infrastructure" and "529" in result["error"]["message"]
-    assert result["attempts"] == 2 and elapsed < 100, elapsed
+    # not a timeout of either attempt (the kind says so, whatever the machine's load): the
+    # CLI's bounded retries ended each before its 120 s deadline
+    assert result["attempts"] == 2
     assert set(answered) == {"error 529"} and len(answered) == 2 * 3  # 1 call + 2 CLI retries
     assert "API 529, retry 1/2" in proc.stderr and "API 529, retry 2/2" in proc.stderr
 
