@@ -156,6 +156,7 @@ def test_a_client_that_never_reads_is_dropped_while_others_are_served(tmp_path: 
 
     async def main() -> tuple[int, int, ToolSocket]:
         service = QueryService.for_workspace(ws, FAKE_DATE)
+        service.project = None  # the stored 2 MB scan, not a fresh one of the project
         async with open_tool_socket(service, limits) as tools, raw(tools.path) as stuck:
             await hello(stuck)
             sent = 0

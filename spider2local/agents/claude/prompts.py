@@ -93,14 +93,44 @@ def _model_facts(model: ModelDecl, scan: ProjectScan, snapshot: DbSnapshot | Non
     cols = ", ".join(model.columns) if model.columns else "(no columns declared)"
     facts = []
     if model.description:
-        facts.append("description: " + " ".join(model.description.split())[:600])
-    facts += [f"YML columns (a minimum): {cols}",
-              f"start DB: {_start_tag(model.name, snapshot)}",
-              _neighbours(model.name, scan)]
+        facts.append("description" + _from_docs(model.description_docs) + ": "
+                     + _fold(model.description, MAX_DESCRIPTION))
+    facts += [f"YML columns (a minimum): {cols}"]
+    if model.column_docs:
+        facts.append("column descriptions (the specification; doc blocks resolved):")
+        budget = MAX_COLUMN_DOCS
+        for column in model.column_docs:
+            line = f"  - {column.name}{_from_docs(column.docs)}: " \
+                   f"{_fold(column.description, MAX_COLUMN_DOC)}"
+            if len(line) > budget:
+                facts.append("  - ... the rest in the project scan (or the YML file)")
+                break
+            budget -= len(line)
+            facts.append(line)
+    facts += [f"start DB: {_start_tag(model.name, snapshot)}", _neighbours(model.name, scan)]
     siblings = scan.siblings(model)
     if siblings:
         facts.append("siblings (same YML): " + ", ".join(siblings[:20]))
     return facts
+
+
+MAX_DESCRIPTION = 1200
+MAX_COLUMN_DOC = 400
+MAX_COLUMN_DOCS = 6000
+"""Characters of a model's description, of one column's, and of all its columns' in the
+prompt (the project_scan tool has them whole)."""
+
+
+def _fold(text: str, limit: int) -> str:
+    folded = " ".join(text.split())
+    return folded if len(folded) <= limit else folded[: limit - 1] + "…"
+
+
+def _from_docs(files: Sequence[str]) -> str:
+    """`` (doc block in models/docs.md)``: where a description's text was written."""
+    if not files:
+        return ""
+    return f" (doc block{'s' if len(files) > 1 else ''} in {', '.join(files)})"
 
 
 def _neighbours(name: str, scan: ProjectScan) -> str:
