@@ -93,14 +93,44 @@ def _model_facts(model: ModelDecl, scan: ProjectScan, snapshot: DbSnapshot | Non
     cols = ", ".join(model.columns) if model.columns else "(no columns declared)"
     facts = []
     if model.description:
-        facts.append("description: " + " ".join(model.description.split())[:600])
-    facts += [f"YML columns (a minimum): {cols}",
-              f"start DB: {_start_tag(model.name, snapshot)}",
-              _neighbours(model.name, scan)]
+        facts.append("description" + _from_docs(model.description_docs) + ": "
+                     + _fold(model.description, MAX_DESCRIPTION))
+    facts += [f"YML columns (a minimum): {cols}"]
+    if model.column_docs:
+        facts.append("column descriptions (the specification; doc blocks resolved):")
+        budget = MAX_COLUMN_DOCS
+        for column in model.column_docs:
+            line = f"  - {column.name}{_from_docs(column.docs)}: " \
+                   f"{_fold(column.description, MAX_COLUMN_DOC)}"
+            if len(line) > budget:
+                facts.append("  - ... the rest in the project scan (or the YML file)")
+                break
+            budget -= len(line)
+            facts.append(line)
+    facts += [f"start DB: {_start_tag(model.name, snapshot)}", _neighbours(model.name, scan)]
     siblings = scan.siblings(model)
     if siblings:
         facts.append("siblings (same YML): " + ", ".join(siblings[:20]))
     return facts
+
+
+MAX_DESCRIPTION = 1200
+MAX_COLUMN_DOC = 400
+MAX_COLUMN_DOCS = 6000
+"""Characters of a model's description, of one column's, and of all its columns' in the
+prompt (the project_scan tool has them whole)."""
+
+
+def _fold(text: str, limit: int) -> str:
+    folded = " ".join(text.split())
+    return folded if len(folded) <= limit else folded[: limit - 1] + "…"
+
+
+def _from_docs(files: Sequence[str]) -> str:
+    """`` (doc block in models/docs.md)``: where a description's text was written."""
+    if not files:
+        return ""
+    return f" (doc block{'s' if len(files) > 1 else ''} in {', '.join(files)})"
 
 
 def _neighbours(name: str, scan: ProjectScan) -> str:
@@ -191,8 +221,34 @@ def _task_facts(task: TaskSpec, ws: Workspace) -> dict[str, str]:
             "scan": scan, "database": _database_text(ws), "setup_problems": setup}
 
 
-def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None) -> str:
-    return template("agent.md", root).substitute(**_task_facts(task, ws))
+def render_pacing(max_turns: int | None, seconds: float | None) -> str:
+    """The time sentence of the system prompt: the session's turns and minutes, so the agent
+    can pace itself (real runs without one spent the end polishing and were cut unbuilt)."""
+    limits = []
+    if max_turns is not None:
+        limits.append(f"at most {max_turns} turns")
+    if seconds is not None:
+        limits.append(f"{max(1, round(seconds / 60))} minutes")
+    budget = " and ".join(limits) if limits else "a limited number of turns and minutes"
+    return (f"you have {budget} for the whole task, dbt runs included; the session is "
+            "stopped at either limit and the database as it is then is your result. Build "
+            "early, then improve. Bash stops a command after "
+            f"{BASH_TIMEOUT_MS // 60_000} minutes unless you pass a longer `timeout` "
+            "(milliseconds) for a long dbt run.")
+
+
+BASH_TIMEOUT_MS = 10 * 60_000
+"""What :func:`spider2local.agents.claude.support.cli_env` gives the CLI as
+``BASH_DEFAULT_TIMEOUT_MS`` (the CLI's own default, 2 minutes, cut long dbt runs of large
+projects on a loaded machine; the prompt says the figure, so it lives here)."""
+
+
+def system_prompt(task: TaskSpec, ws: Workspace, root: Path | None = None, *,
+                  max_turns: int | None = None, seconds: float | None = None) -> str:
+    """The main agent's system prompt; ``max_turns`` and ``seconds`` are the session's limits
+    (``$pacing``; a ``--prompts`` kit without the placeholder simply does not say them)."""
+    return template("agent.md", root).substitute(**_task_facts(task, ws),
+                                                 pacing=render_pacing(max_turns, seconds))
 
 
 COMMAND_TEMPLATE = "command.md"

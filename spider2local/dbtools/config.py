@@ -38,7 +38,9 @@ class ToolConfig:
     start: Path | None = None
     """The start database's read-only copy, attached as ``start``."""
     scan: Path | None = None
-    """The project scan ``project_scan`` answers with."""
+    """The project scan taken before the agent started."""
+    project: Path | None = None
+    """The dbt project ``project_scan`` scans at each call (None: it answers ``scan``)."""
     limits: QueryLimits = field(default_factory=QueryLimits)
 
     @classmethod
@@ -47,7 +49,8 @@ class ToolConfig:
         from spider2local.core.layout import QUERIES
 
         return cls(database=ws.database, audit=ws.artifacts / QUERIES, date=date, root=ws.root,
-                   start=ws.start_copy, scan=ws.scan_path, limits=limits or QueryLimits())
+                   start=ws.start_copy, scan=ws.scan_path, project=ws.project_dir,
+                   limits=limits or QueryLimits())
 
     def service(self, env: Mapping[str, str]) -> QueryService:
         """The service these settings describe; ``env`` is the query child's environment
@@ -60,7 +63,7 @@ class ToolConfig:
             clock = Clock(self.date, Path(library) if library else find_library())
             child_env = clock.faked_env(env)
         return QueryService(self.database, child_env, self.audit, self.scan, self.limits,
-                            root=self.root, start=self.start)
+                            root=self.root, start=self.start, project=self.project)
 
     def to_json(self) -> dict[str, Any]:
         data = {k: None if v is None else str(v) for k, v in asdict(self).items()
@@ -116,4 +119,5 @@ class ToolConfig:
         return cls(database=database, audit=audit,
                    date=dt.date.fromisoformat(date) if date else None,
                    root=path("root"), start=path("start"), scan=path("scan"),
+                   project=path("project"),
                    limits=QueryLimits(**known))  # type: ignore[arg-type]

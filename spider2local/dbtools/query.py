@@ -170,7 +170,8 @@ class QueryService:
 
     def __init__(self, database: Path, env: Mapping[str, str], audit_path: Path,
                  scan_path: Path | None = None, limits: QueryLimits | None = None,
-                 root: Path | None = None, start: Path | None = None) -> None:
+                 root: Path | None = None, start: Path | None = None,
+                 project: Path | None = None) -> None:
         self.database = database
         self.root = root
         """The workspace root the database must stay a plain file in (None: not checked)."""
@@ -183,6 +184,10 @@ class QueryService:
         """The child's environment: the workspace env plus the libfaketime preload."""
         self.audit_path = audit_path
         self.scan_path = scan_path
+        """The scan taken before the agent started (what its instructions list)."""
+        self.project = project
+        """The dbt project folder ``project_scan`` re-scans at each call (None: only the
+        stored scan is known, e.g. ``mcp-server --database``)."""
         self.limits = limits or QueryLimits()
 
     @classmethod
@@ -255,10 +260,37 @@ class QueryService:
                                            "call list_tables to see what exists")
         return result.render(), result.error is not None
 
-    def project_scan(self) -> tuple[str, bool]:
+    async def project_scan(self) -> tuple[str, bool]:
+        """The project as its files are now (:mod:`.scanner`, in the reader sandbox), so a
+        model the agent has written shows as complete; the scan taken before the agent
+        started, said to be that, when there is no project to scan or the scan failed.
+
+        Why live: the stored scan listed every model the agent had just written as
+        "missing", and nothing in the answer said it was old (a model believes what a tool
+        says is current). The answer says which of the two it is, in words, not with a time
+        (the MCP server and the in-process tools must answer alike)."""
+        failure = None
+        if self.project is not None:
+            from spider2local.dbtools.scanner import ScanFailed, scan_now
+
+            try:
+                return FRESH_SCAN + await scan_now(self.project, self.reader_files(),
+                                                   self.limits.timeout), False
+            except ScanFailed as exc:
+                failure = str(exc)
         if self.scan_path is None or not self.scan_path.is_file():
-            return "no project scan is available for this task", True
-        return self.scan_path.read_text(encoding="utf-8"), False
+            return "no project scan is available for this task" + (
+                f" (a fresh scan failed: {failure})" if failure else ""), True
+        note = STORED_SCAN if failure is None else STORED_SCAN.replace(
+            ":\n", f" (a fresh scan failed: {failure}):\n", 1)
+        return note + self.scan_path.read_text(encoding="utf-8"), False
+
+
+FRESH_SCAN = ("Project scan taken now, from the files as they are at this call (models you "
+              "have written since the start show as complete; the list in your instructions "
+              "is the scan from before you started):\n")
+STORED_SCAN = ("Project scan taken before the session started (statuses do not show SQL "
+               "written since):\n")
 
 
 LIST_TABLES_SQL = """SELECT t.table_schema, t.table_name, t.table_type, d.estimated_size AS rows

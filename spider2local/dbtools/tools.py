@@ -44,8 +44,11 @@ TOOLS: tuple[Tool, ...] = (
          _schema()),
     Tool("describe_table", "Columns and types of one table or view ('name' or 'schema.name').",
          _schema(table="'name' or 'schema.name'")),
-    Tool("project_scan", "The dbt project's declared models (complete, stub or missing), "
-         "sources and macros, as JSON.", _schema()),
+    Tool("project_scan", "The dbt project as its files are at this call, as JSON: each "
+         "declared model's status (complete, incomplete, stub or missing: a model you have "
+         "written shows as complete), its YML description and column descriptions with "
+         "{{ doc() }} blocks resolved (naming their .md file), refs, sources, vars and macros.",
+         _schema()),
 )
 
 
@@ -65,7 +68,7 @@ async def call_tool(service: QueryService, name: str,
     if name == "describe_table":
         return await service.describe(_text(args, "table"))
     if name == "project_scan":
-        return service.project_scan()
+        return await service.project_scan()
     return f"unknown tool {name!r}: the tools are {', '.join(tool_names())}", True
 
 

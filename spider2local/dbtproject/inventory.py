@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from spider2local.dbtproject.docblocks import DocIndex, doc_index, inside
 from spider2local.dbtproject.files import load_yaml, project_config
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
@@ -44,6 +45,16 @@ _CONFIG_ONLY = re.compile(r"\{\{-?\s*config\s*\(.*?\)\s*-?\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True)
+class ColumnDoc:
+    """A declared column's description, its ``{{ doc() }}`` calls resolved."""
+
+    name: str
+    description: str
+    docs: tuple[str, ...] = ()
+    """The ``.md`` files (relative to the project) whose doc blocks the text came from."""
+
+
+@dataclass(frozen=True)
 class ModelDecl:
     """One model declared in a YML ``models:`` list, and the state of its SQL."""
 
@@ -54,7 +65,12 @@ class ModelDecl:
     sql: str | None
     """Its SQL (or Python) file relative to the project; None when missing."""
     description: str = ""
+    """Its description, ``{{ doc('...') }}`` calls replaced by their blocks' text."""
     columns: tuple[str, ...] = ()
+    description_docs: tuple[str, ...] = ()
+    """The ``.md`` files whose doc blocks :attr:`description` holds."""
+    column_docs: tuple[ColumnDoc, ...] = ()
+    """The columns that have a description (doc blocks resolved), in declared order."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +139,11 @@ class ProjectScan:
         data = json.loads(text)
         return cls(
             models=tuple(ModelDecl(**{**m, "status": ModelStatus(m["status"]),
-                                      "columns": tuple(m["columns"])})
+                                      "columns": tuple(m["columns"]),
+                                      "description_docs": tuple(m.get("description_docs", ())),
+                                      "column_docs": tuple(
+                                          ColumnDoc(**{**c, "docs": tuple(c.get("docs", ()))})
+                                          for c in m.get("column_docs", ()))})
                          for m in data["models"]),
             undeclared=tuple(data["undeclared"]),
             sources=tuple(SourceDecl(**{**s, "tables": tuple(s["tables"])})
@@ -139,18 +159,26 @@ def scan_project(project_dir: Path) -> ProjectScan:
     """Scan ``project_dir`` (see module docstring)."""
     paths = project_paths(project_dir)
     problems = list(paths.problems)
-    files = {p.stem: p for p in paths.files(paths.models, MODEL_SUFFIXES)}
+    files = {p.stem: p for p in paths.files(paths.models, MODEL_SUFFIXES)
+             if inside(p, project_dir)}
     models: dict[str, ModelDecl] = {}
     sources: list[SourceDecl] = []
+    docs = doc_index(paths)
     for yml in paths.files(paths.models, YML_SUFFIXES):
-        data, error = load_yaml(yml)
         rel = _rel(yml, project_dir)
+        if not inside(yml, project_dir):
+            problems.append(f"{rel}: leads outside the project (not read)")
+            continue
+        data, error = load_yaml(yml)
         if error is not None:
             problems.append(f"{rel}: not valid YAML")
             continue
         for entry in _entries(data, "models"):
             if entry["name"] not in models:
-                models[entry["name"]] = _model(entry, rel, files.get(entry["name"]), project_dir)
+                model, missing = _model(entry, rel, files.get(entry["name"]), project_dir, docs)
+                models[entry["name"]] = model
+                problems += [f"{rel}: model {model.name} uses doc('{name}'), which no doc "
+                             "block defines" for name in missing]
         sources += [_source(e, rel) for e in _entries(data, "sources")]
     undeclared = sorted(_rel(p, project_dir) for n, p in files.items() if n not in models)
     return ProjectScan(
@@ -261,13 +289,29 @@ def unfinished(sql: str) -> bool:
     return not parsed
 
 
-def _model(entry: dict[str, Any], yml: str, sql: Path | None, project: Path) -> ModelDecl:
-    columns = tuple(c["name"] for c in _entries(entry, "columns"))
+def _model(entry: dict[str, Any], yml: str, sql: Path | None, project: Path,
+           docs: DocIndex) -> tuple[ModelDecl, tuple[str, ...]]:
+    """The declaration, and the doc names it uses that no block defines."""
+    declared = list(_entries(entry, "columns"))
+    description = docs.resolve(_text(entry.get("description")).strip())
+    missing = list(description.missing)
+    column_docs = []
+    for column in declared:
+        text = _text(column.get("description")).strip()
+        if text:
+            found = docs.resolve(text)
+            missing += found.missing
+            column_docs.append(ColumnDoc(column["name"], found.text, found.files))
     return ModelDecl(
         name=entry["name"], status=sql_status(sql), yml=yml,
         sql=_rel(sql, project) if sql is not None else None,
-        description=str(entry.get("description") or "").strip(), columns=columns,
-    )
+        description=description.text, columns=tuple(c["name"] for c in declared),
+        description_docs=description.files, column_docs=tuple(column_docs),
+    ), tuple(dict.fromkeys(missing))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
 
 
 def _source(entry: dict[str, Any], yml: str) -> SourceDecl:
@@ -294,6 +338,8 @@ MACRO_BODY_MAX = 1500
 def _macro_files(project: Path, paths: ProjectPaths,
                  package: str | None) -> Iterator[MacroDecl]:
     for path in paths.files(paths.macros, (".sql",)):
+        if not inside(path, project):
+            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         bodies = {} if package is not None else \
             {m.group(1): _short(m.group(0), MACRO_BODY_MAX) for m in _MACRO_BLOCK.finditer(text)}

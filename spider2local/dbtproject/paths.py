@@ -48,6 +48,9 @@ class ProjectPaths:
     packages_dir: Path
     """Where ``dbt deps`` installs packages and ``dbt run`` looks for them."""
     problems: tuple[str, ...] = ()
+    docs: tuple[Path, ...] = ()
+    """Where dbt looks for doc blocks (``.md`` files): ``docs-paths``, else every resource
+    folder (models, seeds, tests, analyses, macros, snapshots), as dbt does."""
     """Settings refused because they leave the project (the default was used instead)."""
 
     @property
@@ -104,11 +107,16 @@ def project_paths(root: Path) -> ProjectPaths:
     install = settings.get("packages-install-path")
     packages_dir = (_confined(root, "packages-install-path", install, problems)
                     if isinstance(install, str) else None)
+    tests = folders(("test-paths",), "tests")
+    analyses = folders(("analysis-paths",), "analyses")
+    docs = folders(("docs-paths",), "models") if "docs-paths" in settings \
+        else tuple(dict.fromkeys((*models, *seeds, *tests, *analyses, *macros, *snapshots)))
     name = settings.get("name")
     return ProjectPaths(
         root=root, config_problem=problem, name=name if isinstance(name, str) and name else None,
         models=models, macros=macros, snapshots=snapshots, seeds=seeds,
         packages_dir=packages_dir or root / PACKAGES_DEFAULT, problems=tuple(problems),
+        docs=docs,
     )
 
 

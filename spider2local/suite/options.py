@@ -411,8 +411,9 @@ SETTINGS: tuple[Setting, ...] = (
             "it starts included; scoring comes on top); its processes are killed at the "
             "deadline.", Resume.MUST_MATCH),
     Setting("retries", Integer(minimum=0), 2, "Retries of infrastructure errors."),
-    Setting("max_turns", Integer(), 150,
-            "Agent turns per task (large tasks need well over 100).", Resume.MUST_MATCH),
+    Setting("max_turns", Integer(), 300,
+            "Agent turns per task (real runs took 100-300; the timeout is what bounds time "
+            "and cost).", Resume.MUST_MATCH),
     Setting("thinking_budget", Integer(minimum=MIN_THINKING_BUDGET, unit="tokens"), None,
             "Extended thinking tokens per model reply (default: the suite's; off).",
             Resume.MUST_MATCH),

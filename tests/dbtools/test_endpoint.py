@@ -29,7 +29,7 @@ from spider2local.dbtools.endpoint import (
     open_tool_socket,
     write_client_config,
 )
-from spider2local.dbtools.query import QueryService
+from spider2local.dbtools.query import FRESH_SCAN, QueryService
 from spider2local.dbtools.tools import tool_names
 from spider2local.proc.tempdirs import owned_prefix
 from spider2local.sandbox.probe import probe
@@ -156,6 +156,7 @@ def test_a_client_that_never_reads_is_dropped_while_others_are_served(tmp_path: 
 
     async def main() -> tuple[int, int, ToolSocket]:
         service = QueryService.for_workspace(ws, FAKE_DATE)
+        service.project = None  # the stored 2 MB scan, not a fresh one of the project
         async with open_tool_socket(service, limits) as tools, raw(tools.path) as stuck:
             await hello(stuck)
             sent = 0
@@ -268,7 +269,7 @@ def test_the_bridge_carries_a_real_mcp_client_and_ends_with_the_socket(tmp_path:
 
     names, scan, code = anyio.run(main)
     assert names == list(tool_names())
-    assert "orders_summary" in scan
+    assert scan.startswith(FRESH_SCAN) and '"models": []' in scan  # scanned by the runner
     assert code == 0
     missing = subprocess.run([sys.executable, "-I", "-S", str(folder / "mcp-bridge.py"),
                               str(tmp_path / "gone.sock")], capture_output=True, text=True,

@@ -93,19 +93,18 @@ def test_ordinary_reads_with_write_words_run(tmp_path: Path) -> None:
     assert [line["error"] for line in audit_lines(ws)] == [None] * 4
 
 
-def test_list_describe_and_scan(tmp_path: Path) -> None:
+def test_list_and_describe(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     service = QueryService.for_workspace(ws, FAKE_DATE)
 
     async def scenario() -> list[tuple[str, bool]]:
         return [await service.list_tables(), await service.describe("staging.BIG_orders"),
-                await service.describe("nope"), service.project_scan()]
+                await service.describe("nope")]
 
-    (tables, t_err), (desc, d_err), (nope, n_err), (scan, s_err) = anyio.run(scenario)
+    (tables, t_err), (desc, d_err), (nope, n_err) = anyio.run(scenario)
     assert not t_err and "orders" in tables and "big_orders" in tables and "VIEW" in tables
     assert not d_err and "amount" in desc and "BIGINT" in desc
     assert n_err and "no table or view named 'nope'" in nope
-    assert not s_err and "orders_summary" in scan
     assert [line["tool"] for line in audit_lines(ws)] == ["list_tables", "describe_table",
                                                           "describe_table"]
 

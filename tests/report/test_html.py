@@ -289,7 +289,7 @@ def check_run_facts(page: Any, manifest: dict[str, Any]) -> None:
     versions = manifest["versions"]
     for name in ("spider2local", "dbt-core", "duckdb", "claude-agent-sdk"):
         assert f"{name}\t{versions[name]}" in facts, name
-    assert "timeout per task\t1800 s" in facts and "max turns\t150" in facts
+    assert "timeout per task\t1800 s" in facts and "max turns\t300" in facts
     assert "agent\treference" in facts and "trials per task\t1" in facts
     assert f"dataset\t{manifest['dataset']}" in facts
     for task in manifest["tasks"]:

@@ -116,7 +116,7 @@ def test_resume_with_other_settings_is_refused_before_anything_runs(data: Datase
     with pytest.raises(UserError) as info:
         execute(data, folder, ["t1", "t2"], timeout=45.0, max_turns=7)
     text = str(info.value)
-    assert "timeout 45.0 (run made with 30.0); max_turns 7 (run made with 150)" in text
+    assert "timeout 45.0 (run made with 30.0); max_turns 7 (run made with 300)" in text
     assert "another --run-id" in text
     with pytest.raises(UserError, match="suite file hash other"):
         execute(data, folder, ["t2"], sha="other", timeout=30.0)

@@ -171,16 +171,16 @@ def test_the_nearest_tasks_toml_upward_is_the_suite(tmp_path: Path) -> None:
 
 
 def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> None:
-    """Extended thinking is off unless asked for; large tasks get 150 turns by default; a
+    """Extended thinking is off unless asked for; real runs took up to 300 turns, the default; a
     task's own setting wins over the run's (what the runner hands the agent)."""
     from spider2local.run.settings import RunSettings, limits_for
 
     default = load_suite(write(tmp_path, "schema = 1\n"))
     assert default.defaults.get("thinking_budget") is None
-    assert default.defaults.get("max_turns") == 150
-    assert load_suite(bundled_suite_path()).defaults.get("max_turns") == 150
+    assert default.defaults.get("max_turns") == 300
+    assert load_suite(bundled_suite_path()).defaults.get("max_turns") == 300
     suite = load_suite(write(tmp_path, "[run]\nthinking_budget = 2048\n"
-                                       "[tasks.big]\nthinking_budget = 8000\nmax_turns = 300\n"))
+                                       "[tasks.big]\nthinking_budget = 8000\nmax_turns = 400\n"))
     settings = RunSettings.from_defaults(suite.defaults, (), agent="noop")
     assert settings.thinking_budget == 2048 and settings.to_json()["thinking_budget"] == 2048
 
@@ -188,7 +188,7 @@ def test_thinking_budget_and_max_turns_per_run_and_per_task(tmp_path: Path) -> N
         settings = suite.settings("big")
 
     limits = limits_for(Task(), settings)  # type: ignore[arg-type]
-    assert (limits.thinking_budget, limits.max_turns) == (8000, 300)
+    assert (limits.thinking_budget, limits.max_turns) == (8000, 400)
     Task.settings = suite.settings("other")
     limits = limits_for(Task(), settings)  # type: ignore[arg-type]
-    assert (limits.thinking_budget, limits.max_turns) == (2048, 150)
+    assert (limits.thinking_budget, limits.max_turns) == (2048, 300)

@@ -198,7 +198,9 @@ class ClaudeAgent:
             tools=list(VERIFIER_TOOLS),
             model="inherit")
         return ClaudeAgentOptions(
-            system_prompt=prompts.system_prompt(ctx.task, ws, ctx.prompts),
+            system_prompt=prompts.system_prompt(ctx.task, ws, ctx.prompts,
+                                                max_turns=limits.max_turns,
+                                                seconds=limits.timeout),
             cwd=str(ws.project_dir), permission_mode="bypassPermissions",
             setting_sources=["project"], model=limits.model, max_turns=limits.max_turns,
             max_budget_usd=limits.max_budget_usd,

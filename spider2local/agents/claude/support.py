@@ -33,6 +33,14 @@ wins). Its default retries a 429/5xx/529 about ten times over some 200 s inside 
 deadline, so an outage scored as a timeout and the runner's retry never applied (measured);
 two short retries (about 2 s) ride out a blip and leave a real outage to the runner's policy
 (:mod:`spider2local.run.retry`: a fresh attempt with backoff, infrastructure if it persists)."""
+BASH_TIMEOUTS: Mapping[str, str] = {
+    "BASH_DEFAULT_TIMEOUT_MS": str(prompts.BASH_TIMEOUT_MS),
+    "BASH_MAX_TIMEOUT_MS": str(60 * 60_000),
+}
+"""The CLI's Bash time limits (a user's own values win): 10 minutes unless the model asks for
+more, up to an hour (the task's deadline stops everything anyway). The CLI's defaults, 2 and
+10 minutes (read in its code), cut a long ``dbt run``: the work is lost and the agent tends to
+run it again. A cut dbt is killed with its process group, warm or cold (docs/agents.md)."""
 SYNC_SUBAGENTS: Mapping[str, str] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 """Subagents (the verifier) and Bash commands run in the foreground, whatever the model asks
 (measured: the Agent tool then returns the report itself). A background verifier's report
@@ -81,6 +89,8 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
         env.update(SYNC_SUBAGENTS)
     if not env.get("CLAUDE_CODE_MAX_RETRIES"):
         env["CLAUDE_CODE_MAX_RETRIES"] = str(CLI_MAX_RETRIES)
+    for name, value in BASH_TIMEOUTS.items():
+        env[name] = os.environ.get(name) or value
     env["CLAUDE_CONFIG_DIR"] = str(config_dir)
     if "TMPDIR" in ws_env:
         env["CLAUDE_CODE_TMPDIR"] = ws_env["TMPDIR"]  # its claude-<uid>/ (measured in the CLI)

@@ -48,6 +48,7 @@ from spider2local.workspace.checkpoint import checkpoint_database
 from spider2local.workspace.collect import collect_artifacts
 from spider2local.workspace.model import Workspace
 from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
+from tests.agents.claude.test_kit import kit_files, tool_mentions
 
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
@@ -325,6 +326,10 @@ def test_writes_builds_queries_verifies_and_passes(
     system = main[0].body["system"]
     assert task.instruction in json.dumps(system)
     assert "mcp__spider2__query" in main[0].tool_names
+    # every tool the kit names is one the real CLI offered (the lint's set comes from our code)
+    named = set().union(*(tool_mentions(p.read_text()) for p in kit_files()))
+    assert named <= set(main[0].tool_names) | set(verifier[0].tool_names), \
+        named - set(main[0].tool_names) - set(verifier[0].tool_names)
     assert set(verifier[0].tool_names) <= {"Read", "Grep", "Glob", "mcp__spider2__query",
                                            "mcp__spider2__list_tables",
                                            "mcp__spider2__describe_table",
