@@ -343,9 +343,14 @@ class Watch:
 
     def changes(self, task: TaskSpec) -> Check:
         """:func:`changes` of ``task`` against the run's fingerprints, on what the runner reads
-        (:meth:`reading`; a change of a private copy is a change like any other)."""
-        return changes(self.fingerprints, self.reading(task),
-                       eval_file=self.witness.eval_file(task) if self.witness else None)
+        (:meth:`reading`; a change of a private copy is a change like any other), and, while
+        the witness reads copies, the original gold written since (its metadata alone)."""
+        if self.witness is None:
+            return changes(self.fingerprints, task)
+        check = changes(self.fingerprints, self.reading(task),
+                        eval_file=self.witness.eval_file(task))
+        moved = self.witness.originals_changed(task)
+        return dataclasses.replace(check, changed=(*check.changed, *moved)) if moved else check
 
     def off_limits(self, task: TaskSpec) -> tuple[Path, ...]:
         """What of the runner's lies outside the workspace and is none of ``task``'s agent's

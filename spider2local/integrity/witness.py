@@ -105,6 +105,30 @@ class Private:
     """The copy of the gold database (its ``.wal`` beside it when the original had one), under
     the original's file name (gold's views may name their own catalog)."""
     eval_file: Path
+    originals: tuple[tuple[str, Path, tuple[int, ...] | None], ...] = ()
+    """``(what, path, metadata)`` of the original gold database and its ``.wal`` when copied
+    (``None``: absent): a write since is seen by its metadata alone (size, times, inode; a
+    write changes ctime, which no program sets back), without opening it."""
+
+    def changed(self) -> list[str]:
+        """One phrase per original gold file written, replaced, removed or added since."""
+        found = []
+        for what, path, then in self.originals:
+            now = _meta(path)
+            if now != then:
+                how = ("appeared" if then is None else "was removed" if now is None
+                       else "changed")
+                found.append(f"{what} {path} {how} since the run started (its metadata; the "
+                             "runner scores a private copy taken before any agent started)")
+        return found
+
+
+def _meta(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 @dataclass(frozen=True)
@@ -222,6 +246,12 @@ class Witness:
     def eval_file(self, task: TaskSpec) -> Path:
         copy = self.private.get(task.id)
         return copy.eval_file if copy is not None else task.eval_file
+
+    def originals_changed(self, task: TaskSpec) -> list[str]:
+        """The task's original gold files written since their copies were taken (by their
+        metadata: reading them would be an event like an agent's)."""
+        copy = self.private.get(task.id)
+        return copy.changed() if copy is not None else []
 
     # -- the agent stages ---------------------------------------------------------------------
     def entered(self, trial: str) -> None:
@@ -380,10 +410,11 @@ def take_copies(tasks: Iterable[TaskSpec], folder: Path) -> dict[str, Private]:
         if task.gold is None:
             continue
         db = task.gold.db
+        wal = db.with_name(db.name + ".wal")
         home = folder / secrets.token_hex(16)
         home.mkdir(mode=0o700)
+        originals = (("gold file", db, _meta(db)), ("gold .wal", wal, _meta(wal)))
         shutil.copyfile(db, home / db.name)
-        wal = db.with_name(db.name + ".wal")
         if wal.is_file():
             shutil.copyfile(wal, home / wal.name)
         source = task.eval_file
@@ -392,7 +423,7 @@ def take_copies(tasks: Iterable[TaskSpec], folder: Path) -> dict[str, Private]:
             where.mkdir(mode=0o700)
             evals[source] = where / source.name
             shutil.copyfile(source, evals[source])
-        private[task.id] = Private(home / db.name, evals[source])
+        private[task.id] = Private(home / db.name, evals[source], originals)
     return private
 
 

@@ -244,3 +244,22 @@ def test_many_events_stay_one_item_each_and_come_fast(
     witness.left("t1")
     found = witness.evidence("t1")
     assert len(found) == 2 and all("times" in e.excerpt for e in found), found
+
+
+@linux
+def test_an_original_gold_written_is_still_an_integrity_change_seen_without_opening_it(
+        tasks: list[TaskSpec], witness: Witness) -> None:
+    """The runner scores the copy, but a gold the agent wrote is no verdict, as without the
+    witness: its metadata names it, and checking charges no trial (a stat is no event)."""
+    t1, t2 = tasks
+    watch = guard.Watch(guard.take(tasks), witness=witness)
+    with gold(t1).open("ab") as fh:
+        fh.write(b"x")
+    gold(t2).with_name(gold(t2).name + ".wal").write_bytes(b"rows")
+    witness.entered("t2")
+    (changed,) = watch.changes(t1).changed
+    assert changed.startswith(f"gold file {gold(t1)} changed since the run started"), changed
+    (appeared,) = watch.changes(t2).changed
+    assert appeared.startswith(f"gold .wal {gold(t2)}.wal appeared"), appeared
+    witness.left("t2")
+    assert witness.evidence("t2") == ()
