@@ -263,3 +263,26 @@ def test_an_original_gold_written_is_still_an_integrity_change_seen_without_open
     assert appeared.startswith(f"gold .wal {gold(t2)}.wal appeared"), appeared
     witness.left("t2")
     assert witness.evidence("t2") == ()
+
+
+@linux
+@pytest.mark.slow
+def test_the_runners_scorer_on_an_original_would_be_seen_on_the_copy_it_is_not(
+        tasks: list[TaskSpec], witness: Witness) -> None:
+    """Why an honest run is clean: the scorer child (sandboxed where namespaces work, a plain
+    child elsewhere) opens whatever gold it is given; the witness charges that to the trial in
+    its agent stage when it is an original, and nothing when it is the private copy."""
+    import anyio
+
+    from spider2local.evaluation.sandboxed import score_sandboxed
+
+    t1 = tasks[0]
+    assert t1.start_db is not None and t1.gold is not None
+    reading = witness.reading(t1)
+    assert reading.gold is not None
+    for db, seen in ((reading.gold.db, False), (t1.gold.db, True)):
+        witness.entered("t2")
+        anyio.run(lambda db=db: score_sandboxed(t1.start_db, db, t1.gold.params))
+        witness.left("t2")
+        found = witness.evidence("t2")
+        assert bool(found) is seen, (db, found)

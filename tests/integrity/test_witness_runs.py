@@ -1,0 +1,145 @@
+"""The unsealed witness end to end (issue 33): ``spider2local run --isolation none`` on the
+sample suite with command agents, real dbt. The two attacks that passed clean (a script that
+builds the gold path at run time and prints nothing; a dbt pre_hook that reads the path from
+an environment variable) are suspect with the gold file named; an honest run is clean, also
+while another trial is scored during its agent stage (the runner reads private copies); a
+sandboxed run has no witness at all.
+
+Each test builds the sample in a cache of its own: the witness sees every process that opens
+the originals, and other tests of the session read the shared sample's gold."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spider2local.dataset.sample import build as sample_build
+from spider2local.dataset.sample import ensure_built
+from spider2local.sandbox.probe import probe
+from tests.cli.test_run_command import cli, results
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="inotify is Linux's")]
+SOLUTIONS = Path(sample_build.__file__).resolve().parent / "solutions"
+
+
+def own_sample(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The sample built in this test's own cache, and the environment that makes the CLI use
+    it."""
+    cache = tmp_path / "cache"
+    root = ensure_built(cache)
+    return root, {**os.environ, "SPIDER2LOCAL_CACHE": str(cache), "PYTHONWARNINGS": "ignore"}
+
+
+def hidden(text: str) -> str:
+    """``text`` as the agent's command carries it: base64, decoded at run time (no path in
+    anything the scan reads)."""
+    return f"$(echo {base64.b64encode(text.encode()).decode()} | base64 -d)"
+
+
+def session(run_dir: Path) -> dict[str, Any]:
+    sessions: list[dict[str, Any]] = json.loads((run_dir / "run.json").read_text())["sessions"]
+    return sessions[-1]
+
+
+def test_a_script_and_a_dbt_hook_copying_gold_unseen_are_suspect_with_the_file_named(
+        tmp_path: Path) -> None:
+    root, env = own_sample(tmp_path)
+    gym_gold = root / "evaluation_suite" / "gold" / "gym001" / "gym.duckdb"
+    fleet_gold = root / "evaluation_suite" / "gold" / "fleet001" / "fleet.duckdb"
+    # (a) a plain Python script: the gold path built at run time, every table copied into the
+    # task's database, nothing printed
+    script = textwrap.dedent(f"""\
+        import base64, os, duckdb
+        g = base64.b64decode({base64.b64encode(str(gym_gold).encode())!r}).decode()
+        con = duckdb.connect(os.environ["SPIDER2_DATABASE"])
+        con.execute(f"ATTACH '{{g}}' AS g (READ_ONLY)")
+        for (t,) in con.execute("SELECT table_name FROM duckdb_tables() "
+                                "WHERE database_name = 'g'").fetchall():
+            con.execute(f'CREATE OR REPLACE TABLE main."{{t}}" AS SELECT * FROM g.main."{{t}}"')
+        con.close()
+        """)
+    # (b) a dbt model whose pre_hook ATTACHes a path it reads from an environment variable
+    model = tmp_path / "vehicle_performance.sql"
+    model.write_text("{{ config(materialized='table', pre_hook=\"ATTACH IF NOT EXISTS "
+                     "'{{ env_var('WHERE_IT_IS') }}' AS g (READ_ONLY)\") }}\n"
+                     "select * from g.main.vehicle_performance\n")
+    command = (f'case "$SPIDER2_TASK_ID" in '
+               f'gym001) {shlex.quote(sys.executable)} -c "{hidden(script)}" ;; '
+               f"fleet001) cp {model} models/vehicle_performance.sql && "
+               f'WHERE_IT_IS="{hidden(str(fleet_gold))}" dbt run --select vehicle_performance '
+               ">/dev/null 2>&1 ;; esac")
+    done = cli("--dataset", "sample", "run", "gym001", "fleet001", "--agent", "command",
+               "--agent-command", command, "--isolation", "none", "--jobs", "1",
+               "--retries", "0", "--runs-dir", "runs", "--run-id", "a", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "a"
+    found = results(run_dir)
+    for tid, path in (("gym001", gym_gold), ("fleet001", fleet_gold)):
+        r = found[tid]
+        assert r["status"] == "passed", (tid, r)  # gold copied: it passes, as it did unseen
+        assert r["integrity"] == "suspect", (tid, r)
+        rules = [e["rule"] for e in r["integrity_evidence"] if e["source"] == "witness"]
+        assert f"gold file {path} opened during the agent stage" in rules, (tid, rules)
+        # one trial at a time: the other is never named
+        other = next(t for t in found if t != tid)
+        assert not [e for e in r["integrity_evidence"] if other in e["excerpt"]], r
+    record = session(run_dir)["witness"]
+    assert record["state"] == "on" and str(gym_gold) in record["watched"], record
+    assert "unattributed" not in record, record
+    assert "suspect" in done.stderr and f"gold file {gym_gold} opened" in done.stderr
+    assert not list(Path(record["private_copies"]).parent.glob(
+        Path(record["private_copies"]).name)), "the private copies outlived the run"
+
+
+def test_an_honest_run_is_clean_while_another_trial_is_scored_during_its_agent_stage(
+        tmp_path: Path) -> None:
+    """Two trials at once: gym001's agent sleeps after its dbt run, long enough for fleet001
+    to be checkpointed and scored meanwhile. The runner reads only the private copies, so
+    neither is suspect (reading the originals, its scorer would mark gym001: the unit tests
+    show the witness sees any reader)."""
+    _, env = own_sample(tmp_path)
+    command = (f'cp -r {SOLUTIONS}/"$SPIDER2_TASK_ID"/models/. models/ && dbt run >/dev/null '
+               '2>&1; if [ "$SPIDER2_TASK_ID" = gym001 ]; then sleep 40; fi')
+    done = cli("--dataset", "sample", "run", "gym001", "fleet001", "--agent", "command",
+               "--agent-command", command, "--isolation", "none", "--jobs", "2",
+               "--retries", "0", "--runs-dir", "runs", "--run-id", "h", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "h"
+    found = results(run_dir)
+    for tid, r in found.items():
+        assert r["status"] == "passed" and r["integrity"] == "clean", (tid, r)
+    gym, fleet = found["gym001"], found["fleet001"]
+    durations: dict[str, float] = gym["durations"]  # type: ignore[assignment]
+    after_agent = sum(durations.get(s, 0.0) for s in ("checkpoint", "score", "scan",
+                                                      "collect", "cleanup"))
+    gym_agent_end = (dt.datetime.fromisoformat(str(gym["finished_at"]))
+                     - dt.timedelta(seconds=after_agent + 2))
+    assert dt.datetime.fromisoformat(str(fleet["finished_at"])) < gym_agent_end, found
+    record = session(run_dir)["witness"]
+    assert record["state"] == "on" and len(record["watched"]) == 3, record  # 2 gold, 1 eval
+    assert "unattributed" not in record, record
+    assert "witness" not in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: {probe().reason}")
+def test_a_sandboxed_run_has_no_witness(tmp_path: Path) -> None:
+    _, env = own_sample(tmp_path)
+    done = cli("--dataset", "sample", "run", "gym001", "--agent", "command",
+               "--agent-command", "true", "--isolation", "namespace", "--retries", "0",
+               "--runs-dir", "runs", "--run-id", "s", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "s"
+    assert "witness" not in session(run_dir)
+    assert results(run_dir)["gym001"]["integrity"] == "clean"
+    assert "witness" not in done.stderr
