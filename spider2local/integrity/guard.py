@@ -347,8 +347,9 @@ class Watch:
         the witness reads copies, the original gold written since (its metadata alone)."""
         if self.witness is None:
             return changes(self.fingerprints, task)
-        check = changes(self.fingerprints, self.reading(task),
-                        eval_file=self.witness.eval_file(task))
+        records = self.witness.eval_file(task)
+        with self.witness.own_read(records):
+            check = changes(self.fingerprints, self.reading(task), eval_file=records)
         moved = self.witness.originals_changed(task)
         return dataclasses.replace(check, changed=(*check.changed, *moved)) if moved else check
 

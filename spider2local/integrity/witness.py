@@ -55,7 +55,7 @@ import shutil
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -105,6 +105,8 @@ class Private:
     """The copy of the gold database (its ``.wal`` beside it when the original had one), under
     the original's file name (gold's views may name their own catalog)."""
     eval_file: Path
+    eval_original: tuple[Path, tuple[int, ...] | None] | None = None
+    """The original evaluation file and its metadata when copied."""
     originals: tuple[tuple[str, Path, tuple[int, ...] | None], ...] = ()
     """``(what, path, metadata)`` of the original gold database and its ``.wal`` when copied
     (``None``: absent): a write since is seen by its metadata alone (size, times, inode; a
@@ -220,6 +222,7 @@ class Witness:
         self._active: dict[str, None] = {}
         self._seen: dict[str, dict[tuple[str, str, str], Sighting]] = {}
         self._stray: dict[tuple[str, str, str], Sighting] = {}
+        self._ignoring: str | None = None
         self._stop_r, self._stop_w = os.pipe() if self.inotify is not None else (-1, -1)
         self._thread: threading.Thread | None = None
         if self.inotify is not None:
@@ -244,8 +247,35 @@ class Witness:
         return replace(task, gold=replace(task.gold, db=copy.gold))
 
     def eval_file(self, task: TaskSpec) -> Path:
+        """Where the runner reads ``task``'s evaluation record: the private copy, or the
+        original once that was written since the copy (someone changed the records: the
+        guard must read what it says now; do it inside :meth:`own_read`)."""
         copy = self.private.get(task.id)
-        return copy.eval_file if copy is not None else task.eval_file
+        if copy is None:
+            return task.eval_file
+        if copy.eval_original is not None and _meta(copy.eval_original[0]) != \
+                copy.eval_original[1]:
+            return copy.eval_original[0]
+        return copy.eval_file
+
+    @contextlib.contextmanager
+    def own_read(self, path: Path) -> Iterator[None]:
+        """The runner itself reads the original ``path`` (an evaluation file written during
+        the run, to name the record that changed): its events are not charged. Only ever
+        after that file was written, so the run has already been seen tampering with it."""
+        if self.inotify is None:
+            yield
+            return
+        real = os.path.realpath(path)
+        with self._lock:
+            self._take()
+            self._ignoring = real
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._take()
+                self._ignoring = None
 
     def originals_changed(self, task: TaskSpec) -> list[str]:
         """The task's original gold files written since their copies were taken (by their
@@ -318,6 +348,8 @@ class Witness:
         if mask & IN_IGNORED or wd not in self.watched:
             return  # a watch gone with its file (its deletion was reported)
         kind, path = self.watched[wd]
+        if str(path) == self._ignoring:
+            return  # the runner's own read (:meth:`own_read`)
         if kind == COPIES and name:
             return  # a file inside the copies' folder: only a listing of the folder counts
         for bit, word in _WHAT:
@@ -406,6 +438,7 @@ def take_copies(tasks: Iterable[TaskSpec], folder: Path) -> dict[str, Private]:
     subfolder of a random name (learnt only by listing ``folder``, which is watched)."""
     private: dict[str, Private] = {}
     evals: dict[Path, Path] = {}
+    metas: dict[Path, tuple[Path, tuple[int, ...] | None]] = {}
     for task in tasks:
         if task.gold is None:
             continue
@@ -422,8 +455,9 @@ def take_copies(tasks: Iterable[TaskSpec], folder: Path) -> dict[str, Private]:
             where = folder / secrets.token_hex(16)
             where.mkdir(mode=0o700)
             evals[source] = where / source.name
+            metas[source] = (source, _meta(source))
             shutil.copyfile(source, evals[source])
-        private[task.id] = Private(home / db.name, evals[source], originals)
+        private[task.id] = Private(home / db.name, evals[source], metas[source], originals)
     return private
 
 

@@ -286,3 +286,23 @@ def test_the_runners_scorer_on_an_original_would_be_seen_on_the_copy_it_is_not(
         witness.left("t2")
         found = witness.evidence("t2")
         assert bool(found) is seen, (db, found)
+
+
+@linux
+def test_an_evaluation_file_written_is_read_again_to_name_the_record_uncharged(
+        tasks: list[TaskSpec], witness: Witness) -> None:
+    """Edited records are no verdict, as without the witness: once the original was written,
+    the guard reads it (its own read, charged to no trial) and names the task whose record
+    changed; another task's record is unchanged."""
+    t1, t2 = tasks
+    watch = guard.Watch(guard.take(tasks), witness=witness)
+    rows = [json.loads(line) for line in t1.eval_file.read_text().splitlines()]
+    rows[0]["evaluation"]["parameters"]["condition_cols"] = [[0, 1]]
+    t1.eval_file.write_text("".join(json.dumps(r) + "\n" for r in rows))  # no agent stage
+    assert witness.stray()  # the write was seen, as the run's
+    witness.entered("t2")
+    (changed,) = watch.changes(t1).changed
+    assert changed.startswith("evaluation record changed"), changed
+    assert watch.changes(t2).changed == ()
+    witness.left("t2")
+    assert witness.evidence("t2") == ()  # the runner's reads are nobody's
