@@ -462,7 +462,7 @@ def take_copies(tasks: Iterable[TaskSpec], folder: Path) -> dict[str, Private]:
 
 
 def open_witness(tasks: Iterable[TaskSpec], *, parent: Path | None = None,
-                 make: Callable[[], Inotify] = Inotify) -> Witness:
+                 make: Callable[[], Inotify] | None = None) -> Witness:
     """Take the private copies and start watching the originals; an off witness with the
     reason where that cannot be done (never raises for it). ``make``: tests stand in a failing
     libc."""
@@ -470,7 +470,7 @@ def open_witness(tasks: Iterable[TaskSpec], *, parent: Path | None = None,
     if not sys.platform.startswith("linux"):
         return Witness.off(f"inotify is Linux-only (this is {sys.platform})")
     try:
-        inotify = make()
+        inotify = (make or Inotify)()
     except OSError as exc:
         return Witness.off(f"inotify unavailable: {exc.strerror or exc}")
     folder: Path | None = None

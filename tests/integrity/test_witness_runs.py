@@ -12,19 +12,32 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import io
 import json
 import os
 import shlex
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from spider2local.agents.registry import make_agent
+from spider2local.dataset.load import load_dataset
 from spider2local.dataset.sample import build as sample_build
 from spider2local.dataset.sample import ensure_built
+from spider2local.integrity import witness as witness_mod
+from spider2local.run.folder import RunFolder
+from spider2local.run.plan import RunPlan, execute_run
+from spider2local.run.progress import Progress
+from spider2local.run.selection import select_tasks
+from spider2local.run.settings import RunSettings
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
+from spider2local.suite.model import Suite
 from tests.cli.test_run_command import cli, results
 
 pytestmark = [pytest.mark.slow,
@@ -143,3 +156,30 @@ def test_a_sandboxed_run_has_no_witness(tmp_path: Path) -> None:
     assert "witness" not in session(run_dir)
     assert results(run_dir)["gym001"]["integrity"] == "clean"
     assert "witness" not in done.stderr
+
+
+def test_where_inotify_fails_the_run_says_so_and_records_why(
+        tiny_dataset: Callable[..., Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never silently: the per-user inotify limit reached, the run goes on without the
+    witness, says so on stderr before any agent, and run.json's session keeps the reason."""
+    def at_the_limit() -> witness_mod.Inotify:
+        raise OSError(24, "inotify_init1: Too many open files "
+                          "(fs.inotify.max_user_instances reached)")
+
+    monkeypatch.setattr(witness_mod, "Inotify", at_the_limit)
+    root = tiny_dataset("t1")
+    data = load_dataset(Suite(tmp_path / "tasks.toml", root))
+    settings = RunSettings(agent="command", isolation=IsolationMode.NONE, retries=0,
+                           workspace_parent=tmp_path)
+    folder = RunFolder.at(tmp_path / "runs", "off")
+    plan = RunPlan(folder, select_tasks(data, ["t1"]), settings,
+                   lambda: make_agent("command", command="true"), data.suite.path, "sha",
+                   data.root)
+    said = io.StringIO()
+    anyio.run(execute_run, plan, Progress(said, live=False))
+    record = session(folder.root)["witness"]
+    assert record == {"state": "off", "reason": "inotify unavailable: inotify_init1: Too many "
+                      "open files (fs.inotify.max_user_instances reached)"}, record
+    assert "the unsealed witness is off (inotify unavailable" in said.getvalue(), said.getvalue()
+    assert (folder.root / "t1" / "result.json").is_file()  # the run went on
