@@ -223,11 +223,15 @@ class Witness:
         self._seen: dict[str, dict[tuple[str, str, str], Sighting]] = {}
         self._stray: dict[tuple[str, str, str], Sighting] = {}
         self._ignoring: str | None = None
-        self._stop_r, self._stop_w = os.pipe() if self.inotify is not None else (-1, -1)
+        self._stop_r, self._stop_w = -1, -1
         self._thread: threading.Thread | None = None
-        if self.inotify is not None:
-            self._thread = threading.Thread(target=self._follow, name="witness", daemon=True)
-            self._thread.start()
+
+    def _start(self) -> None:
+        """Start the reader thread (raises OSError or RuntimeError where it cannot start:
+        no memory, no file descriptor left)."""
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._follow, name="witness", daemon=True)
+        self._thread.start()
 
     @classmethod
     def off(cls, reason: str) -> Witness:
@@ -379,7 +383,8 @@ class Witness:
         data: dict[str, Any] = {"state": self.state.value, "reason": self.reason}
         if self.on:
             data["watched"] = sorted(str(p) for k, p in self.watched.values() if k != COPIES)
-            data["private_copies"] = str(self.folder)
+            if self.folder is not None:
+                data["private_copies"] = str(self.folder)
             stray = self.stray()
             if stray:
                 data["unattributed"] = [s.to_json() for s in stray]
@@ -391,7 +396,7 @@ class Witness:
         if self.inotify is not None:
             with contextlib.suppress(OSError):
                 os.write(self._stop_w, b"x")
-            if self._thread is not None:
+            if self._thread is not None and self._thread.is_alive():
                 self._thread.join(5)
             self.inotify.close()
             for fd in (self._stop_r, self._stop_w):
@@ -490,5 +495,11 @@ def open_witness(tasks: Iterable[TaskSpec], *, parent: Path | None = None,
         where = f" ({exc.filename})" if exc.filename else ""
         return Witness.off(f"{step}: {exc.strerror or exc}{where}")
     files = sum(1 for kind, _ in watched.values() if kind != COPIES)
-    return Witness(WitnessState.ON, f"inotify watches {files} gold and evaluation file(s); "
-                   "the runner reads private copies", private, watched, folder, inotify)
+    found = Witness(WitnessState.ON, f"inotify watches {files} gold and evaluation file(s); "
+                    "the runner reads private copies", private, watched, folder, inotify)
+    try:
+        found._start()
+    except (OSError, RuntimeError) as exc:  # a thread cannot start (no memory): off, said
+        found.close()
+        return Witness.off(f"its reader thread cannot start: {exc}")
+    return found

@@ -306,3 +306,18 @@ def test_an_evaluation_file_written_is_read_again_to_name_the_record_uncharged(
     assert watch.changes(t2).changed == ()
     witness.left("t2")
     assert witness.evidence("t2") == ()  # the runner's reads are nobody's
+
+
+@linux
+def test_a_reader_thread_that_cannot_start_turns_it_off(
+        tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    found = open_witness(tasks, parent=tmp_path)
+    assert not found.on and found.reason == ("its reader thread cannot start: can't start new "
+                                             "thread"), found.reason
+    assert list(tmp_path.glob("spider2local-tmp-witness-*")) == []
