@@ -30,6 +30,7 @@ from spider2local.dataset.load import load_dataset
 from spider2local.dataset.sample import build as sample_build
 from spider2local.dataset.sample import ensure_built
 from spider2local.integrity import witness as witness_mod
+from spider2local.report.runinfo import load_run_info
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
@@ -143,6 +144,9 @@ def test_an_honest_run_is_clean_while_another_trial_is_scored_during_its_agent_s
     assert record["state"] == "on" and len(record["watched"]) == 3, record  # 2 gold, 1 eval
     assert "unattributed" not in record, record
     assert "witness" not in done.stderr, done.stderr
+    facts = dict(fact for _, group in load_run_info(RunFolder(run_dir)).groups
+                 for fact in group)
+    assert facts["unsealed witness"] == "on (3 file(s) watched)", facts
 
 
 @pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: {probe().reason}")
@@ -183,3 +187,5 @@ def test_where_inotify_fails_the_run_says_so_and_records_why(
                       "open files (fs.inotify.max_user_instances reached)"}, record
     assert "the unsealed witness is off (inotify unavailable" in said.getvalue(), said.getvalue()
     assert (folder.root / "t1" / "result.json").is_file()  # the run went on
+    facts = dict(fact for _, group in load_run_info(folder).groups for fact in group)
+    assert facts["unsealed witness"] == f"off ({record['reason']})", facts
