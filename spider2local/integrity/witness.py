@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as dt
+import errno
 import os
 import secrets
 import select
@@ -166,7 +167,7 @@ class Inotify:
         fd = self._init(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
-            hint = " (fs.inotify.max_user_instances reached)" if err == 24 else ""
+            hint = " (fs.inotify.max_user_instances reached)" if err == errno.EMFILE else ""
             raise OSError(err, f"inotify_init1: {os.strerror(err)}{hint}")
         self.fd = fd
 
@@ -174,7 +175,7 @@ class Inotify:
         wd = self._add(self.fd, os.fsencode(path), mask)
         if wd < 0:
             err = ctypes.get_errno()
-            hint = " (fs.inotify.max_user_watches reached)" if err == 28 else ""
+            hint = " (fs.inotify.max_user_watches reached)" if err == errno.ENOSPC else ""
             raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}{hint}")
         return int(wd)
 

@@ -5,6 +5,7 @@ and an off witness that says why."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import subprocess
@@ -202,8 +203,8 @@ class _Call:
 
 
 @pytest.mark.parametrize(("libc", "why"), [
-    (_FailingLibc(init_errno=24), "fs.inotify.max_user_instances reached"),
-    (_FailingLibc(add_errno=28), "fs.inotify.max_user_watches reached"),
+    (_FailingLibc(init_errno=errno.EMFILE), "fs.inotify.max_user_instances reached"),
+    (_FailingLibc(add_errno=errno.ENOSPC), "fs.inotify.max_user_watches reached"),
     (object(), "this C library has no inotify"),
 ])
 def test_where_inotify_cannot_work_the_witness_is_off_with_the_reason(
