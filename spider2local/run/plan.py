@@ -8,7 +8,10 @@ turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.resc
 Before any agent starts, the scorer is imported and the gold, evaluation records and scorer
 sources of the tasks to run are fingerprinted into run.json (``integrity``; see
 :mod:`spider2local.integrity.guard`). A resume keeps the first fingerprints and is refused when
-the scorer or the gold of any selected task (finished ones too) changed since.
+the scorer or the gold of any selected task (finished ones too) changed since. Under
+``--isolation none`` the unsealed witness then takes its private copies and watches the
+originals until the invocation ends (:mod:`spider2local.integrity.witness`; its record is the
+session's ``witness`` in run.json).
 """
 
 from __future__ import annotations

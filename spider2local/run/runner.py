@@ -19,7 +19,10 @@ ends without a score, because no work was done.
 Integrity (:mod:`spider2local.integrity`): the gold, evaluation records and scorer sources are
 fingerprinted before the first agent starts and re-checked before each score (a change is an
 ``integrity`` error, never a verdict), and every task's traces are scanned before its result is
-written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept).
+written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept). Under
+``--isolation none`` the run's unsealed witness (:mod:`spider2local.integrity.witness`) is told
+when each trial's agent stage begins and ends, adds what it saw then to that trial's evidence,
+and gives the runner the private copies of gold and the evaluation records to read.
 """
 
 from __future__ import annotations
