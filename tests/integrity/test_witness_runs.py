@@ -92,7 +92,7 @@ def test_a_script_and_a_dbt_hook_copying_gold_unseen_are_suspect_with_the_file_n
                f'gym001) {shlex.quote(sys.executable)} -c "{hidden(script)}" ;; '
                f"fleet001) cp {model} models/vehicle_performance.sql && "
                f'WHERE_IT_IS="{hidden(str(fleet_gold))}" dbt run --select vehicle_performance '
-               ">/dev/null 2>&1 ;; esac")
+               ">/dev/null 2>&1; rm -rf logs target ;; esac")  # dbt's log would show the path
     done = cli("--dataset", "sample", "run", "gym001", "fleet001", "--agent", "command",
                "--agent-command", command, "--isolation", "none", "--jobs", "1",
                "--retries", "0", "--runs-dir", "runs", "--run-id", "a", cwd=tmp_path, env=env)
@@ -103,7 +103,9 @@ def test_a_script_and_a_dbt_hook_copying_gold_unseen_are_suspect_with_the_file_n
         r = found[tid]
         assert r["status"] == "passed", (tid, r)  # gold copied: it passes, as it did unseen
         assert r["integrity"] == "suspect", (tid, r)
-        rules = [e["rule"] for e in r["integrity_evidence"] if e["source"] == "witness"]
+        # the witness alone saw it: the scan found nothing (it passed clean before)
+        assert {e["source"] for e in r["integrity_evidence"]} == {"witness"}, r
+        rules = [e["rule"] for e in r["integrity_evidence"]]
         assert f"gold file {path} opened during the agent stage" in rules, (tid, rules)
         # one trial at a time: the other is never named
         other = next(t for t in found if t != tid)
