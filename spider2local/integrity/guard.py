@@ -48,6 +48,7 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation.params import EvalConfigError, parse_eval
 from spider2local.integrity.scan import Protected
 from spider2local.integrity.startup import SITE_PREFIX, bytecode_mismatches, startup_hooks
+from spider2local.integrity.witness import Witness
 from spider2local.safepath import is_within
 from spider2local.workspace.tree import walk_files
 
@@ -167,24 +168,25 @@ def canonical_params(raw: Any) -> str:
     return json.dumps(dataclasses.asdict(params), sort_keys=True, separators=(",", ":"))
 
 
-def eval_record(task: TaskSpec) -> str:
+def eval_record(task: TaskSpec, eval_file: Path | None = None) -> str:
     """The task's record as the evaluation file holds it now (first record of the id wins, as
-    in the loader)."""
+    in the loader). ``eval_file``: where to read it (the run's private copy, :mod:`.witness`;
+    default the dataset's)."""
     try:
-        evals = read_evals(task.eval_file, [])
+        evals = read_evals(eval_file or task.eval_file, [])
     except Exception as exc:  # a tampered file may not even read: that is a change too
         return f"unreadable: {type(exc).__name__}"
     return canonical_params(evals[task.id]) if task.id in evals else "absent"
 
 
-def task_fingerprint(task: TaskSpec) -> TaskFingerprint | None:
+def task_fingerprint(task: TaskSpec, eval_file: Path | None = None) -> TaskFingerprint | None:
     """``None`` for a task without gold (nothing is scored, nothing to guard)."""
     if task.gold is None:
         return None
     db = task.gold.db
     wal = db.with_name(db.name + ".wal")
     return TaskFingerprint(str(db), FileFingerprint.of(db), FileFingerprint.of(wal),
-                           eval_record(task))
+                           eval_record(task, eval_file))
 
 
 def _readable_fingerprint(task: TaskSpec) -> TaskFingerprint | None:
@@ -292,8 +294,9 @@ class Check:
 
 
 def changes(recorded: Fingerprints | None, task: TaskSpec,
-            sources: Mapping[str, str] | None = None) -> Check:
-    """Compare ``task``'s gold, evaluation record and the package sources with ``recorded``."""
+            sources: Mapping[str, str] | None = None, eval_file: Path | None = None) -> Check:
+    """Compare ``task``'s gold, evaluation record and the package sources with ``recorded``
+    (``eval_file``: where its record is read, see :func:`eval_record`)."""
     if recorded is None or task.gold is None:
         return Check(())
     found: list[str] = []
@@ -301,7 +304,7 @@ def changes(recorded: Fingerprints | None, task: TaskSpec,
     if edited:
         more = f" (+{len(edited) - 3} more)" if len(edited) > 3 else ""
         found.append(f"scorer source changed: {', '.join(edited[:3])}{more}")
-    now = task_fingerprint(task)
+    now = task_fingerprint(task, eval_file)
     before = recorded.tasks.get(task.id)
     if before is None:
         found.append(f"no fingerprint of {task.id}'s gold was taken before the agents started")
@@ -329,6 +332,26 @@ class Watch:
     fingerprints: Fingerprints
     runs_dir: Path | None = None
     suite_file: Path | None = None
+    witness: Witness | None = None
+    """The unsealed witness (``--isolation none``, :mod:`.witness`): while it is on, the
+    runner reads gold and evaluation records only through :meth:`reading` and
+    :meth:`changes`, its private copies; ``None``: the originals."""
+
+    def reading(self, task: TaskSpec) -> TaskSpec:
+        """``task`` as the runner reads its gold (the witness's private copy, when on)."""
+        return self.witness.reading(task) if self.witness is not None else task
+
+    def changes(self, task: TaskSpec) -> Check:
+        """:func:`changes` of ``task`` against the run's fingerprints, on what the runner reads
+        (:meth:`reading`; a change of a private copy is a change like any other), and, while
+        the witness reads copies, the original gold written since (its metadata alone)."""
+        if self.witness is None:
+            return changes(self.fingerprints, task)
+        records = self.witness.eval_file(task)
+        with self.witness.own_read(records):
+            check = changes(self.fingerprints, self.reading(task), eval_file=records)
+        moved = self.witness.originals_changed(task)
+        return dataclasses.replace(check, changed=(*check.changed, *moved)) if moved else check
 
     def off_limits(self, task: TaskSpec) -> tuple[Path, ...]:
         """What of the runner's lies outside the workspace and is none of ``task``'s agent's

@@ -441,3 +441,14 @@ def scan_task(*, transcript: Path, queries: Path, project: Path | None,
     if not out.items:
         return ScanResult(Integrity.CLEAN)
     return ScanResult(Integrity.SUSPECT, tuple(out.items), out.total)
+
+
+def witnessed(result: ScanResult, seen: Iterable[Evidence]) -> ScanResult:
+    """``result`` with what the unsealed witness saw during the agent stage
+    (:mod:`.witness`) put first: the one rule that makes a task suspect holds for both (any
+    evidence: suspect, the verdict kept)."""
+    extra = tuple(seen)
+    if not extra:
+        return result
+    return ScanResult(Integrity.SUSPECT, (*extra, *result.evidence)[:MAX_EVIDENCE],
+                      result.hits + len(extra))

@@ -74,6 +74,16 @@ def _short(digest: str | None) -> str:
     return digest[:12] if digest else "-"
 
 
+def _witness(record: Any) -> str:
+    """One invocation's witness (run.json's session ``witness``) in a few words."""
+    state = str(record.get("state") or "-")
+    if state != "on":
+        return f"{state} ({record.get('reason') or 'no reason recorded'})"
+    watched, stray = record.get("watched") or [], record.get("unattributed") or []
+    extra = f", {len(stray)} access(es) while no agent worked" if stray else ""
+    return f"on ({len(watched)} file(s) watched{extra})"
+
+
 def _groups(manifest: RunManifest, agent_command: str | None) -> tuple[
         tuple[str, tuple[Fact, ...]], ...]:
     setting = manifest.setting
@@ -88,6 +98,9 @@ def _groups(manifest: RunManifest, agent_command: str | None) -> tuple[
     mode = manifest.isolation_mode
     reason = isolation.get("reason") if isinstance(isolation, dict) else None
     agent.append(("isolation", mode + (f" ({reason})" if reason else "")))
+    witnessed = [s.witness for s in manifest.sessions if s.witness is not None]
+    if witnessed:  # --isolation none: each invocation's unsealed witness, on or off and why
+        agent.append(("unsealed witness", "; ".join(_witness(w) for w in witnessed)))
     agent += [("skills", _text(setting("skills"))), ("prompts", _short(manifest.prompts_sha256)),
               ("skills files", _short(manifest.skills_sha256))]
     limits: tuple[Fact, ...] = (

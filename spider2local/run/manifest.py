@@ -105,6 +105,10 @@ class Session:
     argv: tuple[str, ...] | None = None
     run: str | None = None
     """For a merged run: the source folder the session ran in."""
+    witness: Mapping[str, Any] | None = None
+    """Under ``--isolation none``: the unsealed witness of this invocation (``state`` on or
+    off, ``reason``, the files ``watched``, events while no agent worked: ``unattributed``;
+    :mod:`spider2local.integrity.witness`). Absent where the agent was sandboxed."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"started_at": self.started_at, "finished_at": self.finished_at,
@@ -112,15 +116,18 @@ class Session:
                                 "argv": None if self.argv is None else list(self.argv)}
         if self.run is not None:
             data["run"] = self.run
+        if self.witness is not None:
+            data["witness"] = dict(self.witness)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Session:
         argv = data.get("argv")
+        witness = data.get("witness")
         return cls(_str(data.get("started_at")), _str(data.get("finished_at")),
                    data.get("interrupted") if isinstance(data.get("interrupted"), bool) else None,
                    tuple(str(a) for a in argv) if isinstance(argv, list) else None,
-                   _str(data.get("run")))
+                   _str(data.get("run")), dict(witness) if isinstance(witness, dict) else None)
 
 
 def _count(value: Any) -> int | None:
@@ -242,6 +249,13 @@ class RunManifest:
             denominators=dict(denominators) if denominators is not None else None,
             started_at=(previous.started_at or started) if previous else started,
             sessions=sessions)
+
+    def witnessed(self, witness: Mapping[str, Any]) -> RunManifest:
+        """The same manifest with this invocation's (the last session's) witness record."""
+        sessions = list(self.sessions)
+        if sessions:
+            sessions[-1] = replace(sessions[-1], witness=dict(witness))
+        return replace(self, sessions=tuple(sessions))
 
     def finish(self, *, interrupted: bool) -> RunManifest:
         """The same manifest with end times set (written once the invocation ends)."""

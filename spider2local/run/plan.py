@@ -8,7 +8,10 @@ turns SIGINT/SIGTERM into a clean stop. Re-scoring a finished run is :mod:`.resc
 Before any agent starts, the scorer is imported and the gold, evaluation records and scorer
 sources of the tasks to run are fingerprinted into run.json (``integrity``; see
 :mod:`spider2local.integrity.guard`). A resume keeps the first fingerprints and is refused when
-the scorer or the gold of any selected task (finished ones too) changed since.
+the scorer or the gold of any selected task (finished ones too) changed since. Under
+``--isolation none`` the unsealed witness then takes its private copies and watches the
+originals until the invocation ends (:mod:`spider2local.integrity.witness`; its record is the
+session's ``witness`` in run.json).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
+from spider2local.integrity import witness as witness_mod
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
@@ -47,10 +51,10 @@ from spider2local.run.resume import (
     remembered_settings,
     selection_request,
 )
-from spider2local.run.runner import AgentFactory, RunBudget, interleaved, run_tasks
+from spider2local.run.runner import AgentFactory, RunBudget, Trial, interleaved, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
-from spider2local.sandbox.isolation import IsolationChoice, choose_isolation
+from spider2local.sandbox.isolation import IsolationChoice, IsolationMode, choose_isolation
 from spider2local.suite.model import Suite
 from spider2local.suite.options import Isolation
 
@@ -229,8 +233,12 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                 "tasks": sorted({tid for tid, _ in discard}),
                 "request": list(plan.rerun)}))
             folder.write_manifest(manifest)
+        witness = await _witness(plan, todo, progress)
+        if witness is not None:
+            manifest = manifest.witnessed(witness.to_json())
+            folder.write_manifest(manifest)
         watch = guard.Watch(fingerprints, runs_dir=folder.root.parent,
-                            suite_file=plan.suite_path)
+                            suite_file=plan.suite_path, witness=witness)
         # what cut attempts spent counts too: a resume must not spend past the cap again
         budget = RunBudget(settings.max_cost_usd,
                            sum(r.usage.cost_usd or 0.0 for r in kept.values())
@@ -239,9 +247,16 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                              skipped=plan.selection.skipped, trials=settings.trials,
                              spent_usd=budget.spent, jobs=settings.jobs)
         ran: dict[tuple[str, int], TaskResult] = {}
-        _, interrupted = await until_signal(
-            lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
-                              budget, costs))
+        try:
+            _, interrupted = await until_signal(
+                lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
+                                  budget, costs))
+        finally:
+            if witness is not None:
+                manifest = manifest.witnessed(witness.to_json())
+                await anyio.to_thread.run_sync(witness.close)
+        if witness is not None:
+            _say_strays(witness.to_json(), folder.run_id, progress)
         if budget.not_run:
             why = ("cannot be enforced (a model used has no price in spider2local's table)"
                    if budget.shared.unknown else f"was reached (spent ${budget.spent:.2f})")
@@ -252,6 +267,34 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                            spent_usd=round(budget.spent, 6))
         folder.write_manifest(manifest.finish(interrupted=interrupted))
     return RunOutcome(folder, ran, already, interrupted, budget.not_run)
+
+
+async def _witness(plan: RunPlan, todo: Sequence[Trial],
+                   progress: Progress) -> witness_mod.Witness | None:
+    """The unsealed witness of a run whose agent works without a sandbox
+    (:mod:`spider2local.integrity.witness`), started after everything that reads the originals
+    at the run's start (fingerprints, free passes); ``None`` for a sandboxed agent (nothing
+    changes there). Off (the reason on stderr and in run.json) where inotify cannot work."""
+    if plan.settings.isolation is not IsolationMode.NONE or not todo:
+        return None
+    tasks = list({t.task.id: t.task for t in todo}.values())
+    found = await anyio.to_thread.run_sync(witness_mod.open_witness, tasks)
+    if not found.on:
+        progress.note(plan.folder.run_id, f"warning: the unsealed witness is off "
+                                          f"({found.reason}): an agent that reads gold without "
+                                          "naming it goes unseen")
+    return found
+
+
+def _say_strays(record: Mapping[str, Any], run_id: str, progress: Progress) -> None:
+    """One line for what the witness saw while no agent was in its stage (kept in run.json)."""
+    strays = record.get("unattributed") or []
+    if strays:
+        first = strays[0]
+        progress.note(run_id, f"witness: {len(strays)} access(es) to watched files while no "
+                              f"agent was in its stage (a leftover, another program), first: "
+                              f"{first['kind']} {first['path']} {first['what']} at "
+                              f"{first['at']}; see run.json")
 
 
 async def _free_passes(plan: RunPlan, to_run: Collection[str]

@@ -19,7 +19,10 @@ ends without a score, because no work was done.
 Integrity (:mod:`spider2local.integrity`): the gold, evaluation records and scorer sources are
 fingerprinted before the first agent starts and re-checked before each score (a change is an
 ``integrity`` error, never a verdict), and every task's traces are scanned before its result is
-written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept).
+written (``integrity: clean`` or ``suspect`` with the evidence, the verdict kept). Under
+``--isolation none`` the run's unsealed witness (:mod:`spider2local.integrity.witness`) is told
+when each trial's agent stage begins and ends, adds what it saw then to that trial's evidence,
+and gives the runner the private copies of gold and the evaluation records to read.
 """
 
 from __future__ import annotations
@@ -56,11 +59,8 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
 from spider2local.gateway.budget import Budget, Share
 from spider2local.integrity import guard
-from spider2local.integrity.scan import (
-    ScanResult,
-    project_baseline,
-    scan_task,
-)
+from spider2local.integrity.scan import ScanResult, project_baseline, scan_task, witnessed
+from spider2local.integrity.witness import Witness
 from spider2local.proc.reap import areap
 from spider2local.proc.watchdog import GRACE, bounded
 from spider2local.proc.watchdog import check as watchdog_check
@@ -112,6 +112,9 @@ class _Attempt:
     share: Share = field(default_factory=lambda: Budget(None, "run").share())
     """The trial's part of the run's budget (:class:`RunBudget`), handed to each attempt's
     agent: its gateway charges it and refuses once the run's cap is spent."""
+    witness: Witness | None = None
+    """The run's unsealed witness (:mod:`spider2local.integrity.witness`), told when this
+    trial's agent stage begins and ends."""
     costs: StageCosts | None = None
     """What the checkpoint's and the scorer's work cost on the task's untouched start database
     at the run's start (``None``: not measured): the base of their deadlines (:mod:`.deadlines`)."""
@@ -285,16 +288,22 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,
                        off_limits=state.off_limits, budget=state.share)
-    progress.stage(state.label, Stage.AGENT, ctx.meter)
-    state.meter = ctx.meter
-    with _Stopwatch(state, "agent"):
-        server = await _warm_server(ws, settings, transcript)
-        try:
-            outcome, timed_out = await _run_agent(factory(), ctx, settings.workspace_size)
-        finally:
-            if server is not None:
-                await server.stop()
-    await _reap(ws)
+    if state.witness is not None:
+        state.witness.entered(state.label)
+    try:
+        progress.stage(state.label, Stage.AGENT, ctx.meter)
+        state.meter = ctx.meter
+        with _Stopwatch(state, "agent"):
+            server = await _warm_server(ws, settings, transcript)
+            try:
+                outcome, timed_out = await _run_agent(factory(), ctx, settings.workspace_size)
+            finally:
+                if server is not None:
+                    await server.stop()
+        await _reap(ws)
+    finally:  # its processes are gone: what the witness sees from now on is not this trial's
+        if state.witness is not None:
+            state.witness.left(state.label)
     if warm.SOCKET_ENV in ws.env:
         transcript.append("warm_dbt", await in_thread(warm.report, ws.root,
                                                       warm.runs_dir(ws.env)))
@@ -382,16 +391,19 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
     deadline = limits[SCORE]
     try:
         with _Stopwatch(state, "score"):
-            check = await in_thread(guard.changes, watch.fingerprints, task)
+            # what the runner reads: the witness's private copies while it watches the originals
+            reading = watch.reading(task)
+            assert reading.gold is not None
+            check = await in_thread(watch.changes, task)
             if check.changed:
                 return _integrity_error(check.changed)
             try:
                 with anyio.fail_after(deadline.seconds):  # cancelling kills the scorer's child
-                    score = await score_sandboxed(ws.database, task.gold.db, task.gold.params,
-                                                  hidden=state.off_limits)
+                    score = await score_sandboxed(ws.database, reading.gold.db,
+                                                  reading.gold.params, hidden=state.off_limits)
             except TimeoutError:
                 raise _passed(DeadlinePassed("score", deadline.seconds), deadline) from None
-            moved = await in_thread(guard.gold_moved, check, task)
+            moved = await in_thread(guard.gold_moved, check, reading)
             if moved is not None:
                 return _integrity_error((moved,))
     except DeadlinePassed as exc:
@@ -579,14 +591,15 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
         progress.note(label, f"not run: {exc}")
         return None
     state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label,
-                     share=(budget or RunBudget(None)).share(), costs=costs)
+                     share=(budget or RunBudget(None)).share(), witness=watch.witness,
+                     costs=costs)
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
     saved = False
     try:
         try:
-            unreadable = await in_thread(guard.gold_unreadable, task)
+            unreadable = await in_thread(guard.gold_unreadable, watch.reading(task))
             if unreadable is not None:  # a machine fault (EACCES) or a broken dataset: no agent
                 raise unreadable
             outcome, timed_out = await _agent_with_retries(state, settings, factory, progress)
@@ -602,6 +615,8 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
             verdict = _error(state, Stage.PREPARE if state.ws is None else Stage.CHECKPOINT, exc)
         with _Stopwatch(state, "scan"):
             scan, hung = await _bounded_scan(state, settings, watch)
+        if watch.witness is not None:  # what it saw in this trial's agent stage
+            scan = witnessed(scan, watch.witness.evidence(label))
         if hung is not None:
             verdict = hung
         if scan.evidence:

@@ -77,7 +77,9 @@ def by_task(ids: list[str]) -> Any:
 def run(data: Dataset, ids: list[str], folder: RunFolder,
         script: Mapping[str, list[Reply]], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> dict[str, TaskResult]:
-    settings = RunSettings(agent="claude", model="claude-sonnet-4-5", jobs=2, timeout=150.0,
+    # one trial at a time: the unsealed witness (integrity/witness.py) marks every trial in its
+    # agent stage when one of them opens gold, and the honest session must stay clean here
+    settings = RunSettings(agent="claude", model="claude-sonnet-4-5", jobs=1, timeout=150.0,
                            retries=0, verify_rounds=0, keep_db=True,
                            workspace_parent=tmp_path / "ws")
     (tmp_path / "ws").mkdir(exist_ok=True)
@@ -150,6 +152,9 @@ def test_attacks_without_isolation_are_suspect_or_refused(
         assert r.error is not None and r.error.kind is ErrorKind.INTEGRITY
         assert what in r.error.message, r.error.message
         assert r.integrity is Integrity.SUSPECT
+        # the unsealed witness saw the write (the runner itself read only private copies)
+        assert any(e.source == "witness" and "during the agent stage" in e.rule
+                   for e in r.integrity_evidence), r.integrity_evidence
     # The honest session: clean, scored as before.
     honest = results["honest"]
     assert honest.integrity is Integrity.CLEAN and honest.integrity_evidence == (), honest

@@ -35,6 +35,7 @@ from spider2local.run.progress import Progress
 from spider2local.run.runner import Trial, run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
+from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite.model import Suite
 from tests.helpers import by_task, hold_lock, manifest_json, tiny_disk_prefix
 
@@ -118,7 +119,7 @@ def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one
                       **kw: object) -> dict[str, object]:
         job = request.get("job")
         where = str(request.get("db") or request.get("result"))
-        started.append((module.rsplit(".", 2)[-2], str(job) if job else None,
+        started.append((module.rsplit(".", 1)[-1], str(job) if job else None,
                         Path(where).parts[-1]))
         return await real(module, request, *args, **kw)  # type: ignore[arg-type]
 
@@ -127,9 +128,9 @@ def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one
     results = anyio.run(run_tasks, trials, RunFolder.at(tmp_path, "r"),
                         settings(keep_db=True, jobs=1, trials=2), WriterAgent, quiet())
     assert [r.status for r in results.values()] == [Status.PASSED, Status.PASSED]
-    assert started == [("db", "snapshot", "shop.duckdb"), ("db", "checkpoint", "shop.duckdb"),
-                       ("evaluation", None, "shop.duckdb"),
-                       ("db", "checkpoint", "shop.duckdb"), ("evaluation", None, "shop.duckdb")]
+    assert started == [("dbreads", "snapshot", "shop.duckdb"),
+                       ("dbreads", "checkpoint", "shop.duckdb"), ("scoring", None, "shop.duckdb"),
+                       ("dbreads", "checkpoint", "shop.duckdb"), ("scoring", None, "shop.duckdb")]
     for k in (1, 2):  # what is kept is the folded database, the graded table in the file
         kept = RunFolder.at(tmp_path, "r").trial_dir("t1", k) / "result.duckdb"
         assert not kept.with_name("result.duckdb.wal").exists()
@@ -474,7 +475,10 @@ def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
     suite = Suite(tmp_path / "tasks.toml", root)
     data = load_dataset(suite)
     folder = RunFolder.at(tmp_path / "runs", "r")
-    plan = RunPlan(folder, select_tasks(data, ["t1", "t2"]), settings(), WriterAgent,
+    # the runner reads the dataset's gold itself (no unsealed witness scoring private copies:
+    # that is the next test)
+    plan = RunPlan(folder, select_tasks(data, ["t1", "t2"]),
+                   settings(isolation=IsolationMode.NOT_NEEDED), WriterAgent,
                    suite.path, "sha", root)
     gold = data.get("t1").gold  # type: ignore[union-attr]
     assert gold is not None
@@ -491,6 +495,24 @@ def test_a_locked_gold_is_infrastructure_and_resume_scores_it(
     assert second.already_done == (("t2", 1),) and list(by_task(second.ran)) == ["t1"]
     again = by_task(second.ran)["t1"]
     assert again.status is Status.PASSED and again.error is None
+
+
+def test_under_the_unsealed_witness_a_locked_original_gold_is_not_in_the_way(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """Under ``--isolation none`` the runner scores the private copy it took before any agent
+    started (integrity/witness.py): a lock on the dataset's file no longer stops scoring."""
+    root = tiny_dataset("t1")
+    suite = Suite(tmp_path / "tasks.toml", root)
+    data = load_dataset(suite)
+    folder = RunFolder.at(tmp_path / "runs", "w")
+    plan = RunPlan(folder, select_tasks(data, ["t1"]), settings(isolation=IsolationMode.NONE),
+                   WriterAgent, suite.path, "sha", root)
+    gold = data.get("t1").gold  # type: ignore[union-attr]
+    assert gold is not None
+    with hold_lock(gold.db):
+        done = anyio.run(execute_run, plan, quiet())
+    t1 = by_task(done.ran)["t1"]
+    assert t1.status is Status.PASSED and t1.error is None, t1
 
 
 FULL_DISK_SCRIPT = """
