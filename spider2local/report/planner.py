@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from spider2local.report.stats import ALPHA, SEED, clopper_pearson, sign_flip_p
-from spider2local.sequential import MIN_DIFFERENCE, Design, Outcome, analyse
+from spider2local.sequential.analysis import MIN_DIFFERENCE, Design, Outcome, analyse
 
 SIMULATIONS = 1000
 MAX_FLIP_RATE = 1 / 3
@@ -167,3 +167,30 @@ def simulate(tasks: int, flip_rate: float, difference: float, *, trials: int = 5
     return Plan(tasks, flip_rate, difference, trials, rounds, min_difference, simulations, seed,
                 figures(fix_alt, fix_null, None, None),
                 figures(seq_alt, seq_null, cost_alt, cost_null))
+
+
+def _share(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def render_plan(plan: Plan) -> str:
+    """The two designs side by side as a Markdown table (it reads as well in a terminal, and
+    docs/statistics.md pastes it as printed)."""
+    seq, fixed = plan.sequential, plan.fixed
+    head = (f"{plan.tasks} tasks, flip rate {plan.flip_rate * 100:.0f}%, B better by "
+            f"{plan.difference * 100:.0f} points; {plan.simulations:,} simulated pairs of runs "
+            f"per design and hypothesis (seed {plan.seed}); trials are B's")
+    rows = [
+        "| design | trials per task | power | false positives [95% MC] | expected trials "
+        "| p10-p90 | same kit: expected trials |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, fig, span in (("fixed", fixed, f"{plan.trials}"),
+                            ("sequential", seq, f"at most {plan.max_rounds}")):
+        low, high = fig.false_positive_interval
+        share = fig.expected_trials / (plan.tasks * plan.trials)
+        rows.append(
+            f"| {name} | {span} | {_share(fig.power)} | {_share(fig.false_positive_rate)} "
+            f"[{low * 100:.1f}, {high * 100:.1f}] | {fig.expected_trials:.0f} ({share:.0%}) "
+            f"| {fig.trials_p10:.0f}-{fig.trials_p90:.0f} | {fig.expected_trials_null:.0f} |")
+    return "\n".join([head, "", *rows])

@@ -12,7 +12,7 @@ import pytest
 
 from spider2local.report.planner import population, shifted, simulate
 from spider2local.report.stats import clopper_pearson
-from spider2local.sequential import (
+from spider2local.sequential.analysis import (
     NOT_RUN,
     Decision,
     Design,

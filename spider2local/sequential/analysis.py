@@ -33,8 +33,8 @@ trials, rho = 3 costs about 4% more trials for no measurable power.
 the discordance the tasks still in play are expected to add in the remaining rounds,
 estimated from their pooled (label-blind) pass rates; the last look spends what is left
 (t = 1). The spending depends on the data only through label-blind quantities, so the
-false-positive rate is at most alpha whatever the tasks' rates are (tests/test_sequential.py
-checks it by simulation).
+false-positive rate is at most alpha whatever the tasks' rates are
+(tests/sequential/test_analysis.py checks it by simulation).
 
 **Futility** (:data:`FUTILITY`): after a look that did not cross, the conditional power of
 showing a difference of ``min_difference`` (either sign) by the last round is computed from
