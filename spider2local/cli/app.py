@@ -309,6 +309,18 @@ def setting_options(fn: F) -> F:
               help="With --run-id: discard these tasks' trials (into the run's _history/, "
                    "never deleted) and run them again; 'failed' means every task with a "
                    "trial that did not pass. Repeatable.")
+@click.option("--against", "against", metavar="RUN_A", shell_complete=complete.run_ids,
+              help="With --until-decided: the run to compare this one with (folder, id or "
+                   "'latest').")
+@click.option("--until-decided", is_flag=True,
+              help="Run trials in rounds against --against RUN_A until the paired comparison "
+                   "is decided (B better or worse), futile, or --max-trials rounds are run "
+                   "(docs/statistics.md).")
+@click.option("--max-trials", type=click.IntRange(min=1, max=50), metavar="K",
+              help="With --until-decided: the most rounds (default 6).")
+@click.option("--min-difference", metavar="D",
+              help="With --until-decided: stop for futility when a difference of D points "
+                   "could no longer be shown (default 5; 0: never).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 @click.option("-q", "--quiet", is_flag=True,
               help="Print only each task's verdict line and the final report.")
@@ -318,7 +330,9 @@ def setting_options(fn: F) -> F:
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
-        quiet: bool, verbose: bool, no_color: bool, **overrides: Any) -> None:
+        quiet: bool, verbose: bool, no_color: bool, against: str | None,
+        until_decided: bool, max_trials: int | None, min_difference: str | None,
+        **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted.
 
@@ -346,10 +360,18 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
+    least = None
+    if min_difference is not None:
+        least = _fraction(min_difference, "--min-difference", "points")
+        if not 0 <= least <= 1:
+            raise UserError("--min-difference must be between 0 and 100 points",
+                            fix="give it in points, e.g. 5 (0: never stop for futility)")
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], isolation=isolation,
                     rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
+                    against=_open_run(against, runs_dir) if against is not None else None,
+                    until_decided=until_decided, max_trials=max_trials, min_difference=least,
                     **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:

@@ -111,8 +111,8 @@ class Design:
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
             raise ValueError("max rounds must be at least 1")
-        if not 0 < self.min_difference <= 1:
-            raise ValueError("the minimum difference must be in (0, 1]")
+        if not 0 <= self.min_difference <= 1:
+            raise ValueError("the minimum difference must be in [0, 1] (0: no futility stop)")
 
 
 @dataclass(frozen=True)
@@ -301,7 +301,7 @@ def analyse(a: np.ndarray, b: np.ndarray, design: Design = Design()) -> Outcome:
             decision = Decision.B_BETTER if lead > 0 else Decision.B_WORSE
         elif rounds_left == 0:
             decision = Decision.NO_DIFFERENCE
-        else:
+        elif design.min_difference > 0:
             power = _conditional_power(lead, v, future, rounds_left, tasks, design, walk.spent)
             if power < design.futility:
                 decision = Decision.FUTILITY
