@@ -460,7 +460,7 @@ def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
     else:
         click.echo(render_compare_markdown(comparison) if fmt == "markdown"
                    else render_compare(comparison))
-    sys.exit(FAILED if fail_on_regression and comparison.paired.regression else OK)
+    sys.exit(FAILED if fail_on_regression and comparison.regression else OK)
 
 
 def _fraction(text: str, what: str, unit: str) -> float:

@@ -19,7 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
-from spider2local.report.text import interval_text, percent
+from spider2local.report.text import interval_text, percent, sequential_line
 from spider2local.run.results import Status
 
 CLASSNAME = "spider2local"
@@ -98,3 +98,5 @@ def _suite_properties(props: ET.Element, report: RunReport) -> None:
             add(f"pass@{row.k}", percent(row.pass_at_k))
             add(f"pass^{row.k}", percent(row.pass_hat_k))
         add("flaky", ", ".join(report.stats.flaky) or "none")
+    if report.sequential is not None:
+        add("sequential", sequential_line(report.sequential))

@@ -59,7 +59,8 @@ class SequentialRecord:
         iv = f"[{self.interval[0] * 100:+.1f}, {self.interval[1] * 100:+.1f}]"
         diff = f"{self.difference * 100:+.1f} points {iv}"
         p = "p < 0.001" if self.p_value < 0.001 else f"p = {self.p_value:.3g}"
-        spent = (f"{self.trials_b} trials of B (the fixed design: {self.fixed_trials})"
+        spent = (f"{self.trials_b} trials of B (a fixed design of equal power: "
+                 f"{self.fixed_trials})"
                  + (f", ${self.cost_usd:.2f}" if self.cost_usd is not None else ""))
         when = f" in round {self.decided_round}" if self.decided_round else ""
         what = {
