@@ -6,15 +6,27 @@ record as one line."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+import anyio
 import numpy as np
 import pytest
 
+from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.results import ErrorKind, Stage, Status, TaskError, TaskResult, save_result
-from spider2local.run.sequential import SequentialSpec, analyse_run, outcome, outcomes, resolve
+from spider2local.run.runner import Trial
+from spider2local.run.sequential import (
+    SequentialSpec,
+    analyse_run,
+    outcome,
+    outcomes,
+    resolve,
+    run_rounds,
+)
 from spider2local.sequential.analysis import NOT_RUN, Decision, Design
 from spider2local.sequential.record import RECORD, read_record
 
@@ -106,3 +118,35 @@ def test_a_damaged_record_is_one_line(tmp_path: Path, text: str) -> None:
     assert str(tmp_path / RECORD) in str(info.value)
     assert "\n" not in str(info.value)
     assert read_record(tmp_path / "absent") is None
+
+
+def test_a_round_that_cannot_finish_stops_undecided_and_a_resume_continues(
+        tmp_path: Path) -> None:
+    """What the budget (or a machine fault) does: a round's trials that do not finish. The
+    first call finishes half of round 1, the second none (the budget refuses): the rounds
+    stop, the record says undecided with round 1 next; a later call (a resume) finishes it."""
+    tasks = [f"t{i}" for i in range(6)]
+    a = make_run(tmp_path, "a", {(t, r): Status.FAILED for t in tasks for r in (1, 2, 3)})
+    b = make_run(tmp_path, "b", {})
+    spec = SequentialSpec(a, Design(max_rounds=3), tuple(tasks))
+    calls: list[list[tuple[str, int]]] = []
+    allow = [3, 0]
+
+    async def run_trials(trials: list[Trial]) -> object:
+        calls.append([t.key for t in trials])
+        for t in trials[:allow.pop(0) if allow else len(trials)]:
+            path = b.result_path(*t.key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_result(path, result(t.key[0], t.key[1], Status.PASSED))
+        return None
+
+    specs = cast("dict[str, TaskSpec]", {t: SimpleNamespace(id=t) for t in tasks})
+    notes: list[str] = []
+    stopped = anyio.run(run_rounds, spec, b, specs, run_trials, lambda: 2.0, notes.append)
+    assert stopped.decision is Decision.UNDECIDED and stopped.next_round == 1
+    assert [len(c) for c in calls] == [6, 3]
+    assert "could not finish (3 trial(s) without a verdict)" in notes[-1]
+    assert read_record(b.root) == stopped
+    resumed = anyio.run(run_rounds, spec, b, specs, run_trials, lambda: 3.0, notes.append)
+    assert calls[2] == [(t, 1) for t in tasks[3:]]  # only the missing trials of round 1
+    assert resumed.decision is Decision.B_BETTER and resumed.decided_round == 2
