@@ -309,6 +309,18 @@ def setting_options(fn: F) -> F:
               help="With --run-id: discard these tasks' trials (into the run's _history/, "
                    "never deleted) and run them again; 'failed' means every task with a "
                    "trial that did not pass. Repeatable.")
+@click.option("--against", "against", metavar="RUN_A", shell_complete=complete.run_ids,
+              help="With --until-decided: the run to compare this one with (folder, id or "
+                   "'latest').")
+@click.option("--until-decided", is_flag=True,
+              help="Run trials in rounds against --against RUN_A until the paired comparison "
+                   "is decided (B better or worse), futile, or --max-trials rounds are run "
+                   "(docs/statistics.md).")
+@click.option("--max-trials", type=click.IntRange(min=1, max=50), metavar="K",
+              help="With --until-decided: the most rounds (default 6).")
+@click.option("--min-difference", metavar="D",
+              help="With --until-decided: stop for futility when a difference of D points "
+                   "could no longer be shown (default 5; 0: never).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
 @click.option("-q", "--quiet", is_flag=True,
               help="Print only each task's verdict line and the final report.")
@@ -318,7 +330,9 @@ def setting_options(fn: F) -> F:
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
-        quiet: bool, verbose: bool, no_color: bool, **overrides: Any) -> None:
+        quiet: bool, verbose: bool, no_color: bool, against: str | None,
+        until_decided: bool, max_trials: int | None, min_difference: str | None,
+        **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
     Exit 0 when the run completed whatever the verdicts, 130 when interrupted.
 
@@ -346,10 +360,18 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
     suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
+    least = None
+    if min_difference is not None:
+        least = _fraction(min_difference, "--min-difference", "points")
+        if not 0 <= least <= 1:
+            raise UserError("--min-difference must be between 0 and 100 points",
+                            fix="give it in points, e.g. 5 (0: never stop for futility)")
     plan = plan_run(suite, data, ids=task_ids, subset=subset, shard=shard,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], isolation=isolation,
                     rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
+                    against=_open_run(against, runs_dir) if against is not None else None,
+                    until_decided=until_decided, max_trials=max_trials, min_difference=least,
                     **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
@@ -438,7 +460,68 @@ def compare(run_a: str, run_b: str, runs_dir: Path, fmt: str, force: bool,
     else:
         click.echo(render_compare_markdown(comparison) if fmt == "markdown"
                    else render_compare(comparison))
-    sys.exit(FAILED if fail_on_regression and comparison.paired.regression else OK)
+    sys.exit(FAILED if fail_on_regression and comparison.regression else OK)
+
+
+def _fraction(text: str, what: str, unit: str) -> float:
+    """``20%`` or ``0.2`` (a fraction) for a flip rate; ``10`` or ``10%`` (points) for a
+    difference (``unit`` says which the bare number is)."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise UserError(f"{what} {text!r} is not a number",
+                        fix=f"give it as e.g. {'20%' if unit == 'fraction' else '10'}") from None
+    if raw.endswith("%") or unit == "points":
+        return value / 100
+    return value
+
+
+@cli.command()
+@global_options
+@click.option("--tasks", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Tasks in the comparison.")
+@click.option("--flip-rate", default="20%", show_default=True,
+              help="Share of tasks two one-trial runs of the same kit disagree on (20% or "
+                   "0.2; at most 33%).")
+@click.option("--difference", default="10", show_default=True,
+              help="The true difference in pass@1 to detect, in points.")
+@click.option("--trials", type=click.IntRange(min=1, max=50), default=5, show_default=True,
+              help="Trials per task of the fixed design.")
+@click.option("--max-trials", type=click.IntRange(min=1, max=50), default=None,
+              help="Rounds at most of the sequential design (default: --trials + 1, as "
+                   "`run --until-decided` uses 6).")
+@click.option("--min-difference", default="5", show_default=True,
+              help="The sequential design's futility difference, in points (as `run`).")
+@click.option("--simulations", type=click.IntRange(min=10, max=100_000), default=1000,
+              show_default=True, help="Simulated pairs of runs per design and hypothesis.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plan(tasks: int, flip_rate: str, difference: str, trials: int, max_trials: int | None,
+         min_difference: str, simulations: int, as_json: bool) -> None:
+    """What a comparison of two kits will cost: simulates, with the decision code `run
+    --until-decided` uses, the fixed design (--trials trials of every task) and the
+    sequential one on a suite like Spider2-DBT's, and prints for each the power at
+    --difference, the false-positive rate, and the expected trials with their 10th and 90th
+    percentiles (docs/statistics.md says how the tasks are drawn)."""
+    from spider2local.report.planner import MAX_FLIP_RATE, render_plan, simulate
+
+    flip = _fraction(flip_rate, "--flip-rate", "fraction")
+    if not 0 <= flip <= MAX_FLIP_RATE:
+        raise UserError(f"--flip-rate {flip_rate} is outside 0-33%",
+                        fix="a suite whose runs disagree on more than a third of the tasks "
+                            "is not modelled; give e.g. 20%")
+    diff = _fraction(difference, "--difference", "points")
+    least = _fraction(min_difference, "--min-difference", "points")
+    for name, value in (("--difference", diff), ("--min-difference", least)):
+        if not 0 < value <= 1:
+            raise UserError(f"{name} must be between 0 and 100 points",
+                            fix="give it in points, e.g. 10")
+    result = simulate(tasks, flip, diff, trials=trials, max_rounds=max_trials,
+                      min_difference=least, simulations=simulations)
+    if as_json:
+        _echo_json(result.as_json())
+    else:
+        click.echo(render_plan(result))
 
 
 @cli.command()

@@ -28,9 +28,12 @@ from spider2local.core.table import render_table
 from spider2local.exceptions import UserError
 from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text, points
 from spider2local.report.summary import Row, RunReport, TaskRate, load_report
+from spider2local.report.text import sequential_line
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
 from spider2local.run.resume import dataset_identity
+from spider2local.sequential.analysis import Decision
+from spider2local.sequential.record import SequentialRecord
 
 COMPARE_SCHEMA = 1
 """Version of ``compare --format json`` (moves when a key is renamed or removed)."""
@@ -120,6 +123,28 @@ class Comparison:
     @property
     def several(self) -> bool:
         return self.a.trials > 1 or self.b.trials > 1
+
+    @property
+    def sequential(self) -> SequentialRecord | None:
+        """B's sequential record when B was run ``--against`` A (``--until-decided``): its
+        answer is the comparison's, since a fixed-design test on trials that stopped when the
+        data looked decided would overstate the evidence (docs/statistics.md)."""
+        record = self.b.sequential
+        return record if record is not None and record.against_id == self.a.run_id else None
+
+    @property
+    def regression(self) -> bool:
+        """What ``--fail-on-regression`` fails on: B significantly worse, by the sequential
+        decision for a sequential run, by the paired test otherwise."""
+        if self.sequential is not None:
+            return self.sequential.decision is Decision.B_WORSE
+        return self.paired.regression
+
+    @property
+    def sentence(self) -> str:
+        if self.sequential is not None:
+            return sequential_line(self.sequential)
+        return self.paired.sentence
 
 
 def _total(values: Sequence[float | None]) -> float | None:
@@ -226,7 +251,9 @@ def statistics_lines(c: Comparison) -> list[str]:
         f"interval: 95% paired {p.interval.method} over tasks; smallest difference detectable "
         f"at 80% power: {detectable} (trial variance {p.trial_variance:.3f}, see "
         "docs/statistics.md)",
-        p.sentence,
+        p.sentence if c.sequential is None else
+        f"(the fixed-design test above does not hold for trials that stopped when the answer "
+        f"looked known; the sequential answer does) {c.sentence}",
     ]
 
 
@@ -287,7 +314,7 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def render_compare_markdown(c: Comparison) -> str:
     """The same, in GitHub-flavoured markdown (a step summary, a pull-request comment)."""
     parts = [f"## Compare `{_md_cell(who(c.a))}` (A) with `{_md_cell(who(c.b))}` (B)", "",
-             f"**{_md_cell(c.paired.sentence)}**", "",
+             f"**{_md_cell(c.sentence)}**", "",
              *(f"- {_md_cell(line)}" for line in statistics_lines(c)[:2]), "",
              _md_table(("", "A", "B", "B - A"), _headline(c)), ""]
     for kind, title in _sections(c):
@@ -326,6 +353,8 @@ def compare_json(c: Comparison) -> dict[str, Any]:
             "trial_variance": p.trial_variance, "detectable_difference": p.detectable,
             "sentence": p.sentence,
         },
+        "sequential": c.sequential.to_json() if c.sequential is not None else None,
+        "regression": c.regression,
         "only_a": [t.task_id for t in c.changed(Change.ONLY_A)],
         "only_b": [t.task_id for t in c.changed(Change.ONLY_B)],
         "tasks": [{"id": t.task_id, "change": t.change.value, "a": _side(t.a),

@@ -45,6 +45,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "budget": {"cap_usd": report.max_cost_usd, "spent_usd": report.spent_usd,
                    "cut": report.cut_by_budget, "not_started": report.not_run_for_budget},
         "stats": stats_json(report.stats),
+        "sequential": report.sequential.to_json() if report.sequential is not None else None,
         "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total}}
                   for r in report.rows],
     }

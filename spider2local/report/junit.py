@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 
 from spider2local.core.results import Status
 from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
-from spider2local.report.text import interval_text, percent
+from spider2local.report.text import interval_text, percent, sequential_line
 
 CLASSNAME = "spider2local"
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -98,3 +98,5 @@ def _suite_properties(props: ET.Element, report: RunReport) -> None:
             add(f"pass@{row.k}", percent(row.pass_at_k))
             add(f"pass^{row.k}", percent(row.pass_hat_k))
         add("flaky", ", ".join(report.stats.flaky) or "none")
+    if report.sequential is not None:
+        add("sequential", sequential_line(report.sequential))

@@ -30,7 +30,7 @@ number of it reads as it always did.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -50,6 +50,7 @@ from spider2local.run import cut as cut_record
 from spider2local.run.cut import CutAttempt
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
+from spider2local.sequential.record import SequentialRecord, read_record
 
 TrialKey = tuple[str, int]
 """A result's address in a run: ``(task_id, trial)``."""
@@ -274,6 +275,8 @@ class RunReport:
     """The run's budget as its last invocation set it (None: none)."""
     spent_usd: float | None = None
     """What the run's budget counted as spent (run.json), cut attempts included."""
+    sequential: SequentialRecord | None = None
+    """The answer of a ``run --against RUN_A --until-decided`` (its ``sequential.json``)."""
 
     @property
     def cut_by_budget(self) -> int:
@@ -494,9 +497,10 @@ def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
 
 def load_report(folder: RunFolder) -> RunReport:
     """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
-    return build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
-                        started=lambda tid: _started(folder, tid),
-                        cut_attempts=cut_record.read(folder.root))
+    return replace(build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
+                                started=lambda tid: _started(folder, tid),
+                                cut_attempts=cut_record.read(folder.root)),
+                   sequential=read_record(folder.root))
 
 
 def build_report(run_id: str, manifest: RunManifest | None,

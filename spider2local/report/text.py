@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from spider2local.report.stats import Estimate
 from spider2local.report.summary import Headline, Rates, RunReport
+from spider2local.sequential.record import SequentialRecord
 
 _K = TypeVar("_K", bound=Hashable)
 
@@ -246,7 +247,15 @@ def headline_lines(report: RunReport) -> list[str]:
         lines.append(f"{report.not_run_for_budget} trial(s) not run: the run's budget "
                      f"(--max-cost-usd) was reached; resume with --run-id {report.run_id} "
                      "and a higher --max-cost-usd")
+    if report.sequential is not None:
+        lines.append(sequential_line(report.sequential))
     return lines
+
+
+def sequential_line(record: SequentialRecord) -> str:
+    """The answer of a sequential run (``run --until-decided``) in one line: trials not run
+    in it are saved, not missing (docs/statistics.md)."""
+    return f"sequential, against run {record.against_id}: {record.sentence}"
 
 
 def budget_cut_line(report: RunReport) -> str:

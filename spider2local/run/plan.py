@@ -53,8 +53,16 @@ from spider2local.run.resume import (
 )
 from spider2local.run.runner import AgentFactory, RunBudget, Trial, interleaved, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
+from spider2local.run.sequential import (
+    SequentialSpec,
+    analyse_run,
+    from_record,
+    resolve,
+    run_rounds,
+)
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
 from spider2local.sandbox.isolation import IsolationChoice, IsolationMode, choose_isolation
+from spider2local.sequential.analysis import MAX_ROUNDS, MIN_DIFFERENCE, Design
 from spider2local.suite.model import Suite
 from spider2local.suite.options import Isolation
 
@@ -134,6 +142,9 @@ class RunPlan:
     rerun: tuple[str, ...] = ()
     """``--rerun``: task ids, or ``failed``, whose trials are discarded (into the run's
     history) and run again (:func:`rerun_keys`)."""
+    sequential: SequentialSpec | None = None
+    """``--against RUN_A --until-decided`` (or a resumed sequential run): B's trials run in
+    rounds until the comparison is decided (:mod:`.sequential`)."""
     fresh: bool = False
     """No --run-id was given: ``folder`` carries a provisional timestamp id, and the run
     claims a free id (:func:`.folder.claim_run_id`) when it starts, so two runs started in the
@@ -216,7 +227,8 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         discard = rerun_keys(plan.rerun, results, plan.selection.ids, folder)
         kept = {k: r for k, r in results.items() if k not in set(discard)}
         done = {key for key, r in kept.items() if is_finished(r)}
-        todo = interleaved(plan.selection.tasks, settings.trials, done)
+        todo = interleaved(plan.selection.tasks, settings.trials, done) \
+            if plan.sequential is None else interleaved(plan.selection.tasks, 1, done)
         already = tuple(sorted(k for k in done if k[0] in plan.selection.ids
                                and k[1] <= settings.trials))
         # Every selected task's gold, finished ones included: a resume is refused when any of
@@ -248,9 +260,25 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
                              spent_usd=budget.spent, jobs=settings.jobs)
         ran: dict[tuple[str, int], TaskResult] = {}
         try:
-            _, interrupted = await until_signal(
-                lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
-                                  budget, costs))
+            if plan.sequential is None:
+                _, interrupted = await until_signal(
+                    lambda: run_tasks(todo, folder, settings, plan.factory, progress, ran, watch,
+                                      budget, costs))
+            else:
+                spec = plan.sequential
+                by_id = {t.id: t for t in plan.selection.tasks}
+                for line in spec.notes:
+                    progress.note(folder.run_id, line)
+
+                async def one_round(trials: list[Trial]) -> object:
+                    return await run_tasks(trials, folder, settings, plan.factory, progress, ran,
+                                           watch, budget, costs)
+
+                _, interrupted = await until_signal(lambda: run_rounds(
+                    spec, folder, by_id, one_round, lambda: round(budget.spent, 6),
+                    lambda line: progress.note(folder.run_id, line)))
+                # the partial round a signal or the budget left is in the record too
+                analyse_run(spec, folder, round(budget.spent, 6))
         finally:
             if witness is not None:
                 manifest = manifest.witnessed(witness.to_json())
@@ -365,6 +393,8 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
              run_id: str | None = None, argv: list[str] | None = None,
              isolation: Isolation | str | None = None, rerun: Sequence[str] = (),
+             against: RunFolder | None = None, until_decided: bool = False,
+             max_trials: int | None = None, min_difference: float | None = None,
              **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
@@ -375,6 +405,29 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     if rerun and previous is None:
         raise UserError("--rerun needs the --run-id of an existing run",
                         fix="name the run whose tasks to run again with --run-id")
+    recorded = from_record(folder) if previous is not None else None
+    design: Design | None = None
+    if recorded is not None:  # a sequential run stays one: its record says against what
+        if against is not None and against.root.resolve() != recorded.against.root.resolve():
+            raise UserError(f"run {folder.run_id} is compared with {recorded.against.root}, "
+                            f"not {against.root}", path=folder.root,
+                            fix="resume it without --against, or start a new --run-id")
+        against, design = recorded.against, recorded.design
+    elif until_decided:
+        if against is None:
+            raise UserError("--until-decided needs --against RUN_A",
+                            fix="name the run to compare with: its folder, id or 'latest'")
+        design = Design(max_rounds=max_trials or MAX_ROUNDS,
+                        min_difference=MIN_DIFFERENCE if min_difference is None
+                        else min_difference)
+    elif against is not None or max_trials is not None or min_difference is not None:
+        raise UserError("--against, --max-trials and --min-difference go with --until-decided",
+                        fix="add --until-decided")
+    if design is not None:
+        if overrides.get("trials") not in (None, design.max_rounds) and recorded is None:
+            raise UserError("--trials does not apply with --until-decided",
+                            fix="use --max-trials K (the most rounds)")
+        overrides["trials"] = design.max_rounds
     memory = remembered(previous)
     if memory:
         if not ids and subset is None and shard is None and limit is None:
@@ -440,12 +493,22 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                                          isolation=choice.mode, prompts_dir=prompts,
                                          skills_dir=skills, **overrides)
     check_skills(selection.tasks, settings, suite.path)
+    pairing: SequentialSpec | None = None
+    if design is not None and against is not None:
+        pairing = recorded if recorded is not None else resolve(
+            against, [t.id for t in selection.tasks], design, folder)
+        paired = set(pairing.tasks)
+        selection = replace(selection,
+                            tasks=tuple(t for t in selection.tasks if t.id in paired),
+                            skipped=(*selection.skipped,
+                                     *((t.id, f"no scored trial in run {against.run_id}")
+                                       for t in selection.tasks if t.id not in paired)))
     return RunPlan(folder=folder, selection=selection,
                    settings=settings, factory=lambda: make_agent(kind, **options),
                    suite_path=suite.path, suite_sha256=suite.sha256, dataset_root=data.root,
                    argv=argv, isolation=choice, denominators=denominators(data),
                    request=selection_request(ids, subset, shard, limit),
-                   rerun=tuple(rerun),
+                   rerun=tuple(rerun), sequential=pairing,
                    agent_options={k: Path(v).resolve() for k, v in options.items()
                                   if k == "replay_dir"},
                    fresh=run_id is None)
