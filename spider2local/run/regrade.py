@@ -27,7 +27,7 @@ from pathlib import Path
 
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.sandboxed import score_sandboxed_sync
+from spider2local.evaluation.sandboxed import score_many_sandboxed_sync
 from spider2local.evaluation.verdicts import TaskScore
 from spider2local.integrity import guard
 from spider2local.proc.tempdirs import owned_tempdir
@@ -38,13 +38,19 @@ from spider2local.run.lock import run_lock
 from spider2local.run.rescore import record_fingerprints, rescored
 from spider2local.run.results import TaskResult, save_result
 
-Scorer = Callable[[Path, Path, EvalParams, Sequence[Path]], TaskScore]
-"""Scores ``(result, gold, params, hidden)``: today's scorer, in its reader sandbox by
-default (:func:`sandboxed`); a test passes the scorer with a rule changed."""
+Job = tuple[Path, Path, EvalParams]
+"""What one trial's scoring needs: its checked copy, today's gold file and parameters."""
+Scorer = Callable[[Sequence[Job]], list[TaskScore | Exception]]
+"""Scores every job (each item its score, or what scoring it raised): today's scorer, all
+trials in one reader sandbox by default (:func:`sandboxed`); a test passes the scorer with a
+rule changed."""
 
 
-def sandboxed(result: Path, gold: Path, params: EvalParams, hidden: Sequence[Path]) -> TaskScore:
-    return score_sandboxed_sync(result, gold, params, hidden=hidden)
+def sandboxed(jobs: Sequence[Job]) -> list[TaskScore | Exception]:
+    """Every copy scored in one reader child: they hold tables only, written by the runner
+    and checked against the recorded hash, so no agent SQL runs (one interpreter importing
+    pandas per trial would be most of a regrade's time)."""
+    return score_many_sandboxed_sync(jobs)
 
 
 @dataclass(frozen=True)
@@ -113,9 +119,11 @@ def _table_passes(result: TaskResult) -> dict[str, bool]:
     return {str(t.get("name")): bool(t.get("passed")) for t in tables if isinstance(t, dict)}
 
 
-def regrade_trial(folder: RunFolder, task: TaskSpec | None, old: TaskResult, scratch: Path,
-                  hidden: Sequence[Path] = (), scorer: Scorer = sandboxed) -> Regraded:
-    """Score trial ``old``'s graded tables again (a checked copy made in ``scratch``)."""
+def checked_trial(folder: RunFolder, task: TaskSpec | None, old: TaskResult,
+                  scratch: Path) -> Regraded | Job:
+    """What trial ``old`` is scored with (its graded file's checked copy, made in ``scratch``,
+    and today's gold), or, when it cannot be regraded, why (a :class:`Regraded` without
+    ``new``)."""
     if old.graded_sha256 is None:
         return Regraded(old, reason="no graded tables kept (a run made with --no-keep-graded "
                                     "or before they were kept; `score RUN` re-scores "
@@ -131,19 +139,21 @@ def regrade_trial(folder: RunFolder, task: TaskSpec | None, old: TaskResult, scr
     if added:
         return Regraded(old, reason=f"today's record grades {added[0]!r}, which the run did "
                                     "not grade (so did not keep)")
+    into = scratch / f"{old.task_id}-{old.trial}"
+    into.mkdir()
     try:
-        copy = checked_copy(folder.graded_db(old.task_id, old.trial), old.graded_sha256,
-                            scratch)
+        copy = checked_copy(folder.graded_db(old.task_id, old.trial), old.graded_sha256, into)
     except FileNotFoundError:
         return Regraded(old, reason=f"its {GRADED_DB} is gone")
     except GradedRefused as exc:
         return Regraded(old, reason=f"{exc}; not scored", refused=True)
-    try:
-        score = scorer(copy, task.gold.db, task.gold.params, hidden)
-    except Exception as exc:
-        return Regraded(old, reason=f"scoring failed: {type(exc).__name__}: {exc}")
-    finally:
-        copy.unlink(missing_ok=True)
+    return copy, task.gold.db, task.gold.params
+
+
+def scored(old: TaskResult, score: TaskScore | Exception) -> Regraded:
+    """Trial ``old`` with today's ``score`` of its graded tables (or what scoring raised)."""
+    if isinstance(score, Exception):
+        return Regraded(old, reason=f"scoring failed: {type(score).__name__}: {score}")
     if score.error is not None:
         return Regraded(old, reason=f"its {GRADED_DB} cannot be read: {score.error}")
     return Regraded(old, rescored(old, score))
@@ -176,12 +186,24 @@ def _regrade(folder: RunFolder, data: Dataset, scorer: Scorer) -> Regrade:
     manifest = folder.read_manifest()
     recorded = guard.Fingerprints.from_json(manifest.integrity if manifest else None)
     changed = guard.differences(recorded, taken, all_recorded=False) if recorded else []
-    suite = Path(manifest.suite_path) if manifest and manifest.suite_path else None
-    watch = guard.Watch(taken, runs_dir=folder.root.parent, suite_file=suite)
-    trials = []
     with owned_tempdir("regrade") as scratch:
-        for (task_id, _trial), old in results.items():
-            task = data.get(task_id)
-            hidden = watch.off_limits(task) if task is not None else ()
-            trials.append(regrade_trial(folder, task, old, scratch, hidden, scorer))
+        checked = [checked_trial(folder, data.get(task_id), old, scratch)
+                   for (task_id, _trial), old in results.items()]
+        jobs = [item for item in checked if not isinstance(item, Regraded)]
+        scores = iter(_score_all(scorer, jobs))
+        trials = [item if isinstance(item, Regraded) else scored(old, next(scores))
+                  for old, item in zip(results.values(), checked, strict=True)]
     return Regrade(tuple(trials), tuple(changed))
+
+
+def _score_all(scorer: Scorer, jobs: Sequence[Job]) -> list[TaskScore | Exception]:
+    """``scorer(jobs)``; when the batch fails as a whole (its child died), each job alone,
+    so that one trial's failure is that trial's."""
+    if not jobs:
+        return []
+    try:
+        return scorer(jobs)
+    except Exception as exc:
+        if len(jobs) == 1:
+            return [exc]
+        return [_score_all(scorer, [job])[0] for job in jobs]

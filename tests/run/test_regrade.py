@@ -69,9 +69,9 @@ def run(tmp_path: Path, run_id: str = "r", trials: int = 2, **kw: object) -> Run
     return folder
 
 
-def in_process(result: Path, gold: Path, params: EvalParams, hidden: Sequence[Path]) -> TaskScore:
+def in_process(jobs: Sequence[tuple[Path, Path, EvalParams]]) -> list[TaskScore | Exception]:
     """Today's scorer run in this process, so that a test can change one of its rules."""
-    return score_database(result, gold, params)
+    return [score_database(result, gold, params) for result, gold, params in jobs]
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +159,9 @@ def test_a_changed_graded_file_is_refused_never_scored(copied: Path) -> None:
     folder = RunFolder(copied / "runs" / "r")
     scored: list[Path] = []
 
-    def recording(result: Path, gold: Path, params: EvalParams,
-                  hidden: Sequence[Path]) -> TaskScore:
-        scored.append(result)
-        return score_database(result, gold, params)
+    def recording(jobs: Sequence[tuple[Path, Path, EvalParams]]) -> list[TaskScore | Exception]:
+        scored.extend(result for result, _, _ in jobs)
+        return in_process(jobs)
 
     wrong = folder.graded_db("wrong")
     with duckdb.connect(str(wrong)) as con:  # the "fix" someone made by hand
@@ -179,7 +178,8 @@ def test_a_changed_graded_file_is_refused_never_scored(copied: Path) -> None:
         in str(reason) and str(reason).endswith("changed since the run; not scored")
     assert why["wrong#2"][0] and "not a plain file" in str(why["wrong#2"][1])
     assert why["near#2"] == (False, f"its {GRADED_DB} is gone")
-    assert len(scored) == 3 and found.changed == ()  # exact, exact#2, near: nothing else
+    assert [p.parent.name for p in scored] == ["exact-1", "exact-2", "near-1"]  # only those
+    assert found.changed == ()
     assert results_text(folder) == before
 
 
@@ -238,3 +238,21 @@ def test_a_name_that_cannot_be_kept_costs_the_file_never_the_verdict(tmp_path: P
     graded = next(e["data"] for e in events if e["kind"] == "graded")
     assert "NotKeepable" in graded["error"] and "shop.main.orders" in graded["error"]
 
+
+
+def test_a_batch_whose_child_dies_is_scored_trial_by_trial(copied: Path) -> None:
+    calls: list[int] = []
+
+    def flaky(jobs: Sequence[tuple[Path, Path, EvalParams]]) -> list[TaskScore | Exception]:
+        calls.append(len(jobs))
+        if len(jobs) > 1:
+            raise RuntimeError("the child died")
+        if jobs[0][0].parent.name == "wrong-1":
+            raise RuntimeError("this one cannot be read")
+        return in_process(jobs)
+
+    found = regrade_run(RunFolder(copied / "runs" / "r"), dataset(copied), scorer=flaky)
+    assert calls == [6, 1, 1, 1, 1, 1, 1]
+    assert {t.label: t.reason for t in found.trials if t.new is None} == {
+        "wrong": "scoring failed: RuntimeError: this one cannot be read"}
+    assert len(found.regraded) == 5 and found.changed == ()
