@@ -280,7 +280,10 @@ def setting_options(fn: F) -> F:
     (the suite's value, or on a resume the recorded one, applies)."""
     for setting in reversed(options.flags()):
         assert setting.option is not None
-        if isinstance(setting.parser, options.Flag):
+        if isinstance(setting.parser, options.OffFlag):  # --no-X: given, off
+            fn = click.option(setting.option, setting.name, flag_value=False, default=None,
+                              help=setting.help)(fn)
+        elif isinstance(setting.parser, options.Flag):
             fn = click.option(setting.option, setting.name, is_flag=True, default=None,
                               help=setting.help)(fn)
         elif getattr(setting.parser, "repeatable", False):
@@ -426,6 +429,30 @@ def score(target: str, runs_dir: Path, task_id: str | None, gold: Path | None,
     if g.suite is None and g.dataset is None:
         g.suite, g.dataset = run_dataset_source(folder)
     sys.exit(score_command(folder, load_dataset(g.load_suite()), as_json, accept_changes))
+
+
+@cli.command()
+@global_options
+@click.argument("run_dir", metavar="RUN", shell_complete=complete.run_ids)
+@runs_dir_option
+@click.option("--write", is_flag=True,
+              help="Rewrite the result.json of every trial whose verdict changed (and record "
+                   "today's dataset and scorer fingerprints as the run's).")
+def regrade(run_dir: str, runs_dir: Path, write: bool) -> None:
+    """Score every trial of RUN (a folder, a run id or 'latest') again from the graded tables
+    it kept (graded.duckdb), with today's scorer and dataset records, and print which
+    verdicts change. Nothing is written unless --write. A graded file that does not match the
+    sha256 its result.json recorded is refused, never scored. Exit 1 when a file was refused
+    or no trial could be regraded."""
+    from spider2local.cli.commands import regrade_command
+    from spider2local.dataset.load import load_dataset
+    from spider2local.run.rescore import run_dataset_source
+
+    folder = _open_run(run_dir, runs_dir)
+    g = _globals()
+    if g.suite is None and g.dataset is None:
+        g.suite, g.dataset = run_dataset_source(folder)
+    sys.exit(regrade_command(folder, load_dataset(g.load_suite()), write))
 
 
 @cli.command()

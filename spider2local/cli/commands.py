@@ -111,6 +111,43 @@ def score_command(folder: RunFolder, data: Dataset, as_json: bool,
     return OK
 
 
+def regrade_command(folder: RunFolder, data: Dataset, write: bool) -> int:
+    """``regrade RUN``: each trial that could not be regraded on stderr, then the delta on
+    stdout (``regrade: N trials changed: ...``); 1 when a graded file was refused or nothing
+    could be regraded, else 0."""
+    from spider2local.run.regrade import regrade_run
+
+    found = regrade_run(folder, data, write=write)
+    for item in found.trials:
+        if item.new is None:
+            _err(f"{item.label}: {'refused' if item.refused else 'not regradable'}: "
+                 f"{item.reason}")
+    if found.changed_since_run:
+        more = len(found.changed_since_run) - 3
+        _err("note: changed since the run: " + "; ".join(found.changed_since_run[:3])
+             + (f" (+{more} more)" if more > 0 else ""))
+    changed, regraded = found.changed, len(found.regraded)
+    if changed:
+        _out(f"regrade: {_trials(len(changed))} changed (of {regraded} regraded):")
+        for item in changed:
+            _out(f"  {item.label}: {item.describe()}")
+    else:
+        _out(f"regrade: 0 trials changed ({_trials(regraded)} regraded)")
+    if write:
+        _out(f"regrade: {found.written} result.json rewritten")
+        if found.written:
+            write_html_report(folder)
+    elif changed:
+        _out("regrade: nothing written (--write rewrites the changed trials' results)")
+    if not regraded:
+        _err(f"nothing regraded: no trial of {folder.root} could be regraded")
+    return FAILED if found.refused or not regraded else OK
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial{'' if n == 1 else 's'}"
+
+
 def render_format(folder: RunFolder, fmt: str) -> str:
     """The report of ``folder`` in ``fmt`` (one of
     :data:`spider2local.report.formats.REPORT_FORMATS`), from the folder

@@ -19,6 +19,8 @@ Layout::
     <runs-dir>/<run-id>/<task>/project/           PROJECT_FILES: the SQL, YML, docs left
     <runs-dir>/<run-id>/<task>/start_project/     START_PROJECT: the same files at the start
     <runs-dir>/<run-id>/<task>/result.duckdb      RESULT_DB: with --keep-db
+    <runs-dir>/<run-id>/<task>/graded.duckdb      GRADED_DB: the graded tables as the agent left
+                                                  them (unless --no-keep-graded; run/graded.py)
     <runs-dir>/<run-id>/report.html               REPORT_HTML: the HTML report, rebuilt by `report`
     <runs-dir>/<run-id>/interrupted.jsonl         CUT_ATTEMPTS: what each attempt cut by an
                                                   interrupt spent (run/cut.py)
@@ -62,6 +64,7 @@ RUN_RESULTS_SUFFIX = ".run_results.json"
 PROJECT_FILES = "project"
 START_PROJECT = "start_project"
 RESULT_DB = "result.duckdb"
+GRADED_DB = "graded.duckdb"
 REPORT_HTML = "report.html"
 CUT_ATTEMPTS = "interrupted.jsonl"
 AGENT_STDOUT = "agent.stdout"

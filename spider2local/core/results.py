@@ -23,8 +23,9 @@ from typing import Any
 
 from spider2local.core.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 5
-"""5: ``cut_by_budget`` (absent before, read as false).
+SCHEMA_VERSION = 6
+"""6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept).
+5: ``cut_by_budget`` (absent before, read as false).
 4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
 3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
@@ -32,7 +33,7 @@ SCHEMA_VERSION = 5
 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
-READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -211,6 +212,11 @@ class TaskResult:
     """The run's budget (``--max-cost-usd``) was spent while this trial ran: its model gateway
     refused a request, which ended the session, and what the agent had left was scored as it
     stood (the error says so, as for the task's own ``--max-budget-usd``)."""
+    graded_sha256: str | None = None
+    """The sha256 of the trial's ``graded.duckdb`` (its graded tables as the agent left them,
+    :mod:`spider2local.run.graded`), which ``regrade`` checks before scoring it again;
+    ``None`` when none was kept (``--no-keep-graded``, no score, or a result older than
+    schema 6)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -253,6 +259,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
     "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
     "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
+    "graded_sha256": (str, type(None)),
 }
 
 

@@ -22,6 +22,7 @@ one file with another configuration (the gold scored against itself opens it twi
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import os
 import shutil
@@ -60,18 +61,24 @@ def private_temp() -> Path:
 
 
 def open_database(path: Path, *, untrusted: bool, write: bool = False,
-                  attach: Mapping[str, Path] | None = None) -> duckdb.DuckDBPyConnection:
+                  attach: Mapping[str, Path] | None = None,
+                  attach_new: Mapping[str, Path] | None = None) -> duckdb.DuckDBPyConnection:
     """Open ``path`` (read-only unless ``write``) with our temp folder.
 
     ``untrusted``: external access and extensions off, configuration locked, allowed paths
     checked (raises :class:`UnsafeConnection`). ``attach``: ``{name: file}`` attached read-only
     first (ATTACH needs external access; it is turned off right after, the order that works on
-    duckdb 1.5). A trusted file (the dataset's gold) keeps external access, as upstream reads it.
+    duckdb 1.5). ``attach_new`` (untrusted only): ``{name: file}`` of files that do not exist
+    yet, created and attached read-write the same way (the graded tables' copy: a database of
+    ours written from the agent's, whose SQL never gets to name another file). A trusted file
+    (the dataset's gold) keeps external access, as upstream reads it.
     """
+    if attach_new and not untrusted:
+        raise ValueError("attach_new is for an untrusted file's connection")
     config: dict[str, Setting] = {}
     if untrusted:
         config.update({k: v for k, v in LOCKED_DOWN.items()
-                       if not attach or k != "enable_external_access"})
+                       if not (attach or attach_new) or k != "enable_external_access"})
     # Last: DuckDB applies the settings in order, and with the temp folder given before
     # ``enable_external_access`` it refuses the connection ("Modifying the temp_directory has
     # been disabled"; duckdb 1.5.6, measured).
@@ -83,6 +90,7 @@ def open_database(path: Path, *, untrusted: bool, write: bool = False,
     # checked is the file opened, not whatever a link swapped in between would name.
     real = real_file(path)
     attached = {name: real_file(file) for name, file in (attach or {}).items()}
+    created = {name: real_file(file) for name, file in (attach_new or {}).items()}
     con = duckdb.connect(str(real), read_only=not write, config=config)
     try:
         for name, file in attached.items():
@@ -92,13 +100,38 @@ def open_database(path: Path, *, untrusted: bool, write: bool = False,
                 if is_lock_error(exc):
                     raise
                 # e.g. the task database is itself named so: queries go on without the copy
+        for name, file in created.items():
+            _attach_new(con, name, file)
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
-        _check(con, [real, *attached.values()])
+        _check(con, [real, *attached.values(), *created.values()])
     except BaseException:
         con.close()
         raise
     return con
+
+
+SMALL_BLOCK = 16384
+"""The block size of a database :func:`open_database` creates (``attach_new``): DuckDB's
+smallest. With the default 256 KiB blocks a file holding a few small tables is about 0.5 MiB
+(measured, duckdb 1.5.6: 536,576 bytes for three one-row tables; 94,208 with 16 KiB blocks);
+large tables come out the same size either way."""
+
+
+def _attach_new(con: duckdb.DuckDBPyConnection, name: str, file: Path) -> None:
+    """Create ``file`` attached read-write as ``name`` (with small blocks where this duckdb
+    knows the option: 1.2 and later). A file already there is refused: this is for files of
+    ours, made now, never one found on disk."""
+    if os.path.lexists(file):
+        raise FileExistsError(errno.EEXIST, "refusing to attach an existing file as new",
+                              str(file))
+    try:
+        con.execute(f"ATTACH {literal(str(file))} AS {name} "
+                    f"(READ_WRITE, BLOCK_SIZE {SMALL_BLOCK})")
+    except duckdb.Error:
+        if os.path.lexists(file):
+            raise
+        con.execute(f"ATTACH {literal(str(file))} AS {name} (READ_WRITE)")
 
 
 def allowed(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:

@@ -26,6 +26,7 @@ from spider2local.core.layout import (
     DBT_LOGS,
     DBT_TEXT,
     ERROR_TRACEBACK,
+    GRADED_DB,
     RESULT,
     RESULT_DB,
     TRANSCRIPT,
@@ -102,6 +103,7 @@ def _where(task_dir: Path) -> list[str]:
         else at("dbt log", dbt / DBT_LOG, "none")
     lines = [at("result", task_dir / RESULT, "none"),
              at("transcript", task_dir / TRANSCRIPT, "none"), log,
+             at("graded", task_dir / GRADED_DB, "none kept"),
              at("database", task_dir / RESULT_DB, "not kept: run --keep-db keeps it")]
     if is_workspace_file(task_dir, task_dir / ERROR_TRACEBACK):
         lines.append(at("traceback", task_dir / ERROR_TRACEBACK, "none"))

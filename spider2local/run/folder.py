@@ -5,7 +5,8 @@ Layout (every name is in :mod:`.layout`)::
     <run-id>/run.json               the manifest (versions, hashes, settings, selection, times)
     <run-id>/<task>/result.json     trial 1: written atomically, last: its presence means
                                     "finished"
-    <run-id>/<task>/transcript.jsonl, queries.jsonl, dbt/, project/, result.duckdb (--keep-db)
+    <run-id>/<task>/transcript.jsonl, queries.jsonl, dbt/, project/, graded.duckdb,
+                                    result.duckdb (--keep-db)
     <run-id>/_trials/<k>/<task>/    trial k >= 2 of the task: the same files
     <run-id>/_history/<n>/          what ``run --rerun`` discarded (the same layout; never read
                                     as results)
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.core.layout import (
+    GRADED_DB,
     HISTORY,
     MANIFEST,
     QUERIES,
@@ -98,6 +100,10 @@ class RunFolder:
 
     def result_db(self, task_id: str, trial: int = 1) -> Path:
         return self.trial_dir(task_id, trial) / RESULT_DB
+
+    def graded_db(self, task_id: str, trial: int = 1) -> Path:
+        """The trial's graded tables (:mod:`.graded`)."""
+        return self.trial_dir(task_id, trial) / GRADED_DB
 
     def load_result(self, task_id: str, trial: int = 1) -> TaskResult | None:
         return load_result(self.result_path(task_id, trial))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spider2local.core.results import (
     ErrorKind,
@@ -33,6 +34,9 @@ from spider2local.run.folder import RunFolder
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, now_iso
 from spider2local.run.verdict import Verdict
+
+if TYPE_CHECKING:
+    from spider2local.evaluation.verdicts import TaskScore
 
 
 @dataclass(frozen=True)
@@ -75,11 +79,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult,
     if score.error is not None:  # the file could not be opened at all
         return Rescored(old.task_id, None, f"kept database damaged: {score.error}; "
                                            "the recorded verdict stays", old.trial)
-    error = old.error
-    if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
-        error = None
-    verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
-    new = replace(old, **verdict.fields())
+    new = rescored(old, score)
     try:
         save_result(folder.result_path(old.task_id, old.trial), new)
     except OSError as exc:  # a full runs disk: the old result.json stays whole (atomic write)
@@ -87,6 +87,17 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult,
                                            f"{exc.strerror or exc}; the recorded verdict stays",
                         old.trial)
     return Rescored(old.task_id, new, trial=old.trial)
+
+
+def rescored(old: TaskResult, score: TaskScore) -> TaskResult:
+    """``old`` with the verdict fields of a new ``score`` of what its agent left (the one rule
+    for ``score RUN`` and ``regrade``): a checkpoint or score error is replaced by the new
+    verdict, an agent's error and a timeout are kept."""
+    error = old.error
+    if error is not None and error.stage in (Stage.CHECKPOINT, Stage.SCORE):
+        error = None
+    verdict = Verdict.scored(score, timed_out=old.status is Status.TIMEOUT, error=error)
+    return replace(old, **verdict.fields())
 
 
 def rescore_run(folder: RunFolder, data: Dataset, *,
@@ -100,7 +111,7 @@ def rescore_run(folder: RunFolder, data: Dataset, *,
                  if (t := data.get(tid)) is not None]
         taken = guard.take(tasks)
         if accept_changes:
-            _record(folder, taken)
+            record_fingerprints(folder, taken)
         else:
             _refuse_tampered(folder, results, taken)
         manifest = folder.read_manifest()
@@ -129,7 +140,7 @@ def _refuse_tampered(folder: RunFolder, results: Mapping[tuple[str, int], TaskRe
                         + "; ".join(changed[:2]) + more, path=folder.root, fix=fix)
 
 
-def _record(folder: RunFolder, taken: guard.Fingerprints) -> None:
+def record_fingerprints(folder: RunFolder, taken: guard.Fingerprints) -> None:
     """Today's fingerprints become the run's reference, with when that was decided."""
     manifest = folder.read_manifest() or RunManifest(run_id=folder.run_id)
     folder.write_manifest(replace(manifest, integrity={**taken.to_json(),

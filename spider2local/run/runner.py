@@ -42,7 +42,7 @@ from spider2local.agents.contract import Agent, AgentContext, AgentOutcome, Usag
 from spider2local.clock import warm
 from spider2local.core.faults import describe as describe_fault
 from spider2local.core.faults import is_disk_full, is_machine_fault, names_disk_full
-from spider2local.core.layout import QUERIES, TRANSCRIPT
+from spider2local.core.layout import GRADED_DB, QUERIES, TRANSCRIPT
 from spider2local.core.results import (
     ErrorKind,
     Evidence,
@@ -68,6 +68,7 @@ from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts, StageDeadline
 from spider2local.run.deadlines import deadlines as stage_deadlines
 from spider2local.run.folder import RunFolder
+from spider2local.run.graded import Kept, keep_graded
 from spider2local.run.manifest import now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.retry import backoff, nothing_done, should_retry
@@ -118,6 +119,8 @@ class _Attempt:
     costs: StageCosts | None = None
     """What the checkpoint's and the scorer's work cost on the task's untouched start database
     at the run's start (``None``: not measured): the base of their deadlines (:mod:`.deadlines`)."""
+    graded: Kept | None = None
+    """The trial's graded tables as kept in its folder (:mod:`.graded`), once they are."""
 
     def spent_so_far(self) -> Usage:
         return self.spent + (self.meter.usage if self.meter is not None else Usage())
@@ -410,7 +413,38 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
         return _agent_fault(task, Stage.SCORE, exc)
     except Exception as exc:
         return await _stage_error(state, settings, Stage.SCORE, exc)
+    if settings.keep_graded and score.error is None:
+        await _keep_graded(state, progress, deadline)
     return Verdict.scored(score)
+
+
+async def _keep_graded(state: _Attempt, progress: Progress, deadline: StageDeadline) -> None:
+    """Keep the scored tables in the trial's folder (:mod:`.graded`), under the scorer's
+    deadline (the same tables read once more). Never changes the verdict: a copy that fails
+    or hangs is one note in the transcript (and on the progress), and no file is recorded."""
+    ws, task = state.ws, state.task
+    assert ws is not None and task.gold is not None
+    out = state.artifacts / GRADED_DB
+    with _Stopwatch(state, "graded"):
+        try:
+            with anyio.fail_after(deadline.seconds):  # cancelling kills the reader child
+                state.graded = await keep_graded(ws.database, out, task.gold.params.condition_tabs,
+                                                 hidden=state.off_limits)
+        except Exception as exc:  # TimeoutError included
+            why = (f"still copying after the scorer's deadline of {deadline.seconds:g}s"
+                   if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}")
+            await in_thread(_drop_graded, out)
+            progress.note(state.label, f"graded tables not kept: {why}")
+            with contextlib.suppress(OSError):
+                Transcript(state.artifacts / TRANSCRIPT).append("graded", {"error": why})
+            return
+    with contextlib.suppress(OSError):  # a transcript that cannot grow loses a note, no more
+        Transcript(state.artifacts / TRANSCRIPT).append("graded", state.graded.to_json())
+
+
+def _drop_graded(out: Path) -> None:
+    with contextlib.suppress(OSError):
+        out.unlink(missing_ok=True)
 
 
 async def _stage_error(state: _Attempt, settings: RunSettings, stage: Stage,
@@ -633,6 +667,8 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
                             isolation=settings.isolation.value, trial=trial,
                             cut_by_budget=state.share.refused is not None,
+                            graded_sha256=None if state.graded is None
+                            else state.graded.sha256,
                             **verdict.fields())
         path = folder.result_path(task.id, trial)
         try:

@@ -51,6 +51,9 @@ class RunSettings:
     skills: tuple[str, ...] = ()
     keep: bool = False
     keep_db: bool = False
+    keep_graded: bool = _default("keep_graded")
+    """Keep each scored trial's graded tables in its run folder (:mod:`.graded`);
+    ``--no-keep-graded`` turns it off."""
     stage_timeout: float = 600.0
     """Seconds for each stage after the agent (checkpoint, score, scan, collect): a stage the
     agent's leftovers make hang fails the task with that reason (:mod:`.watchdog`). Far above

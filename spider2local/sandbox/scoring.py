@@ -73,6 +73,32 @@ def score_sandboxed_sync(result: Path, gold: Path, params: EvalParams, *,
                                     _files(result, gold, hidden), timeout=SCORE_TIMEOUT))
 
 
+def score_many_sandboxed_sync(items: Sequence[tuple[Path, Path, EvalParams]]
+                              ) -> list[TaskScore | Exception]:
+    """Score each ``(result, gold, params)`` in one reader sandbox holding those files
+    read-only: each item's score, or what scoring it raised. For results that hold no SQL of
+    an agent's (``regrade``'s hash-checked copies of graded tables, tables only): one child
+    instead of one per trial, as :func:`score_starts_sandboxed` does for start databases."""
+    from spider2local.sandbox.readers import ReaderFailed, ask_reader_sync
+    from spider2local.sandbox.reply import result_of
+
+    if not items:
+        return []
+    requests = [_request(result, gold, params) for result, gold, params in items]
+    files = _files_of([p for result, gold, _ in items for p in (result, gold)], ())
+    found = result_of(ask_reader_sync(MODULE, {"scores": requests}, files,
+                                      timeout=SCORE_TIMEOUT))
+    if not isinstance(found, list) or len(found) != len(items):
+        raise ReaderFailed(f"{MODULE} answered {len(items)} results with nonsense")
+    out: list[TaskScore | Exception] = []
+    for answer in found:
+        try:
+            out.append(_verdict(answer))
+        except Exception as exc:  # that item's scoring raised, in the child
+            out.append(exc)
+    return out
+
+
 @dataclass(frozen=True)
 class StartScore:
     """What one untouched start database gives (:func:`score_starts_sandboxed`)."""
@@ -179,6 +205,10 @@ def _snapshot_data(db: Path, label: str) -> dict[str, Any] | None:
 def _job(request: dict[str, Any]) -> Any:
     if "many" in request:
         return [_start(item) for item in request["many"]]
+    if "scores" in request:
+        from spider2local.sandbox.reply import answer_of
+
+        return [answer_of(_score, item) for item in request["scores"]]
     return _score(request)
 
 

@@ -224,6 +224,12 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class OffFlag(Flag):
+    """On by default, and its flag (``--no-...``) turns it off: given, off; absent, the suite
+    or resume decides. A suite writes true or false."""
+
+
+@dataclass(frozen=True)
 class OnOff:
     """On or off, both spelt out: ``on``/``off`` on the command line, true/false in a suite
     (for a setting that is on by default, which a plain flag could not turn off)."""
@@ -449,6 +455,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("keep", Flag(), False, "Keep each workspace and print its path.", suite=False),
     Setting("keep_db", Flag(), False, "Keep each result database (needed by `score`).",
             suite=False),
+    Setting("keep_graded", OffFlag(), True,
+            "Do not keep each trial's graded tables (graded.duckdb, what `regrade` scores "
+            "again; kept by default).", flag="--no-keep-graded"),
     Setting("isolation", Choice(lambda: [i.value for i in Isolation]), Isolation.AUTO.value,
             "Agent sandbox: namespace (refuse to run without it), none, or auto (namespace "
             "where it works, else none with a warning). Default: the suite's, else auto.",

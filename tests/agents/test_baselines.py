@@ -166,7 +166,11 @@ def test_reference_builds_the_sample_models_equal_to_gold(reference_run: Referen
     events = [json.loads(line) for line in (task_dir / "transcript.jsonl").read_text()
               .splitlines()]
     assert [e["kind"] for e in events] == ["attempt", "apply", "dbt", "dbt_result", "outcome",
-                                           "stage_deadlines"]
+                                           "stage_deadlines", "graded"]
+    # the graded tables kept after the score (regrade scores them again), the hash recorded
+    assert events[6]["data"]["tables"] == dict.fromkeys(task.gold.params.condition_tabs)
+    assert json.loads((task_dir / "result.json").read_text())["graded_sha256"] == \
+        events[6]["data"]["sha256"]
     # the checkpoint's and the scorer's deadlines, fitted to this task's start database
     assert {stage: d["derived"] for stage, d in events[5]["data"].items()} == {
         "checkpoint": True, "score": True}

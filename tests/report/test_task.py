@@ -64,6 +64,7 @@ def test_one_task_is_printed_whole(tmp_path: Path) -> None:
     assert "VERDICT: FAIL again" in text and "the first time" not in text  # the last report
     assert f"transcript  {task / 'transcript.jsonl'}" in text
     assert f"dbt log     {task / 'dbt' / 'dbt.txt'}" in text
+    assert "graded      none kept (graded.duckdb)" in text
     assert "database    not kept: run --keep-db keeps it" in text
     assert "workspace   removed" in text
     assert "agent out" not in text  # not a command agent: nothing to name

@@ -105,11 +105,13 @@ def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path:
     assert noop.status is Status.FAILED and noop.score["tables"][0]["missing"]  # type: ignore[index]
 
 
-def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one_snapshot(
+def test_each_trial_starts_one_checkpoint_one_scorer_one_graded_child_and_each_task_one_snapshot(
         tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Reader children are the runner's main cost per trial (a fresh interpreter importing
     DuckDB, and pandas for the scorer): trial 2 reuses its task's start snapshot, and
-    ``--keep-db`` keeps the database the checkpoint stage folded without a second one."""
+    ``--keep-db`` keeps the database the checkpoint stage folded without a second one. The
+    graded tables' copy is a child of its own (DuckDB only), after the score: it can never
+    cost the score its deadline."""
     from spider2local.sandbox import readers
 
     started: list[tuple[str, str | None, str]] = []
@@ -119,7 +121,7 @@ def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one
                       **kw: object) -> dict[str, object]:
         job = request.get("job")
         where = str(request.get("db") or request.get("result"))
-        started.append((module.rsplit(".", 1)[-1], str(job) if job else None,
+        started.append((module.removeprefix("spider2local."), str(job) if job else None,
                         Path(where).parts[-1]))
         return await real(module, request, *args, **kw)  # type: ignore[arg-type]
 
@@ -128,9 +130,10 @@ def test_each_trial_starts_one_checkpoint_and_one_scorer_child_and_each_task_one
     results = anyio.run(run_tasks, trials, RunFolder.at(tmp_path, "r"),
                         settings(keep_db=True, jobs=1, trials=2), WriterAgent, quiet())
     assert [r.status for r in results.values()] == [Status.PASSED, Status.PASSED]
-    assert started == [("dbreads", "snapshot", "shop.duckdb"),
-                       ("dbreads", "checkpoint", "shop.duckdb"), ("scoring", None, "shop.duckdb"),
-                       ("dbreads", "checkpoint", "shop.duckdb"), ("scoring", None, "shop.duckdb")]
+    trial = [("sandbox.dbreads", "checkpoint", "shop.duckdb"),
+             ("sandbox.scoring", None, "shop.duckdb"),
+             ("sandbox.graded", None, "shop.duckdb")]
+    assert started == [("sandbox.dbreads", "snapshot", "shop.duckdb"), *trial, *trial]
     for k in (1, 2):  # what is kept is the folded database, the graded table in the file
         kept = RunFolder.at(tmp_path, "r").trial_dir("t1", k) / "result.duckdb"
         assert not kept.with_name("result.duckdb.wal").exists()
