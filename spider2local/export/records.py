@@ -198,7 +198,8 @@ class _Conversation:
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[ToolUse] = []
-        for block in data.get("content") or []:
+        content = data.get("content")
+        for block in content if isinstance(content, list) else []:
             if not isinstance(block, dict):
                 continue
             if "name" in block and "input" in block:
