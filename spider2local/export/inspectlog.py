@@ -27,6 +27,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inspect_ai.event import (
+    Event,
+    ModelEvent,
+    ScoreEvent,
+    SpanBeginEvent,
+    SpanEndEvent,
+    ToolEvent,
+)
 from inspect_ai.log import (
     EvalConfig,
     EvalDataset,
@@ -49,6 +57,7 @@ from inspect_ai.model import (
     Content,
     ContentReasoning,
     ContentText,
+    GenerateConfig,
     ModelOutput,
     ModelUsage,
 )
@@ -56,7 +65,7 @@ from inspect_ai.scorer import CORRECT, INCORRECT, Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
 from spider2local import __version__
-from spider2local.export.records import Message, Role, RunRecords, Trial
+from spider2local.export.records import Message, Role, RunRecords, Subagent, Trial
 from spider2local.report.summary import failing_tables
 from spider2local.run.results import Status, Usage
 
@@ -141,6 +150,64 @@ def _output(messages: Sequence[ChatMessage], model: str) -> ModelOutput:
     return ModelOutput.from_message(last) if last is not None else ModelOutput(model=model)
 
 
+def _stamp(seconds: float | None, fallback: dt.datetime) -> dt.datetime:
+    return fallback if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def _started(trial: Trial) -> dt.datetime:
+    try:
+        found = dt.datetime.fromisoformat(trial.result.started_at)
+    except ValueError:
+        return dt.datetime.fromtimestamp(0, dt.UTC)
+    return found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC)
+
+
+def events(trial: Trial, model: str, score: Score | None) -> list[Event]:
+    """The trial as Inspect's transcript events, for the viewer's Transcript tab: one model
+    event per assistant message (its input: the messages that arrived since the previous one),
+    one tool event per call with its result, the verifier's conversation inside an ``agent``
+    span under the call that started it, and the score last."""
+    subagents = {s.call_id: s for s in trial.subagents}
+    out: list[Event] = []
+    when = _started(trial)
+
+    def conversation(messages: Sequence[Message], span: str | None) -> None:
+        nonlocal when
+        answers = {m.tool_call_id: m for m in messages if m.role is Role.TOOL and m.tool_call_id}
+        pending: list[ChatMessage] = []
+        for message in messages:
+            when = _stamp(message.time, when)
+            if message.role is not Role.ASSISTANT:
+                pending.append(chat_message(message))
+                continue
+            out.append(ModelEvent(
+                model=message.model or model, input=pending, tools=[], tool_choice="auto",
+                config=GenerateConfig(), output=ModelOutput.from_message(chat_message(message)),
+                timestamp=when, span_id=span))
+            pending = []
+            for call in message.tool_calls:
+                sub: Subagent | None = subagents.get(call.id) if span is None else None
+                if sub is not None:
+                    out.append(SpanBeginEvent(id=call.id, type="agent", name=sub.kind,
+                                              timestamp=when))
+                    conversation(sub.messages, call.id)
+                    out.append(SpanEndEvent(id=call.id, timestamp=when))
+                answer = answers.get(call.id)
+                out.append(ToolEvent(
+                    id=call.id, function=call.name, arguments=dict(call.arguments),
+                    result=answer.text if answer is not None else "",
+                    error=ToolCallError("unknown", answer.text)
+                    if answer is not None and answer.is_error else None,
+                    timestamp=_stamp(answer.time if answer else None, when), span_id=span,
+                    agent=sub.kind if sub is not None else None,
+                    agent_span_id=call.id if sub is not None else None))
+
+    conversation(trial.messages, None)
+    if score is not None:
+        out.append(ScoreEvent(score=score, scorer=SCORER, timestamp=when))
+    return out
+
+
 def sample(trial: Trial, model: str) -> EvalSample:
     result = trial.result
     messages = [chat_message(m) for m in trial.messages]
@@ -167,6 +234,7 @@ def sample(trial: Trial, model: str) -> EvalSample:
     return EvalSample(
         id=trial.task_id, epoch=trial.trial, input=trial.prompt or trial.task_id, target="",
         messages=messages, output=_output(messages, model),
+        events=events(trial, model, score),
         scores={SCORER: score} if score is not None else None, metadata=metadata,
         model_usage=model_usage(result.usage, model),
         started_at=_iso(result.started_at), completed_at=_iso(result.finished_at),

@@ -161,6 +161,20 @@ def test_the_export_is_read_back_by_inspect_with_a_sample_per_task_and_the_verdi
     assert sub_calls == ["mcp__spider2__describe_table"]
     first = verifier["messages"][0]
     assert (first["role"], first["content"]) == ("user", "Check vehicle_performance.")
+    # the same as Inspect's transcript events: model calls, tool calls with their results, the
+    # verifier inside an agent span under the call that started it, the score last
+    kinds = [e.event for e in passing.events]
+    # 4 of the agent, 1 of the verifier: the CLI streams a subagent's tool calls, not its
+    # last answer, which reads as its report (the Agent call's result)
+    assert kinds.count("model") == 5 and kinds[-1] == "score"
+    tools = {e.function: e for e in passing.events if e.event == "tool"}
+    assert "OK created sql table model" in str(tools["Bash"].result)
+    assert tools["Agent"].agent == "verifier" and "VERDICT: PASS" in str(tools["Agent"].result)
+    (span,) = [e for e in passing.events if e.event == "span_begin"]
+    assert (span.type, span.name, span.id) == ("agent", "verifier", calls[2].id)
+    inside = [e for e in passing.events if e.span_id == span.id]
+    assert [e.event for e in inside] == ["model", "tool"]
+    assert tools["mcp__spider2__describe_table"].span_id == span.id
 
 
 @pytest.mark.slow
@@ -296,3 +310,30 @@ def test_inspect_view_shows_the_exported_conversation(claude_run: Path, tmp_path
     assert "Complete the fleet project" in body
     assert "OK created sql table model main.vehicle_performance" in body
     assert "mcp__spider2__query" in body
+    with inspect_view(out) as url, chromium_page() as page:
+        page.goto(f"{url}/#/logs/run.eval/samples/sample/fleet001/1/transcript")
+        page.get_by_text("Copying the model.").first.wait_for(timeout=30_000)
+        body = page.inner_text("body")
+    assert "verifier" in body.lower() and "All declared columns present." in body
+
+
+@pytest.mark.slow
+def test_a_command_agent_s_command_line_and_outputs_are_a_tool_call_and_its_results(
+        tmp_path: Path) -> None:
+    command = "echo hello from the agent; echo oops >&2; exit 3"
+    done = cli("--dataset", "sample", "run", "library001", "--agent", "command",
+               "--agent-command", command, "--isolation", "none", "--retries", "0",
+               "--runs-dir", "runs", "--run-id", "c", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = cli("export", "c", "--format", "inspect", "-o", "c.eval", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (sample,) = inspect_log.read_eval_log(str(tmp_path / "c.eval")).samples or []
+    call, out, err = sample.messages
+    assert call.role == "assistant" and call.tool_calls is not None  # type: ignore[union-attr]
+    (tool_call,) = call.tool_calls  # type: ignore[union-attr]
+    assert (tool_call.function, tool_call.arguments["command"]) == ("command", command)
+    assert (out.role, out.function, out.text) == ("tool", "stdout", "hello from the agent\n")  # type: ignore[union-attr]
+    assert (err.function, err.text) == ("stderr", "oops\n")  # type: ignore[union-attr]
+    assert sample.scores is not None and sample.scores["duckdb_match"].value == "I"
+    assert sample.metadata["error"]["message"].startswith("the agent command exited with "
+                                                          "status 3")
