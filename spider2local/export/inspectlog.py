@@ -52,6 +52,7 @@ from inspect_ai.log import (
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageAssistant,
+    ChatMessageSystem,
     ChatMessageTool,
     ChatMessageUser,
     Content,
@@ -85,6 +86,8 @@ def _when(seconds: float | None) -> str | None:
 
 def chat_message(message: Message) -> ChatMessage:
     """One message as Inspect's chat message of the same role."""
+    if message.role is Role.SYSTEM:
+        return ChatMessageSystem(content=message.text, source="input")
     if message.role is Role.USER:
         return ChatMessageUser(content=message.text, source="input")
     if message.role is Role.TOOL:

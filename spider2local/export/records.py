@@ -11,7 +11,9 @@ message share a ``message_id`` and are joined back into one message. Messages of
 (the verifier) carry the id of the tool call that started it (``parent_tool_use_id``): they
 are kept apart, as that subagent's own conversation, and the main conversation keeps the call
 and its result (the subagent's final report). A command agent's command line and outputs
-become one tool call and its results. The runner's own entries (attempt, outcome, dbt
+become one tool call and its results, unless the agent kept its own trajectory
+(mini-swe-agent's chat messages, ``agent.trajectory.json``), which is then its conversation.
+The runner's own entries (attempt, outcome, dbt
 timings) are not messages and are left out.
 
 A run folder may come from elsewhere and be damaged: a file is read only when it is a plain
@@ -33,17 +35,21 @@ from typing import Any
 from spider2local.clock.dbt import strip_ansi
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import ERROR_TRACEBACK, RESULT, TRANSCRIPT
+from spider2local.run.layout import AGENT_TRAJECTORY, ERROR_TRACEBACK, RESULT, TRANSCRIPT
 from spider2local.run.manifest import RunManifest
 from spider2local.run.results import TaskResult
 from spider2local.workspace.guard import is_workspace_file
 
+MAX_TRAJECTORY = 256 * 1024 * 1024
+"""Bytes read of a command agent's own trajectory file; a larger one is left out (the
+transcript's command line and outputs stand in for it)."""
 MAX_LINE = 64_000_000
 """Characters read of one transcript line; a longer line is skipped whole (counted), never
 held in memory: the runner's own lines are far shorter."""
 
 
 class Role(StrEnum):
+    SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
@@ -291,6 +297,61 @@ def read_conversation(folder: Path) -> tuple[_Conversation, int]:
     return talk, skipped
 
 
+def _chat_call(call: Any) -> ToolUse | None:
+    """An OpenAI chat tool call (``{"id", "function": {"name", "arguments": "<json>"}}``)."""
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return None
+    function = call["function"]
+    raw = function.get("arguments")
+    try:
+        arguments = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        arguments = None
+    return ToolUse(str(call.get("id") or ""), str(function.get("name") or ""),
+                   arguments if isinstance(arguments, dict) else {"arguments": raw})
+
+
+def read_agent_trajectory(folder: Path) -> tuple[Message, ...] | None:
+    """A command agent's own conversation, from the trajectory it wrote (mini-swe-agent's
+    ``agent.trajectory.json``: OpenAI chat messages): what the model was told and answered,
+    which the transcript (the command line and its outputs) does not hold. ``None`` when the
+    trial kept no readable one."""
+    path = folder / AGENT_TRAJECTORY
+    if not is_workspace_file(folder, path):
+        return None
+    try:
+        if path.stat().st_size > MAX_TRAJECTORY:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    items = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    names: dict[str, str] = {}
+    out: list[Message] = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("role") not in {r.value for r in Role}:
+            continue
+        role = Role(item["role"])
+        text = strip_ansi(_text_of(item.get("content")))
+        extra = item.get("extra")
+        when = _time({"t": extra.get("timestamp")}) if isinstance(extra, dict) else None
+        if role is Role.ASSISTANT:
+            raw_calls = item.get("tool_calls")
+            calls = [c for c in map(_chat_call, raw_calls if isinstance(raw_calls, list)
+                                    else []) if c is not None]
+            names.update((c.id, c.name) for c in calls)
+            out.append(Message(role, text, tool_calls=tuple(calls), time=when))
+        elif role is Role.TOOL:
+            call_id = str(item.get("tool_call_id") or "")
+            out.append(Message(role, text, tool_call_id=call_id,
+                               function=names.get(call_id, ""), time=when))
+        else:
+            out.append(Message(role, text, time=when))
+    return tuple(out)
+
+
 def _traceback(folder: Path) -> str:
     path = folder / ERROR_TRACEBACK
     if not is_workspace_file(folder, path):
@@ -303,6 +364,11 @@ def _traceback(folder: Path) -> str:
 
 def load_trial(folder: Path, result: TaskResult) -> Trial:
     talk, skipped = read_conversation(folder)
+    own = read_agent_trajectory(folder)
+    if own:  # the agent's own record of its conversation, richer than its outputs
+        prompt = next((m.text for m in own if m.role is Role.USER), talk.prompt)
+        return Trial(result.task_id, result.trial, folder, result, prompt, own,
+                     talk.subagents(), skipped, _traceback(folder))
     return Trial(result.task_id, result.trial, folder, result, talk.prompt, tuple(talk.main),
                  talk.subagents(), skipped, _traceback(folder))
 

@@ -26,8 +26,10 @@ from typing import Any
 import pytest
 
 from spider2local.dataset.sample import build as sample_build
+from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
+from tests.agents.test_mini_swe_agent import mini_venv  # noqa: F401  (a fixture)
 from tests.cli.test_run_command import cli
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="the [export] extra is not installed")
@@ -337,3 +339,40 @@ def test_a_command_agent_s_command_line_and_outputs_are_a_tool_call_and_its_resu
     assert sample.scores is not None and sample.scores["duckdb_match"].value == "I"
     assert sample.metadata["error"]["message"].startswith("the agent command exited with "
                                                           "status 3")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: {probe().reason}")
+def test_mini_swe_agent_s_own_trajectory_is_the_exported_conversation(
+        mini_venv: Path, tmp_path: Path) -> None:  # noqa: F811 (the fixture imported above)
+    """mini-swe-agent (a command agent, through the OpenAI-compatible route) keeps its chat in
+    agent.trajectory.json: the export shows what its model was told and answered, each bash
+    call with the observation it got back."""
+    from spider2local.suite.load import bundled_suite_path
+    from spider2local.testing import FakeOpenAI
+    from tests.agents.test_mini_swe_agent import SUBMIT, agent_table, run_cli
+
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(bundled_suite_path().read_text() + agent_table(mini_venv))
+    script = [reply("Looking around.", tool("bash", command="ls models"),
+                    input_tokens=1200, output_tokens=40),
+              reply("Submitting.", tool("bash", command=SUBMIT), input_tokens=1500,
+                    output_tokens=12)]
+    with FakeOpenAI(script) as fake:
+        done = run_cli(suite, ["bakery001", "--agent", "mini", "--run-id", "m"], fake, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = cli("export", "m", "--format", "inspect", "-o", "m.eval", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (sample,) = inspect_log.read_eval_log(str(tmp_path / "m.eval")).samples or []
+    roles = [m.role for m in sample.messages]
+    assert roles[:2] == ["system", "user"] and roles.count("assistant") == 2
+    assert "bakery" in sample.input  # type: ignore[operator]  # the instruction it was given
+    calls = [c for m in sample.messages if m.role == "assistant"
+             for c in m.tool_calls or []]  # type: ignore[union-attr]
+    assert [(c.function, c.arguments["command"]) for c in calls] == [
+        ("bash", "ls models"), ("bash", SUBMIT)]
+    first = next(m for m in sample.messages if m.role == "tool")
+    assert first.tool_call_id == calls[0].id and "daily_revenue.yml" in first.text  # type: ignore[union-attr]
+    assert sample.scores is not None and sample.scores["duckdb_match"].value == "I"
+    usage = sample.model_usage
+    assert sum(u.input_tokens for u in usage.values()) == 2700
