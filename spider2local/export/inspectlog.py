@@ -79,11 +79,6 @@ def _iso(value: str | None) -> str | None:
     return value or None
 
 
-def _when(seconds: float | None) -> str | None:
-    return None if seconds is None else \
-        dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
-
-
 def chat_message(message: Message) -> ChatMessage:
     """One message as Inspect's chat message of the same role."""
     if message.role is Role.SYSTEM:
