@@ -86,7 +86,8 @@ def test_agents_are_reached_only_through_the_registry_and_the_contract() -> None
 
 def test_click_only_in_cli_the_sdk_only_in_agents_claude_mcp_only_in_the_tool_server() -> None:
     owners = {"click": "spider2local.cli", "claude_agent_sdk": "spider2local.agents.claude",
-              "mcp": "spider2local.dbtools.server", "mcp_types": "spider2local.dbtools.server"}
+              "mcp": "spider2local.dbtools.server", "mcp_types": "spider2local.dbtools.server",
+              "inspect_ai": "spider2local.export.inspectlog"}  # an optional extra
     offenders = [f"{name} imports {target}"
                  for name, path in modules().items()
                  for target in imports(name, path, top_level_only=False)
@@ -141,7 +142,7 @@ def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -
     assert heavy_imports(["spider2local.cli.app", "spider2local.dataset.load",
                           "spider2local.cli.listing", "spider2local.dbtools.query",
                           "spider2local.dbtools.config"],
-                         ["pandas", "claude_agent_sdk", "dbt"]) == []
+                         ["pandas", "claude_agent_sdk", "dbt", "inspect_ai"]) == []
     from spider2local import evaluation
 
     assert callable(evaluation.score_database) and "score_database" in evaluation.__all__

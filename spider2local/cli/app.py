@@ -22,6 +22,7 @@ from spider2local import __version__
 from spider2local.cli import complete
 from spider2local.cli.exits import BAD_INPUT, FAILED, INTERRUPTED, NO_MEMORY, OK
 from spider2local.exceptions import UserError
+from spider2local.export.extras import FORMATS as EXPORT_FORMATS
 from spider2local.report.formats import REPORT_FORMATS
 from spider2local.suite import options
 from spider2local.suite.load import default_suite_path, load_suite
@@ -610,6 +611,31 @@ def report(run_dir: str, runs_dir: Path, fmt: str, output: Path | None, task_id:
                         fix="drop --format, or drop --task")
     sys.exit(report_command(_open_run(run_dir, runs_dir), fmt, output, task_id=task_id,
                             trial=trial, color=False if no_color else None))
+
+
+@cli.command()
+@global_options
+@click.argument("run_dir", metavar="RUN", shell_complete=complete.run_ids)
+@runs_dir_option
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), required=True,
+              help="inspect: one Inspect eval log of the run (`inspect view` opens it); atif: "
+                   "Harbor's trajectories (needs Python 3.12+, not available yet).")
+@click.option("--output", "-o", type=click.Path(path_type=Path),
+              help="The file to write (.eval, or .json for Inspect's JSON format; default: "
+                   "RUN/inspect/<run-id>.eval).")
+def export(run_dir: str, runs_dir: Path, fmt: str, output: Path | None) -> None:
+    """Export RUN (a folder, a run id or 'latest') for other tools, from its folder alone:
+    --format inspect writes one Inspect eval log (a sample per task, an epoch per trial, the
+    verdict with its per-table results, the messages, tokens and cost). Needs the optional
+    extra: pip install 'spider2local[export]'."""
+    from spider2local.export.write import export_run
+
+    done = export_run(_open_run(run_dir, runs_dir), fmt, output)
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"wrote {done.path} ({done.tasks} task(s), {done.trials} trial(s)); "
+               f"open it with: {done.view_command}", err=True)
+    click.echo(str(done.path))
 
 
 @cli.command()
