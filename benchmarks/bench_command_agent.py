@@ -20,11 +20,11 @@ from pathlib import Path
 
 import anyio
 
+from spider2local.agents.contract import AgentContext, AgentLimits
 from spider2local.agents.registry import make_agent
+from spider2local.core.transcript import Transcript
 from spider2local.dataset.load import load_dataset
 from spider2local.proc.run import run_process
-from spider2local.run.contract import AgentContext, AgentLimits
-from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite

@@ -35,7 +35,8 @@ from spider2local.dataset.task import TaskSpec
 from spider2local.resources import faketime_dir
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import Suite
-from spider2local.workspace.prepare import Workspace, cleanup_workspace, prepare_workspace
+from spider2local.workspace.model import Workspace
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 
 TARGET = 3.0
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "spider2-dbt"

@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import httpx
 
-from spider2local.agents.claude.pricing import ApiUsage
+from spider2local.gateway.anthropic import ApiUsage
 from spider2local.gateway.server import Served, Upstream, open_gateway
 from spider2local.sandbox import relay
 from spider2local.sandbox.launcher import Launcher, SandboxSpec

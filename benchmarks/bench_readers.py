@@ -28,14 +28,14 @@ import anyio
 
 from spider2local.dataset.load import load_dataset
 from spider2local.db.connect import open_database
-from spider2local.db.sandboxed import checkpoint_sandboxed, snapshot_sandboxed
 from spider2local.db.snapshot import read_snapshot
 from spider2local.dbtools.query import QueryService
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.sandboxed import score_sandboxed_sync
 from spider2local.evaluation.score import score_database
 from spider2local.sandbox import readers
+from spider2local.sandbox.dbreads import checkpoint_sandboxed, snapshot_sandboxed
 from spider2local.sandbox.probe import probe
+from spider2local.sandbox.scoring import score_sandboxed_sync
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import anyio
 
+from spider2local.core.results import TaskResult
 from spider2local.dataset.load import load_dataset
 from spider2local.run.plan import execute_run, plan_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import TaskResult
 from spider2local.suite.load import bundled_suite_path, load_suite
 
 TARGET_OVERHEAD = 1.0

@@ -33,13 +33,13 @@ from typing import Any
 
 import anyio
 
-from spider2local.dataset import audit
+from spider2local.audit import tasks as audit
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
-from spider2local.db import snapshot
 from spider2local.run import plan as plan_mod
 from spider2local.run.plan import execute_run, plan_run
 from spider2local.run.progress import Progress
+from spider2local.sandbox import dbreads as snapshot
 from spider2local.sandbox import readers
 from spider2local.suite.load import bundled_suite_path, load_suite
 

@@ -10,7 +10,9 @@ that the result stays inside it (a symlink in the parent that leads elsewhere is
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from spider2local.exceptions import UserError
@@ -58,3 +60,40 @@ def child(parent: Path, name: str) -> Path:
         raise UnsafePath(f"{name} leads outside this folder (a symlink?)", path=parent,
                          fix="remove the link; nothing of ours lives outside its folder")
     return path
+
+
+def links_outside(root: Path, skip: Collection[str] = ()) -> list[str]:
+    """Every symlink under ``root`` that does not resolve inside ``root``, as ``"rel -> target"``
+    (sorted; symlinked folders are not entered; ``skip`` names top-level entries left out). The
+    rule :func:`spider2local.workspace.copy.copy_tree` enforces, asked up front by the dataset
+    loader so such a task is refused before any work starts.
+
+    A task folder is data: a link in it to ``/`` once started copying the root file system into
+    a workspace, and links to files elsewhere put them into the workspace and the run artifacts.
+    """
+    found = []
+    base = root.resolve()
+    stack = [root]  # iterative: a deep tree must not exhaust the recursion limit
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if folder == root and entry.name in skip:
+                continue
+            path = Path(entry.path)
+            if entry.is_symlink():
+                if (target := _outside(path, base)) is not None:
+                    found.append(f"{path.relative_to(root).as_posix()} -> {target}")
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+    return sorted(found)
+
+
+def _outside(link: Path, base: Path) -> str | None:
+    """Where ``link`` leads when that is outside ``base`` (or a loop), else ``None``."""
+    try:
+        real = link.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return "a symlink loop"
+    return None if real.is_relative_to(base) else str(link.readlink())

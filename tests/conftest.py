@@ -42,6 +42,23 @@ for _sig, _handler in ((signal.SIGINT, signal.default_int_handler),
         signal.signal(_sig, _handler)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", default=False,
+                     help="every tier, the slow end-to-end tests (real dbt runs, the real "
+                          "Claude CLI) included: what CI and the README's test command run. "
+                          "Without it (and without -m) plain `pytest` is the quick tier.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Plain ``pytest`` runs the quick tier: the ``slow`` tests are deselected unless
+    ``--full`` is given or ``-m`` chooses for itself."""
+    if config.getoption("--full") or config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the default, pyproject's addopts): one worker more than CPUs. Many tests

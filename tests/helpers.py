@@ -231,7 +231,7 @@ def isolate_session(session: Path, monkeypatch: pytest.MonkeyPatch) -> SessionHo
     builds left nor write into their home. The sample suite is built on first use and two builds
     of the same DuckDB file differ in bytes, so a cache kept between sessions hid tests that
     only passed against one machine's build; and every run appends the folders it used to the
-    cache's registry of what agents must never see (:mod:`spider2local.integrity.known`), which
+    cache's registry of what agents must never see (:mod:`spider2local.dataset.known`), which
     grew with each session's temporary runs. Every xdist worker computes the same ``session``
     (:func:`session_folder`), so they share one cache; the build runs under an exclusive
     ``flock`` so the first worker builds and the others wait and reuse it (``ensure_built``

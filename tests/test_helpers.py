@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,19 @@ def test_the_hypothesis_profile_follows_the_environment() -> None:
 
     assert settings.default.max_examples == (100 if FULL_PROPERTIES else 25)
     assert (HYPOTHESIS_PROFILE == "ci") == FULL_PROPERTIES
+
+
+def _collected(*args: str) -> int:
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
+                           "-p", "no:cacheprovider", *args, "tests/agents/test_command.py"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=300, check=False)
+    found = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
+    assert found, done.stdout[-2000:] + done.stderr[-2000:]
+    return int(found.group(1))
+
+
+def test_plain_pytest_is_the_quick_tier_and_full_runs_every_test() -> None:
+    quick, full = _collected(), _collected("--full")
+    chosen = _collected("-m", "slow")
+    assert 0 < quick < full and chosen == full - quick

@@ -1,13 +1,18 @@
-"""The package's shape: stage sub-packages, a leaf agents/ package, no import cycles.
+"""The package's shape: stage sub-packages in a strict layer order, agents reached through two
+doors, each third-party library with one owner.
 
-Read from the source with ``ast``, so every import counts: inside functions and behind
-``TYPE_CHECKING`` too for the ownership rules; module-level ones only for cycles (a function-level
-import runs after every module has loaded and cannot deadlock an import).
+The layer order is import-linter's contract in pyproject.toml (every import counts, inside
+functions too: an import placed in a function to dodge a cycle is still a cycle); the ownership
+rules are read from the source with ``ast``, every import included.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,12 +71,16 @@ def test_top_level_holds_only_entry_points_and_three_shared_helpers() -> None:
     assert top <= TOP_LEVEL_ALLOWED, sorted(top - TOP_LEVEL_ALLOWED)
 
 
-def test_agents_is_a_leaf_reached_only_through_its_registry() -> None:
+AGENTS_DOORS = {"spider2local.agents.registry", "spider2local.agents.contract"}
+"""What the rest of spider2local may import of ``agents/``: the registry (names to classes)
+and the contract (what an agent gets and returns)."""
+
+
+def test_agents_are_reached_only_through_the_registry_and_the_contract() -> None:
     offenders = [f"{name} imports {target}"
                  for name, path in modules().items() if not name.startswith("spider2local.agents")
                  for target in imports(name, path, top_level_only=False)
-                 if target.startswith("spider2local.agents")
-                 and target != "spider2local.agents.registry"]
+                 if target.startswith("spider2local.agents") and target not in AGENTS_DOORS]
     assert offenders == []
 
 
@@ -86,42 +95,44 @@ def test_click_only_in_cli_the_sdk_only_in_agents_claude_mcp_only_in_the_tool_se
     assert offenders == []
 
 
-def find_cycles(graph: dict[str, set[str]]) -> list[str]:
-    cycles: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(nxt):], nxt]))
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
-
-    for start in sorted(graph):
-        if start not in state:
-            visit(start, [start])
-    return cycles
+REPO = PACKAGE.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def test_no_import_cycles() -> None:
-    known = modules()
-    graph = {name: {t for t in imports(name, path, top_level_only=True)
-                    if t in known and t != name}
-             for name, path in known.items()}
-    assert find_cycles(graph) == []
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the package under ``root``, with the contract in its pyproject.toml
+    (its graph holds every import, inside functions and behind ``TYPE_CHECKING`` too)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_packages_keep_their_layer_order() -> None:
+    done = lint_imports(REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "stages in pipeline order KEPT" in done.stdout
+
+
+def test_an_import_placed_in_a_function_to_reach_up_breaks_the_contract(tmp_path: Path) -> None:
+    shutil.copytree(PACKAGE, tmp_path / "spider2local",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    layout = tmp_path / "spider2local" / "core" / "layout.py"
+    layout.write_text(layout.read_text(encoding="utf-8")
+                      + "\n\ndef _up() -> None:\n    from spider2local.run import runner  # noqa\n",
+                      encoding="utf-8")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0
+    assert "spider2local.core.layout -> spider2local.run.runner" in done.stdout, done.stdout
 
 
 def test_the_checks_can_fail() -> None:
-    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
-    assert find_cycles({"a": {"b"}, "b": set()}) == []
     rel = ast.parse("from . import results\n").body[0]
     assert isinstance(rel, ast.ImportFrom)
     assert _resolve("spider2local.run.runner", rel, False) == "spider2local.run"
     found = set(imports("spider2local.run.runner", PACKAGE / "run" / "runner.py",
                         top_level_only=True))
-    assert "spider2local.run.results" in found
+    assert "spider2local.core.results" in found
 
 
 def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -> None:
@@ -170,3 +181,30 @@ def test_only_the_owner_opens_duckdb_files() -> None:
     assert offenders == []
     sample = PACKAGE.parent / "tests" / "db" / "test_connect.py"
     assert list(connect_calls(sample)), "the check finds calls where there are some"
+
+
+UPSTREAM_NAMES = ("evaluation_suite", "spider2_eval.jsonl", "spider2-dbt.jsonl")
+UPSTREAM_OWNER = "spider2local.core.upstream"
+
+
+def upstream_spellings(path: Path) -> list[str]:
+    """String constants (docstrings aside) that spell upstream's layout."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                                | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings |= {id(node.value) for node in ast.walk(tree)  # attribute docstrings
+                   if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [f"{path.name}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and (node.value == "examples" or any(n in node.value for n in UPSTREAM_NAMES))]
+
+
+def test_upstreams_layout_is_spelled_in_one_module() -> None:
+    offenders = [hit for name, path in modules().items() if name != UPSTREAM_OWNER
+                 for hit in upstream_spellings(path)]
+    assert offenders == []
+    assert upstream_spellings(modules()[UPSTREAM_OWNER]), "the check finds spellings"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.clock.dbt import DbtResult, decisive_line, run_dbt
+from spider2local.core.faults import is_machine_failure
+from spider2local.core.layout import DBT_LOGS
 from spider2local.exceptions import DbtError
-from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.faults import is_machine_failure
-from spider2local.run.layout import DBT_LOGS
 from spider2local.workspace.activate import CONTEXT_DIR
 from spider2local.workspace.copy import copy_tree
 

@@ -32,7 +32,6 @@ the session's marker.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -41,40 +40,33 @@ import os
 import shlex
 import shutil
 import time
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from spider2local.agents.claude.pricing import ApiUsage
-from spider2local.agents.claude.prompts import command_instruction
-from spider2local.agents.claude.support import (
-    CREDENTIAL_VARS,
-    MARKER_ENV,
-    PLACEHOLDER,
-    claude_upstream,
-    sweep,
-)
-from spider2local.agents.openai_usage import OpenAiUsage
+from spider2local.agents.contract import AgentContext, AgentOutcome
+from spider2local.agents.prompts import command_instruction
 from spider2local.agents.registry import Capabilities
 from spider2local.agents.usage import MAX_USAGE_BYTES, READERS, read_usage
-from spider2local.exceptions import UserError
-from spider2local.gateway.budget import Budget, Cap
-from spider2local.gateway.server import ApiCall, Upstream, open_gateway
-from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.layout import (
+from spider2local.core.layout import (
     AGENT_EXIT,
     AGENT_STDERR,
     AGENT_STDOUT,
     AGENT_TRAJECTORY,
     API_RECORD,
 )
-from spider2local.run.results import Usage
+from spider2local.core.results import Usage
+from spider2local.exceptions import UserError
+from spider2local.gateway.anthropic import CREDENTIAL_VARS, PLACEHOLDER, ApiUsage, claude_upstream
+from spider2local.gateway.openai import OpenAiUsage
+from spider2local.gateway.server import ApiCall, Upstream
+from spider2local.proc.run import run_process
 from spider2local.safepath import is_within
-from spider2local.sandbox.isolation import IsolationMode
+from spider2local.seal.processes import MARKER_ENV
+from spider2local.seal.session import Seal, open_seal
 from spider2local.suite.model import COMMAND_APIS
 from spider2local.workspace.guard import is_workspace_file
 
@@ -317,90 +309,41 @@ class CommandAgent:
 
         return write_client_config(folder, tools)
 
-    @staticmethod
-    @contextlib.asynccontextmanager
-    async def _tools(ctx: AgentContext) -> AsyncIterator[Path | None]:
-        """The database tools served for the session's lifetime: the Claude session's query
-        service (built now, before the agent runs: its ``start`` fingerprint is taken here),
-        its query log the task's ``queries.jsonl``. A socket that cannot be made leaves the
-        agent without the tools, said in the transcript (the run goes on)."""
-        from spider2local.dbtools.endpoint import open_tool_socket
-        from spider2local.dbtools.query import QueryService
-
-        service = QueryService.for_workspace(ctx.workspace, ctx.task.date)
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                served = await stack.enter_async_context(open_tool_socket(service))
-            except OSError as exc:
-                ctx.transcript.append("error", {"database_tools": f"not served: {exc}"})
-                yield None
-                return
-            try:
-                yield served.path
-            finally:
-                ctx.transcript.append("database_tools", served.summary())
-
-    def _argv(self, ctx: AgentContext, env: dict[str, str], socket: Path | None,
-              tools: Path | None = None) -> tuple[list[str], Any]:
-        if ctx.isolation != IsolationMode.NAMESPACE:
-            return [SHELL, "-c", self.command], None
-        from spider2local.sandbox.launcher import Launcher
-        from spider2local.sandbox.network import NetworkSeal
-        from spider2local.sandbox.spec import agent_spec, warm_services
-
-        hidden = list(ctx.off_limits)
-        if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
-            hidden.append(ctx.workspace.start_copy.parent)
-        # the shell by its real path: /bin is a symlink on merged-usr systems, recreated as one
-        # inside, and binding the link's folder over it fails (measured)
-        # the warm dbt server (when the runner asked for one) starts inside beside the command,
-        # with what the runner gives its own server outside (the workspace's allow-list), plus
-        # the marker so the sweep ends it: never the agent's pass_env credentials
-        services = warm_services({**ctx.workspace.env, MARKER_ENV: env[MARKER_ENV]},
-                                 ctx.workspace.root)
-        # the network cut, whatever it declared: its APIs through the relay to the gateway;
-        # the tool socket bound alone (read-only: connecting needs no write access)
-        launcher = Launcher(agent_spec(Path(os.path.realpath(SHELL)), [ctx.workspace.root],
-                                       hidden=hidden,
-                                       read_only=(*self.read_only, *([tools] if tools else [])),
-                                       services=services,
-                                       network=NetworkSeal(socket) if socket else None))
-        return [*launcher.argv, "-c", self.command], launcher
-
     async def run(self, ctx: AgentContext) -> AgentOutcome:
-        """The command behind its own gateway (sealed under ``--isolation namespace``: the
-        only way out of the sandbox's network), serving the APIs it declared."""
+        """The command in its seal (:mod:`spider2local.seal`): behind its own gateway (under
+        ``--isolation namespace`` the only way out of the sandbox's network), serving the APIs
+        it declared, with the database tools on a socket its MCP config bridges to."""
         problem = self.check_read_only(ctx.off_limits)
         if problem is not None:
             ctx.transcript.append("error", {"read_only": problem})
             return AgentOutcome(error=f"not started: {problem}")
         apis = declared_apis(self.apis)
         meters = _Meters(apis)
-        budgets: list[Cap] = [Budget(ctx.limits.max_budget_usd, "task"),
-                              *([ctx.budget] if ctx.budget is not None else [])]
-        async with open_gateway([a.upstream for a in apis], meters,
-                                sealed=ctx.isolation == IsolationMode.NAMESPACE, budgets=budgets,
-                                record=ctx.workspace.artifacts / API_RECORD) as served:
+        async with open_seal(ctx.workspace, isolation=ctx.isolation, off_limits=ctx.off_limits,
+                             transcript=ctx.transcript, upstreams=[a.upstream for a in apis],
+                             meter=meters, record=ctx.workspace.artifacts / API_RECORD,
+                             task_budget_usd=ctx.limits.max_budget_usd, run_budget=ctx.budget,
+                             date=ctx.task.date, serve_tools=True) as seal:
             variables: dict[str, str] = {}
-            for api, base in zip(apis, served.base_urls, strict=True):
+            for api, base in zip(apis, seal.base_urls, strict=True):
                 variables.update(api.env(base))
-            async with self._tools(ctx) as tools:
-                outcome = await self._run(ctx, variables, served.socket, meters, tools)
-            if served.gateway.refused is not None and outcome.error is None:
+            outcome = await self._run(ctx, variables, seal, meters)
+            if seal.gateway.refused is not None and outcome.error is None:
                 outcome = dataclasses.replace(outcome, error=f"the gateway refused its calls: "
-                                                             f"{served.gateway.refused}")
+                                                             f"{seal.gateway.refused}")
         return outcome
 
-    async def _run(self, ctx: AgentContext, gateway: Mapping[str, str], socket: Path | None,
-                   meters: _Meters, tools: Path | None = None) -> AgentOutcome:
-        from spider2local.proc.run import run_process
-
+    async def _run(self, ctx: AgentContext, gateway: Mapping[str, str], seal: Seal,
+                   meters: _Meters) -> AgentOutcome:
         started = time.time()
         deadline = started + ctx.limits.timeout
-        marker = uuid.uuid4().hex
-        files, instruction = self.write_contract(ctx, deadline, tools)
-        env = self.contract_env(ctx, files, instruction, deadline, marker, gateway)
-        argv, launcher = self._argv(ctx, env, socket, tools)
+        files, instruction = self.write_contract(ctx, deadline, seal.tools)
+        env = self.contract_env(ctx, files, instruction, deadline, seal.marker, gateway)
+        # sealed: the shell in the sandbox, with the agent's own install read-only and the
+        # warm dbt server beside it (what the runner gives its own server outside: the
+        # workspace's allow-list and the marker, never the agent's pass_env credentials)
+        program = seal.program(Path(SHELL), read_only=self.read_only, die_with_runner=False)
+        argv = [*program.argv, "-c", self.command]
         ctx.transcript.append("command", {"command": self.command, "cwd": str(
             ctx.workspace.project_dir), "isolation": ctx.isolation.value,
             "pass_env": [k for k in self.pass_env if k in os.environ], "apis": list(self.apis)})
@@ -415,10 +358,8 @@ class CommandAgent:
                                 infrastructure=True)
         finally:
             with anyio.CancelScope(shield=True):
-                await sweep(marker)
-                if launcher is not None:
-                    sandbox_failure = launcher.failure()
-                    launcher.remove()
+                await seal.sweep()
+                sandbox_failure = seal.finish(program)
                 self._keep(ctx, result, time.time() - started)
                 usage, source = self._usage(ctx, files, result.stdout if result else "")
                 metered = meters.usage()
@@ -428,7 +369,6 @@ class CommandAgent:
                     ctx.meter.set(usage)
                 ctx.transcript.append("usage", {"source": source})
         if sandbox_failure is not None:  # the command never ran: its status is mount's
-            ctx.transcript.append("error", {"sandbox": sandbox_failure})
             return AgentOutcome(usage=usage or ctx.meter.usage, error=sandbox_failure,
                                 infrastructure=True, acted=False)
         if result.timed_out:

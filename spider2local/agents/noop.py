@@ -6,8 +6,8 @@ at the start ("free" tasks), and this agent finds them.
 
 from __future__ import annotations
 
+from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.agents.registry import Capabilities
-from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class NoopAgent:

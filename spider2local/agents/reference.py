@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spider2local.agents.applying import apply_files, build
+from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.agents.registry import Capabilities
-from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class ReferenceAgent:

@@ -9,7 +9,7 @@ agent at all.
 
 Three ways to name an agent: a built-in name (:data:`_BUILT_IN`), the name of an entry point in
 the :data:`ENTRY_POINT_GROUP` group of an installed package (a plugin), or ``package.module:Class``
-(any importable class). Plugins are held to the same contract (:mod:`spider2local.run.contract`:
+(any importable class). Plugins are held to the same contract (:mod:`spider2local.agents.contract`:
 a ``name`` and an ``async def run(self, ctx)``) and declare their :class:`Capabilities` on the
 class as the built-in agents do; one that fails to import or lacks the contract is one line
 naming it (exit 2), never a traceback.
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spider2local.exceptions import CredentialsError, UserError
+from spider2local.suite.options import BUILT_IN_AGENT_NAMES
 
 if TYPE_CHECKING:
-    from spider2local.run.contract import Agent
+    from spider2local.agents.contract import Agent
 
 AgentFactory = Callable[..., "Agent"]
 
@@ -39,7 +40,10 @@ _BUILT_IN: dict[str, str] = {
     "command": "spider2local.agents.command:CommandAgent",
 }
 """``module:class`` of every built-in agent, imported on first use."""
-BUILT_IN_AGENTS = tuple(sorted(_BUILT_IN))
+BUILT_IN_AGENTS = BUILT_IN_AGENT_NAMES
+if set(_BUILT_IN) != set(BUILT_IN_AGENTS):  # the suite's reserved names are exactly ours
+    raise RuntimeError(f"spider2local.suite.options.BUILT_IN_AGENT_NAMES {BUILT_IN_AGENTS} "
+                       f"differ from the registry's {sorted(_BUILT_IN)}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class Capabilities:
     """Calls a model: ``--model`` applies and is recorded (other agents record none)."""
     skills: bool = False
     """Reads the skills installed into the workspace (others get a workspace without them)."""
+    skills_dir: str = ".claude/skills"
+    """Where in the project the agent reads skills, relative (the runner installs each skill
+    folder there, before the agent starts). The default is Claude Code's folder, which every
+    agent declaring ``skills`` got before this field existed."""
     needs_solution: bool = False
     """Only meaningful on tasks that have a reference solution (others are skipped)."""
     credentials: tuple[str, ...] = ()

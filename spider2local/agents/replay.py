@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spider2local.agents.applying import apply_files, build
+from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.agents.registry import Capabilities
 from spider2local.exceptions import UserError
-from spider2local.run.contract import AgentContext, AgentOutcome
 
 
 class ReplayAgent:

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spider2local.agents.claude.pricing import TOKEN_KEYS, total_cost
-from spider2local.agents.openai_usage import tokens_of
-from spider2local.run.results import Usage
+from spider2local.core.results import Usage
+from spider2local.gateway.anthropic import TOKEN_KEYS, total_cost
+from spider2local.gateway.openai import tokens_of
 
 MAX_USAGE_BYTES = 4 * 1024 * 1024
 """A usage file or trajectory larger than this is not read (an agent must not stall the runner

@@ -46,7 +46,7 @@ class Globals:
 class _Group(click.Group):
     """Turns :class:`UserError` into a one-line message and exit code 2, never a traceback;
     Ctrl-C outside a run (a run handles it itself) into "interrupted" and exit code 130;
-    running out of memory in this process (:func:`~spider2local.run.faults.is_out_of_memory`,
+    running out of memory in this process (:func:`~spider2local.core.faults.is_out_of_memory`,
     also inside a task group's exception group) into one line and exit code 3: under
     ``ulimit -v`` the runner printed a traceback or nothing at all."""
 
@@ -61,7 +61,7 @@ class _Group(click.Group):
             click.echo("\nspider2local: interrupted", err=True)
             ctx.exit(INTERRUPTED)
         except Exception as exc:
-            from spider2local.run.faults import is_out_of_memory
+            from spider2local.core.faults import is_out_of_memory
 
             if not is_out_of_memory(exc):
                 raise
@@ -566,12 +566,12 @@ def shell(runs_dir: Path, target: tuple[str, ...], workspace: Path | None, trial
     if not selection.tasks:
         raise UserError(f"task {task_id} cannot run: {selection.skipped[0][1]}")
     task = selection.tasks[0]
-    if agent is not None:
-        from spider2local.agents.registry import capabilities
+    from spider2local.agents.registry import capabilities
 
-        capabilities(agent)  # an unknown or broken agent: one line, exit 2
+    caps = capabilities(agent or suite.defaults.agent)  # unknown or broken: one line, exit 2
     skills = shell_skills(task, suite.defaults, agent or suite.defaults.agent)
-    sys.exit(open_shell(task, skills=skills, command=command, keep=keep, suite=suite.path))
+    sys.exit(open_shell(task, skills=skills, skills_dir=caps.skills_dir, command=command,
+                        keep=keep, suite=suite.path))
 
 
 @cli.command("derive-dates")
@@ -584,8 +584,8 @@ def derive_dates_cmd(task_ids: tuple[str, ...], dry_run: bool, no_verify: bool) 
     import anyio
 
     from spider2local.clock.dates import derivation_rows, derive_all
+    from spider2local.core.table import render_table
     from spider2local.dataset.load import load_dataset
-    from spider2local.report.table import render_table
     from spider2local.suite.edit import dry_run_diff, set_task_dates, write_suite, write_target
 
     suite = _globals().load_suite()
@@ -640,7 +640,7 @@ def audit(as_json: bool, baseline: bool, write_subsets: bool) -> None:
     """Per task: runnable or why not, clock dependence and date, graded tables, free passes."""
     import anyio
 
-    from spider2local.dataset.audit import audit_dataset, audit_json, audit_text, suggested_subsets
+    from spider2local.audit.tasks import audit_dataset, audit_json, audit_text, suggested_subsets
     from spider2local.dataset.load import load_dataset
     from spider2local.suite.edit import set_subsets, write_suite, write_target
 

@@ -138,9 +138,9 @@ def write_html_report(folder: RunFolder, page: str | None = None) -> Path | None
     rendered already); returns its path, or None after one warning line on stderr when it
     cannot be written: the run's results are on disk whatever happens to their page, and
     ``report RUN`` rebuilds it."""
+    from spider2local.core.layout import REPORT_HTML
+    from spider2local.core.results import write_text_atomic
     from spider2local.report.html import render_html
-    from spider2local.run.layout import REPORT_HTML
-    from spider2local.run.results import write_text_atomic
 
     path = folder.root / REPORT_HTML
     try:
@@ -180,7 +180,7 @@ def report_command(folder: RunFolder, fmt: str, output: Path | None, *,
         sys.stdout.write(text)
         sys.stdout.flush()
         return OK
-    from spider2local.run.results import write_text_atomic
+    from spider2local.core.results import write_text_atomic
 
     try:
         write_text_atomic(output, text)
@@ -203,7 +203,7 @@ def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) 
     """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
     from spider2local.db.header import duckdb_file_problem
     from spider2local.evaluation import render_text, to_json
-    from spider2local.evaluation.sandboxed import score_sandboxed_sync
+    from spider2local.sandbox.scoring import score_sandboxed_sync
 
     problem = duckdb_file_problem(db)  # a typo'd path must not read as a FAIL verdict
     if problem is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from click.shell_completion import CompletionItem
 
-from spider2local.report.printable import printable
+from spider2local.core.printable import printable
 
 
 def _suite_task_ids(ctx: click.Context) -> list[str]:

@@ -220,9 +220,10 @@ def _isolation(suite: Suite, agent: str) -> Check:
     """Which isolation a run of the suite's agent gets here, and why: the same resolution as
     ``run``, so the line cannot disagree with what a run does. A failure is required only when
     the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
-    from spider2local.sandbox.isolation import Isolation, IsolationMode, choose_isolation
+    from spider2local.sandbox.isolation import IsolationMode, choose_isolation
     from spider2local.sandbox.probe import check_agent_sandbox, probe
-    from spider2local.workspace.prepare import START_DIR
+    from spider2local.suite.options import Isolation
+    from spider2local.workspace.environment import START_DIR
 
     requested = suite.defaults.isolation
     found = probe()

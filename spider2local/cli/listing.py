@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spider2local.core.table import render_table
 from spider2local.dataset.task import Dataset, TaskSpec
-from spider2local.report.table import render_table
 from spider2local.run.selection import Shard, select_tasks
 from spider2local.suite.model import DateMethod, DateSource
 

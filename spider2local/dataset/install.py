@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 import duckdb
 
+from spider2local.core import upstream
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
 from spider2local.db.connect import open_database
 from spider2local.db.header import duckdb_file_problem
@@ -41,7 +42,7 @@ class FileKind(StrEnum):
     GOLD = "gold"
 
 
-_TARGETS = {FileKind.START: Path("examples"), FileKind.GOLD: Path("evaluation_suite") / "gold"}
+_TARGETS = {FileKind.START: Path(upstream.EXAMPLES), FileKind.GOLD: upstream.GOLD_DIR}
 _CHUNK = 1 << 20
 
 
@@ -113,7 +114,7 @@ class SetupReport:
 def resolve_spider2_dbt(path: Path) -> Path:
     """Accept either a Spider2 checkout or its ``spider2-dbt`` folder."""
     for candidate in (path, path / "spider2-dbt"):
-        if (candidate / "examples").is_dir():
+        if (candidate / upstream.EXAMPLES).is_dir():
             return candidate
     raise DatasetError("no examples/ folder here or in spider2-dbt/", path=path,
                        fix="pass --spider2 with a Spider2 checkout or its spider2-dbt folder")
@@ -135,7 +136,7 @@ def setup_dataset(spider2: Path, start_zip: Path | None = None, gold_zip: Path |
     skipped: list[str] = []
     for kind, archive in ((FileKind.START, start_zip), (FileKind.GOLD, gold_zip)):
         if archive is not None:
-            from spider2local.integrity import known  # it stays where it was downloaded
+            from spider2local.dataset import known  # it stays where it was downloaded
 
             known.remember(known.Kind.SETUP_ZIP, archive)  # hidden from every later agent
             placements += _place_zip(root, kind, archive, tasks, skipped)
@@ -300,7 +301,7 @@ def _layout_files(root: Path) -> Iterator[tuple[str, FileKind, Path]]:
 
 
 def _projects(root: Path) -> list[Path]:
-    examples = root / "examples"
+    examples = root / upstream.EXAMPLES
     return [p for p in sorted(examples.iterdir()) if (p / "dbt_project.yml").is_file()]
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from spider2local.core import upstream
 from spider2local.dataset.problems import Problem, ProblemKind
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE, Dataset, Gold, TaskSpec
 from spider2local.db.header import duckdb_file_problem
@@ -29,9 +30,8 @@ from spider2local.dbtproject import files as projectfiles
 from spider2local.dbtproject import packages
 from spider2local.evaluation.params import EvalConfigError, EvalParams, parse_eval
 from spider2local.exceptions import DatasetError
-from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
+from spider2local.safepath import NAME_FIX, UnsafePath, child, links_outside, name_problem
 from spider2local.suite.model import SAMPLE, Suite
-from spider2local.workspace.copy import links_outside
 
 
 def resolve_root(suite: Suite) -> Path:
@@ -84,9 +84,9 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
         problems.append(Problem(ProblemKind.INSTRUCTION,
                                 f"no instruction in {tasks_file.name} (line {line_no})"))
         instruction = ""
-    project = root / "examples" / tid  # the id is a plain name (checked by _read_jsonl)
+    project = upstream.project_dir(root, tid)  # the id is a plain name (checked by _read_jsonl)
     start_db = None
-    if (outside := _outside(root / "examples", tid)) is not None:
+    if (outside := _outside(root / upstream.EXAMPLES, tid)) is not None:
         problems.append(Problem(ProblemKind.PROJECT, f"project folder {outside}"))
     elif not project.is_dir():
         problems.append(Problem(ProblemKind.PROJECT, f"project folder examples/{tid} missing"))
@@ -117,14 +117,15 @@ def _task_from_entry(root: Path, suite: Suite, tasks_file: Path, line_no: int,
 
 def gold_folder(root: Path, tid: str) -> Path:
     """Where upstream's setup puts task ``tid``'s gold database(s) (not checked to exist)."""
-    return root / "evaluation_suite" / "gold" / tid
+    return upstream.gold_dir(root, tid)
 
 
 def _gold_for(root: Path, tid: str, evals: dict[str, Any],
               problems: list[Problem]) -> tuple[EvalParams | None, Gold | None]:
     """The parsed evaluation (kept for its table names even without gold) and the gold."""
     if tid not in evals:
-        problems.append(Problem(ProblemKind.EVAL, "no evaluation config in spider2_eval.jsonl"))
+        problems.append(Problem(ProblemKind.EVAL,
+                                f"no evaluation config in {upstream.EVAL_FILE_NAME}"))
         return None, None
     try:
         params = parse_eval(evals[tid])

@@ -10,12 +10,13 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local.core import upstream
 from spider2local.dataset.problems import Problem
 from spider2local.evaluation.params import EvalParams
 from spider2local.suite.model import DateSource, Suite, TaskSettings
 
-TASKS_FILE = Path("examples") / "spider2-dbt.jsonl"
-EVAL_FILE = Path("evaluation_suite") / "gold" / "spider2_eval.jsonl"
+TASKS_FILE = upstream.TASKS_FILE
+EVAL_FILE = upstream.EVAL_FILE
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ A running ``dbt run`` (the agent's, or one just killed) holds DuckDB's exclusive
 blocks even read-only readers. Three places wait on it: the start-database snapshot (then reads a
 copy), the checkpoint before scoring (then a ScoringError, recorded as the task's checkpoint error
 with its traceback in error.txt) and the agent's query child (then tells the agent). They share
-this one test and this one retry loop, so a corrupt file ("Corrupt database file ... in block
+one test (:func:`spider2local.core.faults.is_lock_error`, owned with the other fault rules)
+and this one retry loop, so a corrupt file ("Corrupt database file ... in block
 ...": "block" holds "lock") is never mistaken for a lock and waited on, and the three never drift
 apart on what a lock looks like.
 
@@ -15,25 +16,15 @@ message, and the caller already holds the exception.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from spider2local.core.faults import DatabaseLocked, is_lock_error
+
 __all__ = ["DatabaseLocked", "LockWait", "is_lock_error", "retry_on_lock"]
-
 T = TypeVar("T")
-
-_LOCK_MESSAGE = re.compile(r"(?:IO Error: )?Could not set lock on file ")
-"""DuckDB's message, anchored at its start: ``IO Error: Could not set lock on file "<path>":
-Conflicting lock is held in <program> (PID <n>)``. Anchored so a path or any other text that
-merely contains the words (or "lock" inside "block") never matches."""
-
-
-def is_lock_error(exc: BaseException) -> bool:
-    """True only for DuckDB's "Could not set lock on file" (another process holds the file)."""
-    return _LOCK_MESSAGE.match(str(exc)) is not None
 
 
 @dataclass(frozen=True)
@@ -49,16 +40,6 @@ class LockWait:
     """Total time to keep trying; no attempt starts after it has passed."""
     first_delay: float = 0.1
     max_delay: float = 2.0
-
-
-class DatabaseLocked(Exception):
-    """The file stayed locked for the whole :class:`LockWait`."""
-
-    def __init__(self, last: BaseException, attempts: int, waited: float) -> None:
-        super().__init__(f"still locked after {attempts} attempts over {waited:.1f} s: {last}")
-        self.last = last
-        self.attempts = attempts
-        self.waited = waited
 
 
 def retry_on_lock(action: Callable[[], T], wait: LockWait) -> T:

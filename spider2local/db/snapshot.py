@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -24,7 +22,6 @@ import duckdb
 from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
-from spider2local.exceptions import DatasetError
 from spider2local.proc.tempdirs import make_owned_dir
 
 LOCK_WAIT = LockWait(seconds=1.0, max_delay=0.4)
@@ -87,7 +84,8 @@ def file_identity(db: Path) -> FileIdentity | None:
     Any write to either file changes its size or times, and the change time (``st_ctime_ns``)
     cannot be set back by ``touch`` or ``utime``; a file replaced by another has another
     inode. So an identity seen again names the same bytes, which is what lets a snapshot be
-    taken once per start database and run (:func:`snapshot_database`)."""
+    taken once per start database and run
+    (:func:`spider2local.sandbox.dbreads.snapshot_database`)."""
     found: list[tuple[str, int, int, int, int, int] | None] = []
     for path in (db, db.with_name(db.name + ".wal")):
         try:
@@ -102,54 +100,6 @@ def file_identity(db: Path) -> FileIdentity | None:
             return None
         found.append((real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(found)
-
-
-CACHE_ENTRIES = 256
-"""Snapshots kept per process at most (the newest): a run of all 68 Spider2-DBT tasks needs
-one each, and one snapshot is a few kB."""
-_cache: OrderedDict[FileIdentity, DbSnapshot] = OrderedDict()
-_cache_lock = threading.Lock()  # the runner prepares several workspaces in worker threads
-
-
-def snapshot_database(db: Path, *, source: FileIdentity | None = None) -> DbSnapshot:
-    """Snapshot ``db``, read in a reader sandbox holding that file alone
-    (:mod:`spider2local.db.sandboxed`): a dataset's database is untrusted input, and its views
-    are bound to be described.
-
-    ``source``: the :func:`file_identity` of the file ``db`` is a byte-for-byte copy of (the
-    dataset's start database, seen unchanged across the copy). A snapshot of a file of the
-    same identity taken earlier in this process is returned without reading ``db``: every
-    trial of a task copies the same start database, and each reader child costs a fresh
-    interpreter importing DuckDB (0.4 s measured, 2 loaded cores), for the same answer.
-
-    Raises :class:`DatasetError` when the file is missing or is not a readable DuckDB file
-    (never cached: the next trial reads it again).
-    """
-    from spider2local.db.sandboxed import snapshot_sandboxed
-
-    if not db.is_file():
-        raise DatasetError("database file not found", path=db)
-    if source is not None and source[0] is not None and db.stat().st_size == source[0][3]:
-        with _cache_lock:
-            known = _cache.get(source)
-        if known is not None and known.database == db.name:
-            return known
-    data = snapshot_sandboxed(db)
-    if "problem" in data:
-        raise DatasetError(str(data["problem"]), path=db)
-    found = DbSnapshot.from_json(json.dumps(data))
-    if source is not None:
-        remember_snapshot(source, found)
-    return found
-
-
-def remember_snapshot(source: FileIdentity, snapshot: DbSnapshot) -> None:
-    """Keep ``snapshot`` as the one of the file of identity ``source``."""
-    with _cache_lock:
-        _cache[source] = snapshot
-        _cache.move_to_end(source)
-        while len(_cache) > CACHE_ENTRIES:
-            _cache.popitem(last=False)
 
 
 def read_snapshot(db: Path, label: str) -> DbSnapshot | dict[str, str]:

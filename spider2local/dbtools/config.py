@@ -21,7 +21,7 @@ from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.exceptions import UserError
 
 if TYPE_CHECKING:
-    from spider2local.workspace.prepare import Workspace
+    from spider2local.workspace.model import Workspace
 
 SCHEMA_VERSION = 1
 
@@ -46,7 +46,7 @@ class ToolConfig:
     @classmethod
     def for_workspace(cls, ws: Workspace, date: dt.date | None,
                       limits: QueryLimits | None = None) -> ToolConfig:
-        from spider2local.run.layout import QUERIES
+        from spider2local.core.layout import QUERIES
 
         return cls(database=ws.database, audit=ws.artifacts / QUERIES, date=date, root=ws.root,
                    start=ws.start_copy, scan=ws.scan_path, project=ws.project_dir,

@@ -25,14 +25,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from spider2local.core.transcript import MAX_QUERIES, append_capped, fit_line
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.dbtools.policy import refusal, statements
-from spider2local.run.transcript import MAX_QUERIES, append_capped, fit_line
 
 if TYPE_CHECKING:  # the query child imports this module: keep its start light (no anyio/dbt)
     from spider2local.sandbox.readers import ReaderFiles
-    from spider2local.workspace.prepare import Workspace
+    from spider2local.workspace.model import Workspace
 
 log = logging.getLogger(__name__)
 __all__ = ["QueryLimits", "QueryResult", "QueryService", "refusal", "statements"]

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from spider2local.core import upstream
 from spider2local.dbtproject.files import PACKAGE_FILES, load_yaml
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
 
@@ -111,7 +112,7 @@ def missing_packages(project: Path) -> list[str]:
 
 
 def _sibling_hint(project: Path, req: PackageRequirement) -> str:
-    if project.parent.name != "examples":
+    if project.parent.name != upstream.EXAMPLES:
         return ""
     supply = find_supply(project, req)
     if supply.sibling is None:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from spider2local.db.connect import open_database
 from spider2local.evaluation.refstack import UnreadableInterval, differing_classes, reference_frame
-from spider2local.run.watchdog import watched
+from spider2local.proc.watchdog import watched
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ reloaded and re-rendered later without scoring again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
@@ -98,3 +99,18 @@ def column_line(column: ColumnDiagnostic) -> str:
                  f", result {column.result_value}")
     return text
 
+
+def failing_tables(score: object) -> tuple[tuple[str, ...], str, str]:
+    """The names of the graded tables that failed, the first diagnostic among them, and the
+    whole per-table text, from a result's stored ``score`` (all empty when it holds no usable
+    per-table score). The one reading of a stored score's failures: the live progress display
+    and every report ask it."""
+    if not isinstance(score, Mapping):
+        return (), "", ""
+    try:
+        parsed = from_json(dict(score))
+    except (KeyError, TypeError, ValueError):  # a hand-edited score: no detail, verdict kept
+        return (), "", ""
+    failed = [t for t in parsed.tables if not t.passed]
+    first = first_diagnostic(failed[0]) if failed else (parsed.error or "")
+    return tuple(t.name for t in failed), first, render_text(parsed)

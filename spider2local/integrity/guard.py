@@ -3,7 +3,7 @@
 Without isolation an agent can write anything its user can: the gold database, the evaluation
 file, the installed scorer (an editable install is plain files). The runner never scores in its
 own process once an agent has run (every scoring is a sandboxed child,
-:mod:`spider2local.evaluation.sandboxed`, which imports the scorer from disk at that moment),
+:mod:`spider2local.sandbox.scoring`, which imports the scorer from disk at that moment),
 so what guards the scorer is its files' fingerprint, checked before each scoring. Before any
 agent starts the runner takes :class:`Fingerprints`: every selected task's gold database
 and its ``.wal``, the task's evaluation record (its parsed parameters as canonical JSON), and
@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import spider2local
+from spider2local.dataset import known
 from spider2local.dataset.load import read_evals
 from spider2local.dataset.sample import default_cache_dir
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation.params import EvalConfigError, parse_eval
-from spider2local.integrity import known
 from spider2local.integrity.scan import Protected
 from spider2local.integrity.startup import SITE_PREFIX, bytecode_mismatches, startup_hooks
 from spider2local.safepath import is_within

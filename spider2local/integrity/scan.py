@@ -32,11 +32,12 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spider2local.core import upstream
+from spider2local.core.results import Evidence, Integrity
 from spider2local.exceptions import DeadlinePassed
 from spider2local.safepath import is_within
 from spider2local.workspace.tree import Check, read_regular, walk_files
@@ -51,33 +52,8 @@ RUNNER_ENTRIES = frozenset({"attempt", "apply"})
 they chose (the workspace; the reference solution's folder inside the dataset), not actions of
 an agent."""
 BUILD_OUTPUT = frozenset({"target", "logs"})
-GOLD_FOLDER = "evaluation_suite"
-EVAL_FILE_NAME = "spider2_eval.jsonl"
-
-
-class Integrity(StrEnum):
-    CLEAN = "clean"
-    """Nothing found."""
-    SUSPECT = "suspect"
-    """Something outside the workspace was named or opened: see the evidence."""
-
-
-@dataclass(frozen=True)
-class Evidence:
-    source: str
-    """``transcript.jsonl``, ``queries.jsonl`` or ``project/<path>``."""
-    line: int | None
-    """1-based line in the source (``None`` when only the squashed text matched)."""
-    rule: str
-    excerpt: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
-        return cls(str(data["source"]), data.get("line"), str(data["rule"]),
-                   str(data["excerpt"]))
+GOLD_FOLDER = upstream.GOLD_FOLDER
+EVAL_FILE_NAME = upstream.EVAL_FILE_NAME
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,14 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from spider2local.core.printable import printable
+from spider2local.core.results import Status
+from spider2local.core.table import render_table
 from spider2local.exceptions import UserError
-from spider2local.report.printable import printable
 from spider2local.report.stats import Paired, TaskCount, compare_counts, p_text, points
 from spider2local.report.summary import Row, RunReport, TaskRate, load_report
-from spider2local.report.table import render_table
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
-from spider2local.run.results import Status
 from spider2local.run.resume import dataset_identity
 
 COMPARE_SCHEMA = 1

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.clock.dbt import strip_ansi
-from spider2local.run.layout import (
+from spider2local.core import upstream
+from spider2local.core.layout import (
     DBT_LOGS,
     ERROR_TRACEBACK,
     PROJECT_FILES,
@@ -205,7 +206,7 @@ def _start_project(task_dir: Path, dataset: str | None) -> tuple[Path | None, st
     if kept.is_dir():
         return kept, "the start project kept in the run folder"
     if dataset:
-        project = Path(dataset) / "examples" / task_dir.name
+        project = upstream.project_dir(Path(dataset), task_dir.name)
         if project.is_dir():
             return project, f"the dataset's project {project} (this run kept no start copy)"
     return None, "the files as the agent left them (no start copy kept, dataset not reachable)"

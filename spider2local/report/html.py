@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from spider2local.core.results import Status
 from spider2local.report.conversation import transcript_html
 from spider2local.report.details import Entry, TaskDetails, load_details
 from spider2local.report.htmlcode import FOLD_LINES, code_html, diff_counts, diff_html, folded
@@ -33,7 +34,6 @@ from spider2local.report.runinfo import RunInfo, TaskDate, load_run_info
 from spider2local.report.summary import SUSPECT, Row, RunReport, Verdict
 from spider2local.report.text import headline_lines, money, seconds
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import Status
 
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#6a1b9a", "timeout": "#ef6c00",
            "unscored": "#9e9e9e", "skipped": "#bdbdbd", "interrupted": "#f9a825",

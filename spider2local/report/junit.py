@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from spider2local.core.results import Status
 from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
 from spider2local.report.text import interval_text, percent
-from spider2local.run.results import Status
 
 CLASSNAME = "spider2local"
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

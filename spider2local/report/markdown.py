@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from spider2local.report.printable import printable
+from spider2local.core.printable import printable
 from spider2local.report.summary import RunReport
 from spider2local.report.text import (
     PASS_K_HEADERS,

@@ -13,9 +13,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.table import render_table
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
-from spider2local.report.table import render_table
 from spider2local.run.folder import run_folders
 from spider2local.run.lock import in_use
 

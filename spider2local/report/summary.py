@@ -9,7 +9,7 @@ files through :mod:`.details`).
 The honest headline (README, "how to report a score"): passes over the official denominator,
 over the tasks with a gold database, over the runnable ones and over the attempted ones. The
 first three are the dataset audit's counts recorded in run.json when the run started
-(:func:`spider2local.dataset.audit.denominators`), never numbers written here; a run made before
+(:func:`spider2local.audit.tasks.denominators`), never numbers written here; a run made before
 they were recorded shows only what its folder knows. How many passes are free (the untouched
 start database already passes: measured per task at the run's start) and how many are suspect
 (the integrity scan's mark, read defensively: a result without one counts as clean) are shown
@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
-from spider2local.integrity.scan import Integrity
+from spider2local.core.results import Integrity, Status, TaskResult
+from spider2local.evaluation.serialize import (
+    failing_tables,
+)
 from spider2local.report.stats import (
     Estimate,
     PassK,
@@ -48,7 +50,6 @@ from spider2local.run import cut as cut_record
 from spider2local.run.cut import CutAttempt
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
-from spider2local.run.results import Status, TaskResult
 
 TrialKey = tuple[str, int]
 """A result's address in a run: ``(task_id, trial)``."""
@@ -298,20 +299,6 @@ def _integrity(result: TaskResult) -> str:
     return SUSPECT if str(getattr(value, "value", value)) == SUSPECT else CLEAN
 
 
-def failing_tables(result: TaskResult) -> tuple[tuple[str, ...], str, str]:
-    """The names of the graded tables that failed, the first diagnostic among them, and the
-    whole per-table text (all empty when the result holds no usable per-table score)."""
-    if not isinstance(result.score, Mapping):
-        return (), "", ""
-    try:
-        score = from_json(dict(result.score))
-    except (KeyError, TypeError, ValueError):  # a hand-edited score: no detail, verdict kept
-        return (), "", ""
-    failed = [t for t in score.tables if not t.passed]
-    first = first_diagnostic(failed[0]) if failed else (score.error or "")
-    return tuple(t.name for t in failed), first, render_text(score)
-
-
 def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
     parts = []
     if result.error is not None:
@@ -323,7 +310,7 @@ def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
 
 def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
     """The row of one finished trial."""
-    failing, first, text = failing_tables(result)
+    failing, first, text = failing_tables(result.score)
     u = result.usage
     error = result.error
     return Row(result.task_id, result.status, _verdict(result), result.tables_passed,

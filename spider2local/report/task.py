@@ -8,7 +8,7 @@ database and the workspace when it was kept. Rebuilt from the run folder alone l
 report (:mod:`.summary` for the row, :mod:`.details` for the task folder's files).
 
 Everything here may carry what an agent wrote, so each line goes through
-:func:`~spider2local.report.printable.printable` (a terminal escape in a model file or a dbt
+:func:`~spider2local.core.printable.printable` (a terminal escape in a model file or a dbt
 message is shown, never run).
 """
 
@@ -18,13 +18,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from spider2local.exceptions import UserError
-from spider2local.report.details import TaskDetails, load_details
-from spider2local.report.printable import printable
-from spider2local.report.summary import Row, RunReport
-from spider2local.report.text import money, seconds
-from spider2local.run.folder import RunFolder
-from spider2local.run.layout import (
+from spider2local.core.layout import (
     AGENT_STDERR,
     AGENT_STDOUT,
     AGENT_TRAJECTORY,
@@ -37,7 +31,13 @@ from spider2local.run.layout import (
     TRANSCRIPT,
     WORKSPACE_RECORD,
 )
-from spider2local.run.results import Status
+from spider2local.core.printable import printable
+from spider2local.core.results import Status
+from spider2local.exceptions import UserError
+from spider2local.report.details import TaskDetails, load_details
+from spider2local.report.summary import Row, RunReport
+from spider2local.report.text import money, seconds
+from spider2local.run.folder import RunFolder
 from spider2local.workspace.guard import is_workspace_file
 
 INDENT = "  "

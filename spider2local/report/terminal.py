@@ -14,9 +14,9 @@ import shutil
 import textwrap
 from typing import TYPE_CHECKING, TextIO
 
-from spider2local.report.printable import printable
+from spider2local.core.printable import printable
+from spider2local.core.table import render_table, styled_table
 from spider2local.report.summary import RunReport
-from spider2local.report.table import render_table, styled_table
 from spider2local.report.text import (
     PASS_K_HEADERS,
     RATE_HEADERS,

@@ -4,7 +4,7 @@ A trial stopped by Ctrl-C or SIGTERM writes no result (a resume re-runs it), and
 empties the trial's folder first (:meth:`~spider2local.run.folder.RunFolder.reset_trial`), so
 the tokens and cost of the cut attempt used to be lost: the report under-counted what the run
 cost, and ``--max-cost-usd`` let a resumed run spend past its cap. Each cut attempt is now one
-line of ``<run>/interrupted.jsonl`` (:data:`~spider2local.run.layout.CUT_ATTEMPTS`), appended
+line of ``<run>/interrupted.jsonl`` (:data:`~spider2local.core.layout.CUT_ATTEMPTS`), appended
 when the cancellation reaches the trial. The report counts them apart from the finished trials
 (their cost is not any trial's); the run's budget counts them.
 
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spider2local.run.layout import CUT_ATTEMPTS
-from spider2local.run.results import Usage
+from spider2local.core.layout import CUT_ATTEMPTS
+from spider2local.core.results import Usage
 
 SCHEMA_VERSION = 1
 READ_LIMIT = 8 << 20

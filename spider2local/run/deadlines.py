@@ -5,7 +5,7 @@ Why: a fixed ``--stage-timeout`` (600 s) must fit the slowest honest stage of an
 graded table left as a view that never finishes held a task for 600 s per stage (a task whose
 agent deadline was 45 s was still not done after 240 s; issue 33). But each task's honest cost
 is known before any agent starts: the run's free-pass baseline
-(:func:`~spider2local.evaluation.sandboxed.score_starts_sandboxed`) snapshots and scores every
+(:func:`~spider2local.sandbox.scoring.score_starts_sandboxed`) snapshots and scores every
 untouched start database in one reader child and reports, per task, the seconds each took
 (:class:`StageCosts`). An agent's finished database is the start database plus the graded
 tables, of the size gold has, so its honest checkpoint and score cost about what that work

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local.exceptions import UserError
-from spider2local.run.layout import (
+from spider2local.core.layout import (
     HISTORY,
     MANIFEST,
     QUERIES,
@@ -37,10 +36,11 @@ from spider2local.run.layout import (
     TRANSCRIPT,
     TRIALS,
 )
+from spider2local.core.results import TaskResult, load_result, write_json_atomic
+from spider2local.core.transcript import forget_cut
+from spider2local.exceptions import UserError
 from spider2local.run.manifest import RunManifest
-from spider2local.run.results import TaskResult, load_result, write_json_atomic
 from spider2local.run.stale import remove_stale_workspaces
-from spider2local.run.transcript import forget_cut
 from spider2local.safepath import NAME_FIX, UnsafePath, child, name_problem
 from spider2local.workspace.copy import remove_tree
 

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from spider2local.core.layout import LOCK
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import LOCK
 from spider2local.run.stale import recover_run
 
 

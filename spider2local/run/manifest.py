@@ -83,7 +83,7 @@ class SelectedTask:
     """Why the task cannot run; ``None`` when it is run."""
     free: bool | None = None
     """Whether the untouched start database already passes (measured at the run's start,
-    :func:`spider2local.dataset.audit.free_passes`); ``None`` when unknown or not measured."""
+    :func:`spider2local.audit.tasks.free_passes`); ``None`` when unknown or not measured."""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "fake_date": self.fake_date, "tables": self.tables,

@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.layout import LOCK, MERGING, RESULT, WORKSPACE_RECORD
+from spider2local.core.results import TaskResult
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.run import cut
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import LOCK, MERGING, RESULT, WORKSPACE_RECORD
 from spider2local.run.lock import in_use, reading, run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
-from spider2local.run.results import TaskResult
 from spider2local.run.resume import same_experiment
 
 
@@ -62,8 +62,10 @@ def experiment_differences(first: RunManifest, other: RunManifest) -> list[str]:
 
 
 def _unsealed(manifest: RunManifest) -> bool:
-    """Made with ``--isolation none`` (recorded in run.json's settings)."""
-    return manifest.settings.get("isolation") == "none"
+    """Made without isolation: the one reading of what a run recorded
+    (:attr:`RunManifest.isolation_mode`, which every report uses too), so a run that recorded
+    none is unsealed here as it is in its report."""
+    return manifest.isolation_mode == "none"
 
 
 def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],

@@ -24,12 +24,14 @@ from typing import Any, TypeVar
 import anyio
 
 from spider2local.agents.registry import capabilities, make_agent, takes_option
+from spider2local.audit.tasks import Denominators, denominators, start_baseline
 from spider2local.clock.faketime import find_library
-from spider2local.dataset.audit import Denominators, denominators, start_baseline
+from spider2local.core.results import Status, TaskResult
+from spider2local.dataset import known
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
-from spider2local.integrity import guard, known
+from spider2local.integrity import guard
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
@@ -37,7 +39,6 @@ from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.progress import Progress
-from spider2local.run.results import Status, TaskResult
 from spider2local.run.resume import (
     check_resumable,
     is_finished,
@@ -49,8 +50,9 @@ from spider2local.run.resume import (
 from spider2local.run.runner import AgentFactory, RunBudget, interleaved, run_tasks
 from spider2local.run.selection import Selection, parse_shard, select_tasks
 from spider2local.run.settings import RunSettings, check_skills, kit_dirs, suite_skills
-from spider2local.sandbox.isolation import Isolation, IsolationChoice, choose_isolation
+from spider2local.sandbox.isolation import IsolationChoice, choose_isolation
 from spider2local.suite.model import Suite
+from spider2local.suite.options import Isolation
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ Each finished trial prints one permanent line above it: its verdict, and the fir
 or the error, cut at a word to fit the terminal. Anywhere else (CI logs, pipes, files) each
 event is one timestamped line and nothing is redrawn, with no control code at all, because
 escape codes make logs unreadable; text that came from an agent or a database goes through
-:func:`~spider2local.report.printable.printable` on both paths.
+:func:`~spider2local.core.printable.printable` on both paths.
 
 ``quiet``: the verdict lines (and warnings about the machine) only; ``verbose``: on a TTY every
 stage change is a permanent line too. Everything goes to stderr: stdout is kept for the final
@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, TextIO
 
 import anyio
 
-from spider2local.report.printable import printable
-from spider2local.run.contract import UsageMeter
-from spider2local.run.results import Stage, Status, TaskResult
+from spider2local.agents.contract import UsageMeter
+from spider2local.core.printable import printable
+from spider2local.core.results import Stage, Status, TaskResult
+from spider2local.evaluation.serialize import failing_tables
 from spider2local.run.resume import is_finished
 
 if TYPE_CHECKING:
@@ -284,9 +285,7 @@ class Progress:
             return printable(" ".join(f"{result.error.stage.value}: {result.error.message}"
                                       .split()))
         if result.passed is False:
-            from spider2local.report.summary import failing_tables  # the owner of the rule
-
-            failing, first, _ = failing_tables(result)
+            failing, first, _ = failing_tables(result.score)
             what = f"failed {', '.join(failing)}: {first}" if failing else first
             return printable(" ".join(what.split()))
         return ""

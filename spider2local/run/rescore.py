@@ -18,13 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from spider2local.dataset.task import Dataset
-from spider2local.exceptions import UserError
-from spider2local.integrity import guard
-from spider2local.run.folder import RunFolder
-from spider2local.run.lock import run_lock
-from spider2local.run.manifest import RunManifest, now_iso
-from spider2local.run.results import (
+from spider2local.core.results import (
     ErrorKind,
     Stage,
     Status,
@@ -32,6 +26,12 @@ from spider2local.run.results import (
     keep_traceback,
     save_result,
 )
+from spider2local.dataset.task import Dataset
+from spider2local.exceptions import UserError
+from spider2local.integrity import guard
+from spider2local.run.folder import RunFolder
+from spider2local.run.lock import run_lock
+from spider2local.run.manifest import RunManifest, now_iso
 from spider2local.run.verdict import Verdict
 
 
@@ -51,7 +51,7 @@ def rescore_task(folder: RunFolder, data: Dataset, old: TaskResult,
     ``watch``: the run's off-limits list, hidden from the scorer's sandbox as the runner
     hides it (the result's views are the agent's SQL, run again here)."""
     from spider2local.db.header import duckdb_file_problem
-    from spider2local.evaluation.sandboxed import score_sandboxed_sync
+    from spider2local.sandbox.scoring import score_sandboxed_sync
 
     db, task = folder.result_db(old.task_id, old.trial), data.get(old.task_id)
     if not db.is_file():

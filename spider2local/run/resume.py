@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from spider2local.core.results import ErrorKind, Status, TaskResult
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest, SelectedTask
-from spider2local.run.results import ErrorKind, Status, TaskResult
 from spider2local.suite import options
 
 _Getter = Callable[[RunManifest], Any]

@@ -9,8 +9,8 @@ with the error recorded beside the verdict.
 
 from __future__ import annotations
 
-from spider2local.run.contract import AgentOutcome
-from spider2local.run.results import Usage
+from spider2local.agents.contract import AgentOutcome
+from spider2local.core.results import Usage
 
 MAX_BACKOFF = 60.0
 

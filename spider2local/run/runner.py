@@ -8,7 +8,7 @@ does a run folder that cannot take the result (a full disk): that one task is le
 said on stderr, and the others go on.
 
 A fault of the machine (full disk, permission refused, a database locked by another process:
-:func:`spider2local.run.faults.is_machine_fault`) is recorded as ``infrastructure``, never as a
+:func:`spider2local.core.faults.is_machine_fault`) is recorded as ``infrastructure``, never as a
 verdict, and a resume runs the task again.
 
 Verdicts follow the official benchmark: the database the agent left is what gets scored, also
@@ -35,32 +35,15 @@ from typing import Any, TypeVar
 
 import anyio
 
+from spider2local.agents.contract import Agent, AgentContext, AgentOutcome, UsageMeter
 from spider2local.clock import warm
-from spider2local.dataset.task import TaskSpec
-from spider2local.exceptions import DeadlinePassed
-from spider2local.gateway.budget import Budget, Share
-from spider2local.integrity import guard
-from spider2local.integrity.scan import (
+from spider2local.core.faults import describe as describe_fault
+from spider2local.core.faults import is_disk_full, is_machine_fault, names_disk_full
+from spider2local.core.layout import QUERIES, TRANSCRIPT
+from spider2local.core.results import (
+    ErrorKind,
     Evidence,
     Integrity,
-    ScanResult,
-    project_baseline,
-    scan_task,
-)
-from spider2local.proc.reap import areap
-from spider2local.run import cut
-from spider2local.run.blame import agents_doing, held_database, too_big
-from spider2local.run.contract import Agent, AgentContext, AgentOutcome, UsageMeter
-from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts, StageDeadline
-from spider2local.run.deadlines import deadlines as stage_deadlines
-from spider2local.run.faults import describe as describe_fault
-from spider2local.run.faults import is_disk_full, is_machine_fault, names_disk_full
-from spider2local.run.folder import RunFolder
-from spider2local.run.layout import QUERIES, TRANSCRIPT
-from spider2local.run.manifest import now_iso
-from spider2local.run.progress import Progress
-from spider2local.run.results import (
-    ErrorKind,
     Stage,
     TaskError,
     TaskResult,
@@ -68,18 +51,37 @@ from spider2local.run.results import (
     keep_traceback,
     save_result,
 )
+from spider2local.core.transcript import Transcript
+from spider2local.dataset.task import TaskSpec
+from spider2local.exceptions import DeadlinePassed
+from spider2local.gateway.budget import Budget, Share
+from spider2local.integrity import guard
+from spider2local.integrity.scan import (
+    ScanResult,
+    project_baseline,
+    scan_task,
+)
+from spider2local.proc.reap import areap
+from spider2local.proc.watchdog import GRACE, bounded
+from spider2local.proc.watchdog import check as watchdog_check
+from spider2local.run import cut
+from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts, StageDeadline
+from spider2local.run.deadlines import deadlines as stage_deadlines
+from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import now_iso
+from spider2local.run.progress import Progress
 from spider2local.run.retry import backoff, nothing_done, should_retry
 from spider2local.run.settings import RunSettings, limits_for, task_skills, wants_warm_dbt
-from spider2local.run.transcript import Transcript
 from spider2local.run.verdict import Verdict
-from spider2local.run.watchdog import GRACE, bounded
-from spider2local.run.watchdog import check as watchdog_check
 from spider2local.safepath import UnsafePath
 from spider2local.sandbox.isolation import IsolationMode
+from spider2local.workspace import checkpoint as checkpoint_mod
+from spider2local.workspace import collect as collect_mod
 from spider2local.workspace import prepare as ws_mod
+from spider2local.workspace.blame import agents_doing, held_database, too_big
 from spider2local.workspace.copy import remove_tree
 from spider2local.workspace.guard import OutsideWorkspace, database_ids
-from spider2local.workspace.prepare import Workspace as Ws
+from spider2local.workspace.model import Workspace as Ws
 from spider2local.workspace.tree import disk_usage
 
 AgentFactory = Callable[[], Agent]
@@ -207,7 +209,7 @@ async def _watch_size(root: Path, limit: int, scope: anyio.CancelScope,
 
 def _blamed(state: _Attempt, settings: RunSettings, *, disk_full: bool) -> str | None:
     """Why a machine fault after the agent started is the agent's doing, if it is: the rule of
-    :func:`spider2local.run.blame.agents_doing`, on the workspace as it is now."""
+    :func:`spider2local.workspace.blame.agents_doing`, on the workspace as it is now."""
     if state.ws is None:
         return None
     return agents_doing(state.ws.room, disk_usage(state.ws.root), settings.workspace_size,
@@ -266,6 +268,7 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
                                    parent=settings.workspace_parent,
                                    skills=task_skills(task, settings),
                                    skills_root=settings.skills_dir,
+                                   skills_dir=settings.caps.skills_dir,
                                    templates=settings.templates)
     ws = state.ws
     assert ws is not None
@@ -346,7 +349,7 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
     first and its gold file once more after (see module doc). Each stage runs under its
     deadline fitted to the task (:mod:`.deadlines`; ``settings.stage_timeout`` where nothing
     was measured; :mod:`.watchdog`), and the sandboxed child of each is killed at it."""
-    from spider2local.evaluation.sandboxed import score_sandboxed
+    from spider2local.sandbox.scoring import score_sandboxed
 
     task, ws = state.task, state.ws
     assert ws is not None
@@ -359,7 +362,8 @@ async def _score(state: _Attempt, settings: RunSettings, progress: Progress,
                 try:
                     # the child outlives the watchdog's timer by half the grace: killed at
                     # it, it raises once the deadline is known to have passed
-                    await bounded("checkpoint", deadline.seconds, ws_mod.checkpoint_database,
+                    await bounded("checkpoint", deadline.seconds,
+                                  checkpoint_mod.checkpoint_database,
                                   ws.database, root=ws.root,
                                   timeout=deadline.seconds + GRACE / 2)
                 except DeadlinePassed as exc:
@@ -441,7 +445,7 @@ async def _finish(state: _Attempt, settings: RunSettings, outcome: AgentOutcome,
     assert state.ws is not None
     with _Stopwatch(state, "collect"):
         try:
-            await bounded("collect", settings.stage_timeout, ws_mod.collect_artifacts,
+            await bounded("collect", settings.stage_timeout, collect_mod.collect_artifacts,
                           state.ws, keep_db=settings.keep_db, check=watchdog_check,
                           checkpointed=state.checkpointed)
         except DeadlinePassed as exc:  # the agent's tree made it hang: its doing
@@ -669,7 +673,7 @@ async def run_tasks(tasks: Sequence[TaskSpec | Trial], folder: RunFolder,
     execute_run` records them in run.json); when not given they are taken here, before any
     agent starts. ``budget``: shared by every trial; none starts once it is reached
     (:class:`RunBudget`). ``costs``: by task id, what its stages cost on its untouched start
-    database at the run's start (:func:`~spider2local.dataset.audit.start_baseline`), the base
+    database at the run's start (:func:`~spider2local.audit.tasks.start_baseline`), the base
     of its checkpoint's and scorer's deadlines (:mod:`.deadlines`).
     """
     queue = deque(t if isinstance(t, Trial) else Trial(t) for t in tasks)

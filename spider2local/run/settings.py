@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from spider2local.agents.contract import AgentLimits
 from spider2local.agents.registry import Capabilities, capabilities, is_agent_name
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.resources import prompts_dir, skills_dir
-from spider2local.run.contract import AgentLimits
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite import options
 from spider2local.suite.model import RunDefaults
@@ -223,7 +223,7 @@ def check_skills(tasks: Sequence[TaskSpec], settings: RunSettings, suite_path: P
 
 
 PROMPT_FILES = ("agent.md", "verifier.md", "verify_request.md", "fix_request.md")
-"""The templates a prompts folder must hold (what :mod:`spider2local.agents.claude.prompts`
+"""The templates a prompts folder must hold (what :mod:`spider2local.agents.prompts`
 fills)."""
 
 

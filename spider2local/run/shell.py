@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from spider2local.core.layout import RESULT, WORKSPACE_RECORD
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.proc.reap import reap
 from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import RESULT, WORKSPACE_RECORD
 from spider2local.run.settings import (
     RunSettings,
     resolve_capabilities,
@@ -41,6 +41,7 @@ from spider2local.run.settings import (
     task_skills,
 )
 from spider2local.suite.model import RunDefaults
+from spider2local.workspace import environment as environment_mod
 from spider2local.workspace import prepare as ws_mod
 from spider2local.workspace.activate import (
     KeptWorkspace,
@@ -152,8 +153,9 @@ def _intro(out: TextIO, project: Path, date: dt.date, env: Mapping[str, str]) ->
     out.flush()
 
 
-def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), command: str | None = None,
-               keep: bool = False, out: TextIO | None = None, suite: Path | None = None) -> int:
+def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), skills_dir: str | None = None,
+               command: str | None = None, keep: bool = False, out: TextIO | None = None,
+               suite: Path | None = None) -> int:
     """Prepare ``task``'s workspace, run the shell (or ``command``) in it, return its exit
     code (128 + N when killed by signal N). The workspace is removed afterwards unless
     ``keep`` (then marked kept, to be opened again with ``shell --workspace``); processes
@@ -163,7 +165,8 @@ def open_shell(task: TaskSpec, *, skills: Sequence[str] = (), command: str | Non
     scratch = make_owned_dir("shell")
     try:
         try:
-            ws = ws_mod.prepare_workspace(task, artifacts=scratch / task.id, skills=skills)
+            ws = ws_mod.prepare_workspace(task, artifacts=scratch / task.id, skills=skills,
+                                          skills_dir=skills_dir)
         except UserError:
             raise
         except Exception as exc:  # a reader sandbox failing, a full disk: one line, not a trace
@@ -197,7 +200,7 @@ def open_kept(workspace: KeptWorkspace, *, command: str | None = None,
     builds the agent's, never read from the workspace (the agent wrote there). The workspace
     is not this shell's: it stays, and exit says so. Returns the exit code."""
     out = out if out is not None else sys.stderr
-    env = ws_mod.kept_env(workspace.date, workspace.root, workspace.project_dir)
+    env = environment_mod.kept_env(workspace.date, workspace.root, workspace.project_dir)
     label = prompt_label(workspace.task_id, workspace.date)
     if not workspace.kept:
         out.write(f"note: {workspace.root} is not marked kept: a run may still be using it "

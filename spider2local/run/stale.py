@@ -20,10 +20,7 @@ import json
 import re
 from pathlib import Path
 
-from spider2local.proc.reap import reap
-from spider2local.proc.shm import remove_leftovers
-from spider2local.proc.tempdirs import orphans, remove_orphans
-from spider2local.run.layout import (
+from spider2local.core.layout import (
     HISTORY,
     RESULT,
     TRANSCRIPT,
@@ -31,6 +28,9 @@ from spider2local.run.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.proc.reap import reap
+from spider2local.proc.shm import remove_leftovers
+from spider2local.proc.tempdirs import orphans, remove_orphans
 from spider2local.workspace.copy import remove_tree
 
 
@@ -118,7 +118,7 @@ def _subfolders(folder: Path) -> list[Path]:
 
 
 _PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
-"""What :func:`spider2local.run.results.write_text_atomic` names its temporary file
+"""What :func:`spider2local.core.results.write_text_atomic` names its temporary file
 (``.run.json.k3j2_x.tmp``): one left only by a kill in the middle of a write."""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spider2local.run.results import ErrorKind, Stage, Status, TaskError
+from spider2local.core.results import ErrorKind, Stage, Status, TaskError
 
 if TYPE_CHECKING:
     from spider2local.evaluation.verdicts import TaskScore
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The verdict fields of a :class:`~spider2local.run.results.TaskResult`."""
+    """The verdict fields of a :class:`~spider2local.core.results.TaskResult`."""
 
     status: Status
     passed: bool | None = None

@@ -16,14 +16,7 @@ from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.sandbox.probe import Probe, probe
-
-
-class Isolation(StrEnum):
-    """What the user asks for (``--isolation``, ``[run] isolation``)."""
-
-    AUTO = "auto"
-    NAMESPACE = "namespace"
-    NONE = "none"
+from spider2local.suite.options import Isolation
 
 
 class IsolationMode(StrEnum):

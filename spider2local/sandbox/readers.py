@@ -33,9 +33,9 @@ from typing import Any
 import anyio
 
 import spider2local
+from spider2local.core.faults import died_of_memory
 from spider2local.exceptions import SandboxFailed
 from spider2local.proc.run import ProcessResult, run_process
-from spider2local.run.faults import died_of_memory
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.probe import probe
 

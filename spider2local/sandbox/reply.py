@@ -2,7 +2,7 @@
 
 The answer is ``{"ok": <result>}`` or ``{"raised": {...}}`` with the exception's type, module,
 message, errno and traceback, so the runner raises an exception that its fault rules
-(:mod:`spider2local.run.faults`) classify as they would have in-process: a full disk stays
+(:mod:`spider2local.core.faults`) classify as they would have in-process: a full disk stays
 ``infrastructure``, a gold that cannot be read stays a :class:`ScoringError`, and one whose
 file another process locks stays a lock (the chain of causes travels too: the lock is the
 cause of the ScoringError, and :func:`spider2local.db.locks.is_lock_error` reads it there).

@@ -184,13 +184,11 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _parse_agent(r: _Reader, name: str, tbl: dict[str, Any]) -> CommandAgentSpec:
     """``[agents.NAME]``: a command-line agent (see :class:`CommandAgentSpec`)."""
-    from spider2local.agents.registry import BUILT_IN_AGENTS
-
     k = f"agents.{name}."
-    if name in BUILT_IN_AGENTS or not _ENV_NAME.fullmatch(name.replace("-", "_")):
+    if name in options.BUILT_IN_AGENT_NAMES or not _ENV_NAME.fullmatch(name.replace("-", "_")):
         raise r.error(f"agents.{name}", "is a built-in agent's name or not a plain name",
                       "name it with letters, digits, '-' and '_', not "
-                      + ", ".join(BUILT_IN_AGENTS))
+                      + ", ".join(options.BUILT_IN_AGENT_NAMES))
     r.keys(tbl, k, {"command", "pass_env", "read_only", "usage", "apis"})
     command = r.get(tbl, "command", str, None, key=k + "command")
     if command is None or not command.strip():

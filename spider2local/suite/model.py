@@ -12,11 +12,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from spider2local.sandbox.isolation import Isolation
 from spider2local.suite import options
 from spider2local.suite.options import COMMAND_APIS as COMMAND_APIS
 from spider2local.suite.options import DEFAULT_DATE as DEFAULT_DATE
 from spider2local.suite.options import MIN_THINKING_BUDGET as MIN_THINKING_BUDGET
+from spider2local.suite.options import Isolation as Isolation
 
 SAMPLE = "sample"
 """The dataset root value that means "the bundled sample suite"."""

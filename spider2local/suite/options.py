@@ -26,8 +26,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from spider2local.sandbox.isolation import Isolation
-
 MIN_THINKING_BUDGET = 1024
 """The Messages API's smallest extended-thinking budget (tokens)."""
 
@@ -38,6 +36,21 @@ through its session's gateway (:mod:`spider2local.gateway`), which holds the rea
 DEFAULT_DATE = dt.date(2024, 9, 15)
 """Fallback fake date. Spider2-DBT's gold was built around mid-September 2024 (no official date
 exists); any fixed date beats today's, which makes results drift with the calendar."""
+
+
+BUILT_IN_AGENT_NAMES = ("claude", "command", "noop", "reference", "replay")
+"""The built-in agents' names, which a suite's ``[agents.NAME]`` may not take. Declared here,
+below the agents, so the suite loader can refuse them without importing any agent; the registry
+(:mod:`spider2local.agents.registry`) maps each to its class and refuses to load if the two
+lists differ."""
+
+
+class Isolation(StrEnum):
+    """What the user asks for (``--isolation``, ``[run] isolation``)."""
+
+    AUTO = "auto"
+    NAMESPACE = "namespace"
+    NONE = "none"
 
 
 class Resume(StrEnum):

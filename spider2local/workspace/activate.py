@@ -44,8 +44,8 @@ from spider2local.clock.faketime import (
     RUNS_ENV,
     TELEMETRY_ENV,
 )
+from spider2local.core.layout import WORKSPACE_PREFIX
 from spider2local.exceptions import UserError
-from spider2local.run.layout import WORKSPACE_PREFIX
 from spider2local.safepath import name_problem
 
 CONTEXT_DIR = ".spider2local"

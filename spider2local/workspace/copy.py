@@ -17,6 +17,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from spider2local.exceptions import DatasetError
+from spider2local.safepath import links_outside
 from spider2local.workspace import tree
 
 FICLONE = 0x40049409
@@ -46,43 +47,6 @@ def _clone(src: Path, dst: Path) -> bool:
 
 class LinkOutside(DatasetError):
     """A symlink in a tree being copied leads outside it (or nowhere: a loop)."""
-
-
-def links_outside(root: Path, skip: Collection[str] = ()) -> list[str]:
-    """Every symlink under ``root`` that does not resolve inside ``root``, as ``"rel -> target"``
-    (sorted; symlinked folders are not entered; ``skip`` names top-level entries left out). The
-    rule :func:`copy_tree` enforces, asked up front by the dataset loader so such a task is
-    refused before any work starts.
-
-    A task folder is data: a link in it to ``/`` once started copying the root file system into
-    a workspace, and links to files elsewhere put them into the workspace and the run artifacts.
-    """
-    found = []
-    base = root.resolve()
-    stack = [root]  # iterative: a deep tree must not exhaust the recursion limit
-    while stack:
-        folder = stack.pop()
-        with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            if folder == root and entry.name in skip:
-                continue
-            path = Path(entry.path)
-            if entry.is_symlink():
-                if (target := _outside(path, base)) is not None:
-                    found.append(f"{path.relative_to(root).as_posix()} -> {target}")
-            elif entry.is_dir(follow_symlinks=False):
-                stack.append(path)
-    return sorted(found)
-
-
-def _outside(link: Path, base: Path) -> str | None:
-    """Where ``link`` leads when that is outside ``base`` (or a loop), else ``None``."""
-    try:
-        real = link.resolve()
-    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
-        return "a symlink loop"
-    return None if real.is_relative_to(base) else str(link.readlink())
 
 
 def copy_tree(src: Path, dst: Path, *, skip: Collection[str] = (),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 Check = Callable[[], None]
 """Called once per entry walked: raises to stop a walk (the stage deadline of
-:mod:`spider2local.run.watchdog`)."""
+:mod:`spider2local.proc.watchdog`)."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -13,17 +13,18 @@ import anyio
 import duckdb
 import pytest
 
+from spider2local.agents.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.agents.noop import NoopAgent
 from spider2local.agents.registry import agent_names, make_agent
+from spider2local.core.transcript import Transcript
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.sample import SAMPLE_TASK_IDS
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.dbtproject.inventory import scan_project
 from spider2local.exceptions import UserError
-from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
-from spider2local.run.transcript import Transcript
 from spider2local.suite.model import DEFAULT_DATE, Suite
-from spider2local.workspace.prepare import checkpoint_database, cleanup_workspace, prepare_workspace
+from spider2local.workspace.checkpoint import checkpoint_database
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 from tests.helpers import ReferenceRun
 
 

@@ -30,8 +30,8 @@ import duckdb
 import pytest
 
 import spider2local
-from spider2local.agents.claude.support import PLACEHOLDER
 from spider2local.agents.usage import from_mini_trajectory
+from spider2local.gateway.anthropic import PLACEHOLDER
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path
 from spider2local.testing import FakeOpenAI, HttpError, reply, tool

@@ -27,7 +27,7 @@ PLUGIN = '''
 """A third-party agent: writes the orders model and builds it (no spider2local internals
 beyond the contract and Capabilities)."""
 from spider2local.agents.registry import Capabilities
-from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.agents.contract import AgentContext, AgentOutcome
 
 
 class DemoAgent:

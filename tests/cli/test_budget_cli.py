@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spider2local.agents.claude.pricing import total_cost
+from spider2local.gateway.anthropic import total_cost
 from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
 from tests.cli.test_run_command import cli

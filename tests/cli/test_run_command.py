@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.results import load_result, save_result
 from spider2local.dataset.sample import build as sample_build
 from spider2local.proc.kill import faketime_leftovers
-from spider2local.run.results import load_result, save_result
 from tests.helpers import ReferenceRun, hold_lock, tiny_disk_prefix
 
 SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
@@ -114,7 +114,7 @@ def dbt_workspaces(root: int) -> set[str]:
     return found
 
 
-BASELINE_MODULE = "spider2local.evaluation.sandboxed"
+BASELINE_MODULE = "spider2local.sandbox.scoring"
 """The reader child that scores every start database before any agent (the free passes)."""
 
 

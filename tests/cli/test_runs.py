@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from spider2local.cli.app import cli
+from spider2local.core.layout import LOCK
 from spider2local.exceptions import UserError
 from spider2local.run.folder import LATEST, RunFolder, claim_run_id, resolve_run
-from spider2local.run.layout import LOCK
 from spider2local.run.manifest import RunManifest
 from tests.report.test_summary import write_run
 

@@ -13,10 +13,10 @@ import duckdb
 import pytest
 
 from spider2local.db.locks import DatabaseLocked, LockWait, is_lock_error, retry_on_lock
-from spider2local.db.snapshot import snapshot_database
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.exceptions import DatasetError, ScoringError
-from spider2local.workspace.prepare import checkpoint_database
+from spider2local.sandbox.dbreads import snapshot_database
+from spider2local.workspace.checkpoint import checkpoint_database
 from tests.helpers import heavy_imports, hold_lock, make_duckdb
 
 FIRST_BLOCK = 3 * 4096
@@ -139,7 +139,7 @@ def test_checkpoint_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path)
 
 def test_checkpoint_gives_up_on_a_lock_that_stays(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.workspace import prepare
+    from spider2local.workspace import checkpoint as prepare
 
     monkeypatch.setattr(prepare, "CHECKPOINT_LOCK_WAIT", LockWait(seconds=0.3, first_delay=0.05))
     db = make_duckdb(tmp_path / "held.duckdb", {"t": "SELECT 1 AS id"})

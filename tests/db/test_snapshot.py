@@ -11,8 +11,9 @@ import pytest
 
 from spider2local.db import snapshot as snap
 from spider2local.db.locks import LockWait
-from spider2local.db.snapshot import DbSnapshot, snapshot_database
+from spider2local.db.snapshot import DbSnapshot
 from spider2local.exceptions import DatasetError
+from spider2local.sandbox.dbreads import snapshot_database
 from tests.helpers import hold_lock
 
 

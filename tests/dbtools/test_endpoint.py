@@ -339,10 +339,10 @@ def test_a_command_agent_in_the_sandbox_gets_the_in_process_answers_over_mcp(
     ``--isolation namespace``: two sessions at once, the in-process tools' answers call by
     call, every write, ATTACH and file read refused, gold unreadable, the socket good for
     nothing but MCP, and every query in the task's query log."""
+    from spider2local.agents.contract import AgentContext, AgentLimits
     from spider2local.agents.registry import make_agent
+    from spider2local.core.transcript import Transcript
     from spider2local.dataset.load import load_dataset
-    from spider2local.run.contract import AgentContext, AgentLimits
-    from spider2local.run.transcript import Transcript
     from spider2local.sandbox.isolation import IsolationMode
     from spider2local.suite.load import bundled_suite_path, load_suite
     from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from spider2local.dbtools.query import QueryLimits, QueryResult, QueryService, audit
-from spider2local.workspace.prepare import Workspace
+from spider2local.workspace.model import Workspace
 
 FAKE_DATE = dt.date(2024, 3, 17)
 
@@ -198,7 +198,8 @@ def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
     from spider2local.dataset.load import load_dataset
     from spider2local.dbtools.query import _execute, child_request, parse_child_output
     from spider2local.suite.model import Suite
-    from spider2local.workspace.prepare import START_DIR, cleanup_workspace, prepare_workspace
+    from spider2local.workspace.environment import START_DIR
+    from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 
     task = next(t for t in load_dataset(Suite(path=Path("tasks.toml"),
                                               dataset=shared_dataset)).tasks if t.id == "mrr001")

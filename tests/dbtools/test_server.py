@@ -20,7 +20,7 @@ from spider2local.dbtools.config import ToolConfig
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.dbtools.tools import TOOLS, tool_names
 from spider2local.exceptions import UserError
-from spider2local.workspace.prepare import Workspace
+from spider2local.workspace.model import Workspace
 from tests.dbtools.test_query import FAKE_DATE, audit_lines, make_workspace
 
 ALLOWED: list[tuple[str, dict[str, str]]] = [

@@ -75,7 +75,7 @@ def test_doc_blocks_reach_the_scan_with_their_file_named(tmp_path: Path) -> None
 
 
 def test_the_prompt_shows_the_doc_text_and_names_the_file(tmp_path: Path) -> None:
-    from spider2local.agents.claude.prompts import render_scan
+    from spider2local.agents.prompts import render_scan
 
     text = render_scan(scan_project(make_project(tmp_path)))
     assert "description (doc block in models/docs.md): One row per carrier per day" in text

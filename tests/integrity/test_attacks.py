@@ -17,11 +17,11 @@ import anyio
 import pytest
 
 from spider2local.agents.registry import make_agent
+from spider2local.core.results import ErrorKind, Integrity, Status, TaskResult
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
-from spider2local.integrity.scan import Integrity
 from spider2local.report.jsonout import report_json
 from spider2local.report.summary import load_report
 from spider2local.report.terminal import render_terminal as render_report
@@ -29,7 +29,6 @@ from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
 from spider2local.run.rescore import rescore_run
-from spider2local.run.results import ErrorKind, Status, TaskResult
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from spider2local.core.results import Integrity
 from spider2local.integrity import scan
 from spider2local.integrity.scan import (
-    Integrity,
     Protected,
     find_hits,
     project_baseline,

@@ -20,10 +20,10 @@ from types import FrameType
 import anyio
 import pytest
 
-from spider2local.agents.claude import support
 from spider2local.proc import kill, procfs
 from spider2local.proc import reap as reap_mod
 from spider2local.proc.run import kill_process_group
+from spider2local.seal import processes as support
 
 PY = sys.executable
 GRACE = 0.5

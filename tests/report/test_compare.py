@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.results import ErrorKind, Stage, Status, TaskError, load_result, save_result
 from spider2local.exceptions import UserError
 from spider2local.report.compare import (
     Change,
@@ -20,7 +21,6 @@ from spider2local.report.compare import (
     render_compare_markdown,
 )
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import ErrorKind, Stage, Status, TaskError, load_result, save_result
 from tests.helpers import ReferenceRun
 from tests.run.test_merge import make_run
 

@@ -12,15 +12,7 @@ import anyio
 import pytest
 
 from spider2local.agents.noop import NoopAgent
-from spider2local.dataset.load import load_dataset
-from spider2local.report.jsonout import report_json
-from spider2local.report.summary import NotAttempted, load_report
-from spider2local.report.terminal import render_terminal as render_report
-from spider2local.run.folder import RunFolder
-from spider2local.run.manifest import RunManifest, SelectedTask
-from spider2local.run.plan import RunPlan, execute_run
-from spider2local.run.progress import Progress
-from spider2local.run.results import (
+from spider2local.core.results import (
     ErrorKind,
     Stage,
     Status,
@@ -29,6 +21,14 @@ from spider2local.run.results import (
     Usage,
     save_result,
 )
+from spider2local.dataset.load import load_dataset
+from spider2local.report.jsonout import report_json
+from spider2local.report.summary import NotAttempted, load_report
+from spider2local.report.terminal import render_terminal as render_report
+from spider2local.run.folder import RunFolder
+from spider2local.run.manifest import RunManifest, SelectedTask
+from spider2local.run.plan import RunPlan, execute_run
+from spider2local.run.progress import Progress
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite, TaskSettings
@@ -213,7 +213,7 @@ def test_suspect_is_read_defensively_and_counted_apart(tmp_path: Path) -> None:
 
 def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
         tmp_path: Path) -> None:
-    from spider2local.integrity.scan import Evidence, Integrity
+    from spider2local.core.results import Evidence, Integrity
     from spider2local.report.summary import isolation_of
 
     folder = write_run(tmp_path)

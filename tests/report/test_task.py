@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
+from spider2local.core.results import Status, TaskResult, save_result
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
 from spider2local.report.task import render_task
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import Status, TaskResult, save_result
 from tests.helpers import write_task
 from tests.report.test_html import _dbt_failure, _finished_task, _line
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.results import Status, TaskResult, Usage, save_result
 from spider2local.report.compare import Change, compare_json, compare_reports, render_compare
 from spider2local.report.html import render_html
 from spider2local.report.jsonout import report_json
@@ -22,7 +23,6 @@ from spider2local.report.summary import NotAttempted, RunReport, build_report, l
 from spider2local.report.terminal import render_terminal
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest
-from spider2local.run.results import Status, TaskResult, Usage, save_result
 
 
 def _result(tid: str, trial: int, passed: bool, cost: float = 0.1) -> TaskResult:

@@ -12,19 +12,19 @@ from pathlib import Path
 import anyio
 import pytest
 
+from spider2local.agents.contract import AgentContext, AgentOutcome
+from spider2local.core.layout import CUT_ATTEMPTS
+from spider2local.core.results import Usage
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.report.jsonout import report_json
 from spider2local.report.summary import load_report
 from spider2local.report.text import headline_lines
 from spider2local.run import cut
-from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import CUT_ATTEMPTS
 from spider2local.run.merge import merge_runs
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import Usage
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite

@@ -47,7 +47,7 @@ def test_nothing_measured_keeps_the_stage_timeout() -> None:
 def test_the_baseline_child_reports_what_each_task_cost(tiny_dataset: Callable[..., Path],
                                                         tmp_path: Path) -> None:
     """Without the measure every derived deadline falls back to 600 s: the feature is off."""
-    from spider2local.dataset.audit import start_baseline
+    from spider2local.audit.tasks import start_baseline
     from spider2local.dataset.load import load_dataset
     from spider2local.suite.model import Suite
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.layout import WORKSPACE_PREFIX as PREFIX
+from spider2local.core.results import Status, TaskResult, save_result
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder, new_run_id, open_run_dir
-from spider2local.run.layout import WORKSPACE_PREFIX as PREFIX
 from spider2local.run.manifest import RunManifest, SelectedTask, tree_sha256
-from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.stale import recorded_workspaces
 from spider2local.safepath import UnsafePath
 from tests.helpers import by_task

@@ -27,20 +27,20 @@ import anyio
 import duckdb
 import pytest
 
+from spider2local.agents.contract import AgentContext, AgentOutcome
+from spider2local.core.results import ErrorKind, Stage, Status, TaskResult
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
 from spider2local.integrity.scan import project_baseline
-from spider2local.run.contract import AgentContext, AgentOutcome
+from spider2local.proc.watchdog import GRACE, bounded, watched
 from spider2local.run.deadlines import StageCosts
 from spider2local.run.folder import RunFolder
 from spider2local.run.progress import Progress
-from spider2local.run.results import ErrorKind, Stage, Status, TaskResult
 from spider2local.run.runner import run_tasks
 from spider2local.run.settings import RunSettings
-from spider2local.run.watchdog import GRACE, bounded, watched
 from spider2local.suite.model import Suite
-from spider2local.workspace.prepare import copy_text_files
+from spider2local.workspace.collect import copy_text_files
 from spider2local.workspace.tree import SpecialFile, read_regular, remove_tree, walk_files
 
 DEPTH = 1200
@@ -164,7 +164,7 @@ def test_a_deadline_interrupts_a_query_that_never_ends(tmp_path: Path) -> None:
 
 def test_a_stage_that_ignores_its_deadline_is_abandoned_after_the_grace(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.run import watchdog
+    from spider2local.proc import watchdog
     monkeypatch.setattr(watchdog, "GRACE", 0.3)
     release = threading.Event()
     started = time.monotonic()
@@ -269,7 +269,7 @@ from pathlib import Path
 from tests.run.test_hangs import LeavingAgent, run
 from spider2local.dataset.load import load_dataset
 from spider2local.run.deadlines import StageCosts
-from spider2local.run.contract import AgentOutcome
+from spider2local.agents.contract import AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.suite.model import Suite
 

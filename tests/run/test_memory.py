@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from spider2local.cli.exits import NO_MEMORY
-from spider2local.run.faults import (
+from spider2local.core.faults import (
     died_of_memory,
     is_machine_failure,
     is_machine_fault,

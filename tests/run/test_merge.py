@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from spider2local.core.results import Status, TaskResult, save_result
 from spider2local.exceptions import UserError
 from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import manifest_problem
 from spider2local.run.merge import merge_runs
-from spider2local.run.results import Status, TaskResult, save_result
 from spider2local.run.resume import remembered
 from tests.helpers import ReferenceRun, by_task, manifest_json
 
@@ -221,6 +221,21 @@ def test_an_unsealed_run_is_refused_next_to_a_sealed_one_unless_forced(tmp_path:
     from spider2local.report.html import render_html
     assert "UNSEALED" in render_html(report)
     assert not load_report(a).unsealed and "UNSEALED" not in run_line(load_report(a))
+
+
+def test_a_run_that_recorded_no_isolation_is_unsealed_for_merge_as_for_its_report(
+        tmp_path: Path) -> None:
+    """Isolation is read one way: a run from before it was recorded (settings say
+    ``namespace``, run.json has no ``isolation``) is unsealed in its report, so merging it
+    with a sealed run is refused as an unsealed one."""
+    sealed = {"settings": {**MANIFEST["settings"], "isolation": "namespace"},
+              "isolation": {"requested": "auto", "mode": "namespace", "reason": "works"}}
+    old = {"settings": {**MANIFEST["settings"], "isolation": "namespace"}}
+    a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")}, **sealed)
+    b = make_run(tmp_path / "b" / "r", {"t2": (True, "2026-01-01T00:10:00+00:00")}, **old)
+    assert load_report(b).unsealed and not load_report(a).unsealed
+    with pytest.raises(UserError, match=r"an unsealed run .* joined to a sealed one"):
+        merge_runs([a, b], RunFolder(tmp_path / "m" / "r"))
 
 
 def test_runs_of_two_commands_are_not_merged_unless_forced(tmp_path: Path) -> None:

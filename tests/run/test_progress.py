@@ -9,9 +9,9 @@ import time
 import anyio
 import pytest
 
-from spider2local.run.contract import UsageMeter
+from spider2local.agents.contract import UsageMeter
+from spider2local.core.results import ErrorKind, Stage, Status, TaskError, TaskResult, Usage
 from spider2local.run.progress import Progress, eta, shorten
-from spider2local.run.results import ErrorKind, Stage, Status, TaskError, TaskResult, Usage
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|9[0-7]|38;[0-9;]+)m")

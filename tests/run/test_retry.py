@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spider2local.run.contract import AgentOutcome
-from spider2local.run.results import Usage
+from spider2local.agents.contract import AgentOutcome
+from spider2local.core.results import Usage
 from spider2local.run.retry import (
     MAX_BACKOFF,
     backoff,

@@ -23,15 +23,15 @@ import anyio
 import duckdb
 import pytest
 
+from spider2local.agents.contract import Agent, AgentContext, AgentOutcome
 from spider2local.agents.noop import NoopAgent
+from spider2local.core.results import ErrorKind, Stage, Status, TaskResult, Usage
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.proc.run import run_process
-from spider2local.run.contract import Agent, AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.run.plan import RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import ErrorKind, Stage, Status, TaskResult, Usage
 from spider2local.run.runner import Trial, run_tasks
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
@@ -220,7 +220,7 @@ def test_an_unexpected_scoring_failure_keeps_its_traceback(
     assert good.passed and not (folder.task_dir("t2") / "error.txt").exists()
     # Scoring runs in a sandboxed child (score_sandboxed, which the runner imports when it
     # scores): the failure is injected there, where the runner meets it.
-    monkeypatch.setattr("spider2local.evaluation.sandboxed.score_sandboxed", broken)
+    monkeypatch.setattr("spider2local.sandbox.scoring.score_sandboxed", broken)
     result = run(tasks[:1], folder, WriterAgent)["t1"]
     assert result.status is Status.ERROR and result.error is not None
     assert result.error.stage is Stage.SCORE and result.error.message == "a scorer bug"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.layout import RESULT, WORKSPACE_RECORD
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import RESULT, WORKSPACE_RECORD
 from spider2local.run.shell import (
     ShellError,
     kept_workspace_of,

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.agents.contract import AgentContext
+from spider2local.core.results import ErrorKind, Stage, Status
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
+from spider2local.proc.watchdog import check
 from spider2local.run import deadlines
-from spider2local.run.contract import AgentContext
 from spider2local.run.deadlines import StageCosts
 from spider2local.run.folder import RunFolder
-from spider2local.run.results import ErrorKind, Stage, Status
-from spider2local.run.watchdog import check
 from spider2local.suite.model import Suite
 from tests.run.test_hangs import LeavingAgent, endless_view, run
 
@@ -57,7 +57,7 @@ def test_an_endless_view_fails_at_the_derived_score_deadline_not_the_stage_timeo
 
 def test_a_checkpoint_that_never_ends_fails_at_its_derived_deadline(
         tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from spider2local.workspace import prepare
+    from spider2local.workspace import checkpoint as prepare
 
     def stuck(db: Path, *, root: Path, timeout: float | None = None) -> None:
         assert timeout is not None and timeout < 10  # its child would be killed near it too

@@ -14,18 +14,18 @@ from typing import Any
 import anyio
 import pytest
 
+from spider2local.agents.contract import AgentContext, AgentOutcome
+from spider2local.core.results import Status, Usage, save_result
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
 from spider2local.integrity import guard
 from spider2local.report.summary import load_report
 from spider2local.report.text import headline_lines
-from spider2local.run.contract import AgentContext, AgentOutcome
 from spider2local.run.folder import RunFolder
 from spider2local.run.merge import merge_runs
 from spider2local.run.plan import RunOutcome, RunPlan, execute_run
 from spider2local.run.progress import Progress
-from spider2local.run.results import Status, Usage, save_result
 from spider2local.run.runner import RunBudget, interleaved, run_task
 from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
@@ -106,7 +106,7 @@ def test_raising_the_trials_runs_only_the_new_ones_and_lowering_is_refused(
 
 def test_a_machine_fault_is_run_again_and_only_that_trial(data: Dataset,
                                                          tmp_path: Path) -> None:
-    from spider2local.run.results import ErrorKind, Stage, TaskError
+    from spider2local.core.results import ErrorKind, Stage, TaskError
 
     folder = RunFolder.at(tmp_path / "runs", "r")
     execute(data, folder, trials=2)

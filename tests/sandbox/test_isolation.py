@@ -8,8 +8,9 @@ import pytest
 
 from spider2local.exceptions import UserError
 from spider2local.sandbox import probe as probe_mod
-from spider2local.sandbox.isolation import Isolation, IsolationMode, choose_isolation
+from spider2local.sandbox.isolation import IsolationMode, choose_isolation
 from spider2local.sandbox.probe import Probe
+from spider2local.suite.options import Isolation
 
 BROKEN = Probe(False, "AppArmor restricts unprivileged user namespaces",
                "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")

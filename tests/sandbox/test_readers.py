@@ -14,10 +14,10 @@ import duckdb
 import pytest
 
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.sandboxed import score_sandboxed_sync
 from spider2local.sandbox import readers
 from spider2local.sandbox.probe import Probe, probe
 from spider2local.sandbox.readers import ReaderFiles, run_reader
+from spider2local.sandbox.scoring import score_sandboxed_sync
 from tests.helpers import host_secrets
 
 SECRET = "HOST-SECRET-91c2"

@@ -9,9 +9,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from spider2local.core.faults import is_machine_fault
 from spider2local.db.locks import is_lock_error
 from spider2local.exceptions import ScoringError
-from spider2local.run.faults import is_machine_fault
 from spider2local.sandbox.reply import ReaderDuckDBError, result_of, serve
 
 LOCK = 'IO Error: Could not set lock on file "/g.duckdb": Conflicting lock is held in PID 0.'

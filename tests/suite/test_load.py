@@ -115,7 +115,7 @@ def test_malformed_suite_is_one_line_naming_file_and_key(tmp_path: Path, text: s
 
 
 def test_isolation_defaults_to_auto_and_is_read(tmp_path: Path) -> None:
-    from spider2local.sandbox.isolation import Isolation
+    from spider2local.suite.options import Isolation
 
     assert load_suite(write(tmp_path, "")).defaults.isolation is Isolation.AUTO
     suite = load_suite(write(tmp_path, "[run]\nisolation = 'namespace'\n"))

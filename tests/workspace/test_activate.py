@@ -24,6 +24,7 @@ from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.exceptions import UserError
 from spider2local.resources import faketime_dir
 from spider2local.suite.model import SAMPLE, Suite
+from spider2local.workspace import model as model_mod
 from spider2local.workspace import prepare as wsmod
 from spider2local.workspace.activate import (
     ACTIVATE,
@@ -46,7 +47,7 @@ def sample() -> Dataset:
 
 @pytest.fixture
 def gym(sample: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
-        tuple[TaskSpec, wsmod.Workspace]]:
+        tuple[TaskSpec, model_mod.Workspace]]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-in-host-env")
     monkeypatch.setenv("SPIDER2LOCAL_SUITE", "/home/someone/private/tasks.toml")
     task = sample.get("gym001")
@@ -108,7 +109,7 @@ def test_sourcing_gives_dbt_the_tasks_date_and_deactivate_undoes_it(
 
 
 def test_a_prepared_workspace_has_a_marker_and_a_script_with_no_secret(
-        gym: tuple[TaskSpec, wsmod.Workspace]) -> None:
+        gym: tuple[TaskSpec, model_mod.Workspace]) -> None:
     task, ws = gym
     script = (ws.project_dir / CONTEXT_DIR / ACTIVATE).read_text()
     assert "sk-ant-secret" not in script and "/home/someone" not in script
@@ -136,7 +137,7 @@ def test_a_prepared_workspace_has_a_marker_and_a_script_with_no_secret(
 
 
 def test_keeping_rewrites_what_the_agent_replaced_without_writing_through_links(
-        gym: tuple[TaskSpec, wsmod.Workspace], tmp_path: Path) -> None:
+        gym: tuple[TaskSpec, model_mod.Workspace], tmp_path: Path) -> None:
     task, ws = gym
     outside = tmp_path / "victim.txt"
     outside.write_text("precious")
@@ -223,7 +224,7 @@ def test_write_marker_round_trips(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # real dbt under the fake clock (~5-10 s)
 def test_real_dbt_in_an_activated_kept_workspace_sees_the_tasks_date(
-        gym: tuple[TaskSpec, wsmod.Workspace]) -> None:
+        gym: tuple[TaskSpec, model_mod.Workspace]) -> None:
     task, ws = gym
     wsmod.keep_workspace(ws)
     (ws.project_dir / "macros").mkdir(exist_ok=True)

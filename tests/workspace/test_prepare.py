@@ -19,19 +19,20 @@ import pytest
 from spider2local.clock.faketime import FAKE_DATE_ENV
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset, TaskSpec
-from spider2local.db.snapshot import DbSnapshot, snapshot_database
+from spider2local.db.snapshot import DbSnapshot
 from spider2local.dbtproject.inventory import ProjectScan
 from spider2local.exceptions import DatasetError, ScoringError, UserError
 from spider2local.resources import faketime_dir
+from spider2local.sandbox.dbreads import snapshot_database
 from spider2local.suite.model import SAMPLE, Suite
+from spider2local.workspace import collect as collect_mod
+from spider2local.workspace import environment as environment_mod
+from spider2local.workspace import model as model_mod
 from spider2local.workspace import prepare as wsmod
-from spider2local.workspace.prepare import (
-    checkpoint_database,
-    cleanup_workspace,
-    collect_artifacts,
-    prepare_workspace,
-    workspace_env,
-)
+from spider2local.workspace.checkpoint import checkpoint_database
+from spider2local.workspace.collect import collect_artifacts
+from spider2local.workspace.environment import workspace_env
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 
 
 def load(root: Path | str) -> Dataset:
@@ -53,7 +54,7 @@ def file_hashes(root: Path) -> set[str]:
     return {hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
 
 
-def assert_isolated(task: TaskSpec, ws: wsmod.Workspace) -> None:
+def assert_isolated(task: TaskSpec, ws: model_mod.Workspace) -> None:
     """Gold neither copied (by content) nor named anywhere in the workspace or its env."""
     assert task.gold is not None
     gold_hash = hashlib.sha256(task.gold.db.read_bytes()).hexdigest()
@@ -66,7 +67,7 @@ def assert_isolated(task: TaskSpec, ws: wsmod.Workspace) -> None:
     assert not any(s in value for s in secrets for value in ws.env.values())
 
 
-def check_workspace(task: TaskSpec, ws: wsmod.Workspace, artifacts: Path) -> None:
+def check_workspace(task: TaskSpec, ws: model_mod.Workspace, artifacts: Path) -> None:
     assert ws.project_dir.is_relative_to(ws.root) and ws.database.is_relative_to(ws.project_dir)
     assert task.start_db is not None
     assert ws.database.read_bytes() == task.start_db.read_bytes()
@@ -142,7 +143,7 @@ def test_copy_skips_build_output_but_keeps_wal_and_packages(
     assert {"shop.duckdb.wal", "dbt_packages/pkg/dbt_project.yml", "models/link.sql"} <= names
     assert not names & {"target", "logs", "dbt_modules"}
     assert not (ws.project_dir / "models" / "link.sql").is_symlink()  # a link inside: content
-    start = ws.root / wsmod.START_DIR  # the query tool's copy of the start database: read-only
+    start = ws.root / environment_mod.START_DIR  # the query tool's start copy: read-only
     assert all(p.stat().st_mode & stat.S_IWUSR for p in ws.root.rglob("*")
                if start not in p.parents and p != start)
     assert {p.name for p in start.iterdir()} == {"shop.duckdb", "shop.duckdb.wal"}
@@ -175,8 +176,8 @@ def test_env_is_an_allow_list_with_home_and_temp_inside_the_workspace(
     assert {"LC_ALL", "HTTPS_PROXY", "TZ"} <= set(env)
     assert not {"SPIDER2LOCAL_LOG_LEVEL", "SPIDER2LOCAL_SUITE", "GITHUB_TOKEN",
                 "AWS_SECRET_ACCESS_KEY", "PYTHONPATH", "ANTHROPIC_API_KEY"} & set(env)
-    assert env["HOME"] == str(tmp_path / wsmod.HOME_DIR)
-    assert env["TMPDIR"] == str(tmp_path / wsmod.TMP_DIR)
+    assert env["HOME"] == str(tmp_path / environment_mod.HOME_DIR)
+    assert env["TMPDIR"] == str(tmp_path / environment_mod.TMP_DIR)
     ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
     try:
         assert Path(ws.env["HOME"]).is_dir() and Path(ws.env["TMPDIR"]).is_dir()
@@ -194,15 +195,27 @@ def test_skills_are_installed_and_unknown_ones_refused(sample: Dataset, tmp_path
     parent.mkdir()
     task = sample.tasks[0]
     ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=parent,
-                           skills=["dbt-basics"], skills_root=skills)
-    installed = ws.project_dir / ".claude" / "skills" / "dbt-basics"
+                           skills=["dbt-basics"], skills_root=skills, skills_dir=".agent/skills")
+    installed = ws.project_dir / ".agent" / "skills" / "dbt-basics"  # where the agent reads
     assert (installed / "SKILL.md").read_text().endswith("Use ref().")
     assert (installed / "ref" / "notes.md").read_text() == "notes"
+    assert ws.skills_dir == ".agent/skills"
+    # the skills are the runner's, never collected as the agent's work
+    collected = collect_mod.collect_artifacts(ws, keep_db=False)
+    assert not (collected.project / ".agent").exists() and collected.files > 0
     cleanup_workspace(ws)
+    # an agent that names no skills folder gets none; one that names a way out is refused
+    with pytest.raises(UserError, match="reads none"):
+        prepare_workspace(task, artifacts=tmp_path / "a", parent=parent,
+                          skills=["dbt-basics"], skills_root=skills)
+    with pytest.raises(UserError):
+        prepare_workspace(task, artifacts=tmp_path / "a", parent=parent,
+                          skills=["dbt-basics"], skills_root=skills, skills_dir="../../out")
+    assert not (parent.parent / "out").exists()
     for bad in ("nope", "../skills/dbt-basics"):
         with pytest.raises(UserError, match=r"unknown skill .*choose from: dbt-basics"):
             prepare_workspace(task, artifacts=tmp_path / "a", parent=parent, skills=[bad],
-                              skills_root=skills)
+                              skills_root=skills, skills_dir=".claude/skills")
     assert list(parent.iterdir()) == []
 
 
@@ -216,7 +229,7 @@ def test_task_without_start_db_is_refused(tiny_dataset: Callable[..., Path],
 
 def _count_snapshot_children(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Record every snapshot reader child started (the real one still runs)."""
-    from spider2local.db import sandboxed
+    from spider2local.sandbox import dbreads as sandboxed
 
     started: list[Path] = []
     real = sandboxed.snapshot_sandboxed
@@ -229,7 +242,7 @@ def _count_snapshot_children(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return started
 
 
-def _tables(ws: wsmod.Workspace) -> list[str]:
+def _tables(ws: model_mod.Workspace) -> list[str]:
     return [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
 
 
@@ -239,7 +252,7 @@ def test_the_start_snapshot_is_read_once_per_start_database_until_it_changes(
     task = load(tiny_dataset("t1")).tasks[0]
     assert task.start_db is not None
 
-    def prepare(n: int) -> wsmod.Workspace:
+    def prepare(n: int) -> model_mod.Workspace:
         return prepare_workspace(task, artifacts=tmp_path / f"a{n}", parent=tmp_path)
 
     first, second = prepare(1), prepare(2)
@@ -357,7 +370,7 @@ def test_cleanup_removes_read_only_content_and_refuses_foreign_folders(
     foreign = tmp_path / "mine"
     foreign.mkdir()
     with pytest.raises(ValueError, match="refusing"):
-        cleanup_workspace(wsmod.Workspace(root=foreign, project_dir=foreign, database=foreign,
+        cleanup_workspace(model_mod.Workspace(root=foreign, project_dir=foreign, database=foreign,
                                           env={}, artifacts=foreign))
     assert foreign.exists()
 
@@ -526,7 +539,7 @@ def test_dbt_records_over_the_cap_keep_the_first_calls(sample: Dataset, tmp_path
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the cap the earliest calls are kept, in call order: as text, "1000-run" sorted
     before "999-show" and took its place."""
-    from spider2local.workspace import prepare
+    from spider2local.workspace import collect as prepare
 
     monkeypatch.setattr(prepare, "MAX_DBT_RECORDS", 2)
     ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
@@ -550,7 +563,7 @@ def test_the_dbt_log_is_kept_as_plain_text_too(tmp_path: Path) -> None:
     logs.mkdir()
     (logs / "dbt.log").write_text(_dbt_event("\x1b[31mFailure in model m\x1b[0m", "error")
                                   + _dbt_event("Parser Error: syntax error", "debug"))
-    assert wsmod.write_dbt_text(logs)
+    assert collect_mod.write_dbt_text(logs)
     text = (logs / "dbt.txt").read_text()
     assert "\x1b" not in text and '"info"' not in text
     assert "[error] Failure in model m" in text and "[debug] Parser Error" in text
@@ -561,24 +574,24 @@ def test_the_dbt_text_never_follows_a_link_nor_reads_one(tmp_path: Path) -> None
     logs.mkdir()
     outside.write_text("host file\n")
     (logs / "dbt.log").symlink_to(outside)  # a log that is a link: not read
-    assert not wsmod.write_dbt_text(logs) and not (logs / "dbt.txt").exists()
+    assert not collect_mod.write_dbt_text(logs) and not (logs / "dbt.txt").exists()
     (logs / "dbt.log").unlink()
     (logs / "dbt.log").write_text(_dbt_event("ok"))
     (logs / "dbt.txt").symlink_to(outside)  # a planted dbt.txt: replaced, never written through
-    assert wsmod.write_dbt_text(logs)
+    assert collect_mod.write_dbt_text(logs)
     assert outside.read_text() == "host file\n"
     assert not (logs / "dbt.txt").is_symlink() and "ok" in (logs / "dbt.txt").read_text()
 
 
 def test_a_huge_dbt_log_makes_a_bounded_text(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wsmod, "ARTIFACT_MAX_BYTES", 10_000)
+    monkeypatch.setattr(collect_mod, "ARTIFACT_MAX_BYTES", 10_000)
     logs = tmp_path / "dbt"
     logs.mkdir()
     with (logs / "dbt.log").open("w") as fh:
         fh.write(_dbt_event("x" * 3_000) * 20)
         fh.write("y" * 50_000 + "\n")  # one long line that is no event
-    assert wsmod.write_dbt_text(logs)
+    assert collect_mod.write_dbt_text(logs)
     text = (logs / "dbt.txt").read_text()
     assert len(text) < 10_200 and text.endswith("[the rest of dbt.log is not kept here]\n")
 
@@ -610,5 +623,5 @@ def test_a_user_site_install_is_found_by_the_agent_despite_its_moved_home(
     assert site_found == str(user_site)
     assert env == {"PYTHONUSERBASE": str(user_base)}
     assert str(user_site) in paths
-    assert wsmod.runtime_env() == {}  # this venv's interpreter reads no user site
+    assert environment_mod.runtime_env() == {}  # this venv's interpreter reads no user site
     assert "PYTHONUSERBASE" not in workspace_env(sample.tasks[0], dict(os.environ), (), tmp_path)

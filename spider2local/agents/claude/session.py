@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,33 +45,25 @@ from claude_agent_sdk import (
     tool,
 )
 
-from spider2local.agents.claude import apicheck, prompts
-from spider2local.agents.claude.pricing import ApiUsage
+from spider2local.agents import prompts
+from spider2local.agents.claude import apicheck
 from spider2local.agents.claude.support import (
     CLAUDE_PASS_ENV,
-    CREDENTIAL_VARS,
     SessionState,
     blanked,
-    claude_upstream,
     cli_env,
-    sweep,
     through_gateway,
 )
+from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.agents.registry import Capabilities
+from spider2local.core.layout import API_RECORD
+from spider2local.core.transcript import Transcript
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.dbtools.tools import TOOLS, Tool, call_tool, tool_names
 from spider2local.exceptions import AgentError
-from spider2local.gateway.budget import Budget, Cap
-from spider2local.gateway.server import open_gateway
+from spider2local.gateway.anthropic import CREDENTIAL_VARS, ApiUsage, claude_upstream
 from spider2local.proc.run import text_file_busy
-from spider2local.run.contract import AgentContext, AgentOutcome
-from spider2local.run.layout import API_RECORD
-from spider2local.run.transcript import Transcript
-from spider2local.sandbox import spec as sandbox_spec
-from spider2local.sandbox.isolation import IsolationMode
-from spider2local.sandbox.launcher import DeathWrapper, Launcher, Service
-from spider2local.sandbox.network import NetworkSeal
-from spider2local.sandbox.spec import agent_spec
+from spider2local.seal.session import Seal, is_sealed, open_seal
 
 __all__ = ["ClaudeAgent", "cli_version"]
 
@@ -178,7 +171,8 @@ class ClaudeAgent:
     """``make_agent("claude", **options)``; every option has a working default."""
 
     name = "claude"
-    capabilities = Capabilities(model=True, skills=True, credentials=CREDENTIAL_VARS,
+    capabilities = Capabilities(model=True, skills=True, skills_dir=".claude/skills",
+                                credentials=CREDENTIAL_VARS,
                                 sandboxed=True)
     tool_version = staticmethod(cli_version)
     check_api = staticmethod(apicheck.check_api)
@@ -218,40 +212,42 @@ class ClaudeAgent:
             stderr=lambda line: ctx.transcript.append("cli_stderr", line))
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
-        """One session behind its own model gateway (:mod:`spider2local.gateway`): the CLI's
-        API calls go through it (sealed in the sandbox: the only way out), and usage, cost,
-        budgets and the verifier's reports are read there, from the model's own answers."""
+        """One session in its seal (:mod:`spider2local.seal`): the CLI's API calls go through
+        the session's model gateway (sealed in the sandbox: the only way out), and usage,
+        cost, budgets and the verifier's reports are read there, from the model's own
+        answers."""
         state = SessionState()
         usage = ApiUsage(prompts.verifier_prompt(ctx.task, ctx.workspace, ctx.prompts),
                          on_change=lambda: ctx.meter.set(usage.usage()),
                          on_report=state.on_verifier_report)
-        budgets: list[Cap] = [Budget(ctx.limits.max_budget_usd, "task"),
-                              *([ctx.budget] if ctx.budget is not None else [])]
-        sealed = ctx.isolation == IsolationMode.NAMESPACE
         marker = uuid.uuid4().hex
         env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
-                      background_tasks=self.background_tasks, sandboxed=sealed)
-        async with open_gateway([claude_upstream(env)], usage, sealed=sealed, budgets=budgets,
-                                record=ctx.workspace.artifacts / API_RECORD) as served:
-            through_gateway(env, served.base_urls[0])
-            await self._session(ctx, state, usage, env, marker, served.socket)
-            if served.gateway.refused is not None:
-                state.on_refusal(served.gateway.refused)
+                      background_tasks=self.background_tasks, sandboxed=is_sealed(ctx.isolation))
+        async with open_seal(ctx.workspace, isolation=ctx.isolation, off_limits=ctx.off_limits,
+                             transcript=ctx.transcript, upstreams=[claude_upstream(env)],
+                             meter=usage, record=ctx.workspace.artifacts / API_RECORD,
+                             task_budget_usd=ctx.limits.max_budget_usd, run_budget=ctx.budget,
+                             date=ctx.task.date, query_limits=self.query_limits,
+                             marker=marker) as seal:
+            through_gateway(env, seal.base_urls[0])
+            await self._session(ctx, state, usage, env, seal)
+            if seal.gateway.refused is not None:
+                state.on_refusal(seal.gateway.refused)
         ctx.meter.set(usage.usage())
         return AgentOutcome(usage=usage.usage(), error=state.error,
                             infrastructure=state.infrastructure, verified=state.verified,
                             acted=state.tools_called > 0)
 
     async def _session(self, ctx: AgentContext, state: SessionState, usage: ApiUsage,
-                       env: dict[str, str], marker: str, socket: Path | None) -> None:
-        service = QueryService.for_workspace(ctx.workspace, ctx.task.date, self.query_limits)
+                       env: dict[str, str], seal: Seal) -> None:
         _route_sdk_logs()
         _TASK_LOG.set(ctx.transcript)
-        launcher: Launcher | DeathWrapper | None = \
-            self._launcher(ctx, env, socket) if ctx.isolation == IsolationMode.NAMESPACE \
-            else DeathWrapper.around(Path(self.cli_path or bundled_cli()))
-        cli_path = launcher.path if launcher is not None else self.cli_path
-        client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
+        # the CLI sees its workspace, the Python environment and the system, and nothing of
+        # the runner; the warm dbt server beside it gets its environment (what every Bash
+        # tool and so every dbt call inherits; the marker included) minus the API settings
+        program = seal.program(Path(self.cli_path or bundled_cli()),
+                               services_env=services_env(env), unset_env=blanked(env))
+        client = ClaudeSDKClient(self.options(ctx, seal.service, env, program.path))
         finished = False
         try:
             for wait in CONNECT_RETRIES:
@@ -262,7 +258,7 @@ class ClaudeAgent:
                     if not text_file_busy(exc) or wait is None:
                         raise
                 await anyio.sleep(wait)  # the launcher just written: see text_file_busy
-                client = ClaudeSDKClient(self.options(ctx, service, env, cli_path))
+                client = ClaudeSDKClient(self.options(ctx, seal.service, env, program.path))
             await self._converse(client, ctx, state)
             finished = True
         except sdk.ClaudeSDKError as exc:
@@ -270,32 +266,14 @@ class ClaudeAgent:
         finally:
             with anyio.CancelScope(shield=True):
                 if not finished:  # cancelled or crashed: stop the CLI before waiting on it
-                    await sweep(marker)
+                    await seal.sweep()
                 with anyio.move_on_after(DISCONNECT_WAIT):
                     await client.disconnect()
-                await sweep(marker)
-                if isinstance(launcher, Launcher):
-                    failure = launcher.failure()
-                    if failure is not None:
-                        ctx.transcript.append("error", {"sandbox": failure})
-                        state.on_sandbox_failure(failure)
-                if launcher is not None:
-                    launcher.remove()
+                await seal.sweep()
+                failure = seal.finish(program)
+                if failure is not None:
+                    state.on_sandbox_failure(failure)
                 ctx.meter.set(usage.usage())
-
-    def _launcher(self, ctx: AgentContext, env: dict[str, str],
-                  socket: Path | None) -> Launcher:
-        """The sandbox of this session: the CLI (and so its Bash, dbt and verifier) sees its
-        workspace, the Python environment and the system, and nothing of the runner: not the
-        dataset (gold, eval file), the run folder, other workspaces or the home folder."""
-        hidden = list(ctx.off_limits)
-        if ctx.workspace.start_copy is not None:  # the query tool's, never the agent's to swap
-            hidden += [ctx.workspace.start_copy.parent]
-        spec = agent_spec(Path(self.cli_path or bundled_cli()), [ctx.workspace.root],
-                          hidden=hidden, unset_env=blanked(env),
-                          network=NetworkSeal(socket) if socket is not None else None,
-                          services=warm_services(env, ctx.workspace.root))
-        return Launcher(spec)
 
     async def _converse(self, client: ClaudeSDKClient, ctx: AgentContext,
                         state: SessionState) -> None:
@@ -353,14 +331,13 @@ class ClaudeAgent:
                                       message.result or "; ".join(message.errors or []))
 
 
-def warm_services(env: dict[str, str], root: Path) -> tuple[Service, ...]:
-    """The workspace's warm dbt server, started by the sandbox beside the CLI, with the CLI's
-    own environment (what every Bash tool and so every dbt call of the session inherits; the
-    sweep marker included, so the session's sweep ends it too) minus its API settings
-    (:data:`CLAUDE_PASS_ENV`: the gateway's URL and placeholders), which the server has no use
-    for and the launcher script would then hold."""
-    return sandbox_spec.warm_services(
-        {k: v for k, v in env.items() if k not in CLAUDE_PASS_ENV}, root)
+def services_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What the workspace's warm dbt server starts with: the CLI's own environment (what every
+    Bash tool and so every dbt call of the session inherits; the sweep marker included, so the
+    session's sweep ends it too) minus its API settings (:data:`CLAUDE_PASS_ENV`: the
+    gateway's URL and placeholders), which the server has no use for and the launcher script
+    would then hold."""
+    return {k: v for k, v in env.items() if k not in CLAUDE_PASS_ENV}
 
 
 def _retry_note(data: dict[str, Any]) -> str:

@@ -1,26 +1,19 @@
-"""The Claude agent's plain-Python parts: the credential variables, the CLI environment, process
-sweeping and the session's verification state. No SDK import, so these are cheap to import and
+"""The Claude agent's plain-Python parts: the CLI environment and the session's verification
+state. No SDK import, so these are cheap to import and
 test.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spider2local.agents.claude import prompts
-from spider2local.gateway.server import Upstream
-from spider2local.proc.kill import KILL_GRACE, akill_processes
-from spider2local.proc.procfs import carrying_env
-
-CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
-MARKER_ENV = "SPIDER2LOCAL_AGENT_RUN"
-"""Set in the CLI's environment and inherited by everything it starts: how the sweep finds a
-session's processes (the SDK does not start the CLI in its own process group)."""
+from spider2local.agents import prompts
+from spider2local.gateway.anthropic import CREDENTIAL_VARS, PLACEHOLDER
+from spider2local.seal.processes import MARKER_ENV
 
 QUIET_ENV: Mapping[str, str] = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -64,36 +57,6 @@ CLAUDE_PASS_ENV = (*CREDENTIAL_VARS, "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN
                    "ANTHROPIC_CUSTOM_HEADERS", "API_TIMEOUT_MS", "CLAUDE_CODE_MAX_RETRIES")
 """The runner's variables the CLI itself needs: credentials and how to reach the API (the
 credentials and the base URL are then replaced by :func:`through_gateway`)."""
-DEFAULT_API = "https://api.anthropic.com"
-PLACEHOLDER = "spider2local-gateway-adds-the-credential"
-"""What the CLI's credential variables hold: the CLI needs one set to start, the gateway
-drops the header it makes of it and adds the real one. Measured with CLI 2.1.x against a
-recording server: with ``ANTHROPIC_API_KEY`` or ``CLAUDE_CODE_OAUTH_TOKEN`` set to this and a
-base URL with a path (``http://127.0.0.1:PORT/u0``), its only request was ``POST
-/u0/v1/messages?beta=true`` carrying the placeholder as is (``x-api-key``, or
-``Authorization: Bearer`` plus its ``oauth-2025-04-20`` beta), and the session worked."""
-TOKEN_VARS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-"""Credentials sent as ``Authorization: Bearer``."""
-
-
-def claude_upstream(environ: Mapping[str, str] | None = None) -> Upstream:
-    """The API the Claude CLI may reach and what the gateway adds to each request: the user's
-    ``ANTHROPIC_BASE_URL`` (or Anthropic's API), their credential and custom headers."""
-    environ = os.environ if environ is None else environ
-    headers: dict[str, str] = {}
-    for line in environ.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
-        name, sep, value = line.partition(":")
-        if sep and name.strip():
-            headers[name.strip().lower()] = value.strip()
-    if environ.get("ANTHROPIC_API_KEY"):
-        headers["x-api-key"] = environ["ANTHROPIC_API_KEY"]
-    token = next((environ[v] for v in TOKEN_VARS if environ.get(v)), None)
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    return Upstream(base_url=environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API,
-                    headers=headers, drop=("x-api-key", "authorization"), paths=("/v1/",))
-
-
 def through_gateway(env: dict[str, str], base_url: str) -> None:
     """Point the CLI's environment at the gateway: its base URL, placeholders for the
     credentials it had (the gateway holds the real ones), no custom headers."""
@@ -142,15 +105,6 @@ def cli_env(ws_env: Mapping[str, str], config_dir: Path, marker: str, *,
 def blanked(env: Mapping[str, str]) -> list[str]:
     """The variables :func:`cli_env` blanked: a sandbox launcher unsets them altogether."""
     return sorted(key for key, value in env.items() if value == "" and key in os.environ)
-
-
-async def sweep(marker: str, grace: float = KILL_GRACE) -> list[int]:
-    """Kill every process of the session (those whose environment carries
-    ``MARKER_ENV=marker``) with the one kill policy of :mod:`spider2local.proc.kill`; returns
-    the pids signalled. Never stopped halfway by a cancellation."""
-    result = await akill_processes(functools.partial(carrying_env, MARKER_ENV, marker),
-                                   grace=grace)
-    return list(result.signalled)
 
 
 ASYNC_LAUNCH = "Async agent launched"

@@ -27,6 +27,7 @@ from typing import Any
 
 import duckdb
 
+from spider2local.core import upstream
 from spider2local.db.sql import identifier, literal
 from spider2local.exceptions import DatasetError
 
@@ -129,8 +130,8 @@ def _build_into(root: Path) -> None:
         evaluations.append({"instance_id": task_id, "evaluation": {
             "func": "duckdb_match",
             "parameters": {"gold": f"{spec['database']}.duckdb", **spec["evaluation"]}}})
-    _write_jsonl(root / "examples" / "spider2-dbt.jsonl", examples)
-    _write_jsonl(root / "evaluation_suite" / "gold" / "spider2_eval.jsonl", evaluations)
+    _write_jsonl(root / upstream.TASKS_FILE, examples)
+    _write_jsonl(root / upstream.EVAL_FILE, evaluations)
     (root / _MARKER).write_text(source_digest() + "\n", encoding="utf-8")
 
 
@@ -147,9 +148,9 @@ def _read_spec(task_id: str) -> dict[str, Any]:
 def _build_task(task_id: str, spec: dict[str, Any], root: Path) -> None:
     src = _TASKS / task_id
     db_file = f"{spec['database']}.duckdb"
-    project = root / "examples" / task_id
+    project = upstream.project_dir(root, task_id)
     shutil.copytree(src / "project", project, ignore=shutil.ignore_patterns(*_IGNORED))
-    gold = root / "evaluation_suite" / "gold" / task_id / db_file
+    gold = upstream.gold_dir(root, task_id) / db_file
     gold.parent.mkdir(parents=True)
     # One in-memory connection per task that ATTACHes each file: about three times faster
     # than opening every file as its own database, and temp views never leak across tasks.

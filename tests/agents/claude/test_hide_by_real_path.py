@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spider2local.integrity import known
+from spider2local.dataset import known
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.agents.claude.test_sandbox import digest, sandboxed_run

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from spider2local.agents.claude.support import PLACEHOLDER
+from spider2local.gateway.anthropic import PLACEHOLDER
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.agents.claude.test_sandbox import sandboxed_run

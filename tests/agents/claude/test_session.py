@@ -19,19 +19,20 @@ import anyio
 import duckdb
 import pytest
 
-from spider2local.agents.claude import prompts
-from spider2local.agents.claude.support import MARKER_ENV, SessionState, cli_env
+from spider2local.agents import prompts
+from spider2local.agents.claude.support import SessionState, cli_env
+from spider2local.agents.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.agents.registry import capabilities, make_agent
 from spider2local.clock import warm
+from spider2local.core.transcript import Transcript
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import TaskSpec
 from spider2local.evaluation import score_database
 from spider2local.exceptions import CredentialsError
-from spider2local.run.contract import AgentContext, AgentLimits, AgentOutcome
 from spider2local.run.retry import should_retry
-from spider2local.run.transcript import Transcript
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.probe import probe
+from spider2local.seal.processes import MARKER_ENV
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.suite.model import SAMPLE
 from spider2local.testing import (
@@ -43,14 +44,11 @@ from spider2local.testing import (
     route_by_system,
     tool,
 )
-from spider2local.workspace.prepare import (
-    Workspace,
-    checkpoint_database,
-    cleanup_workspace,
-    collect_artifacts,
-    prepare_workspace,
-)
-from tests.agents.claude.test_kit import kit_files, tool_mentions
+from spider2local.workspace.checkpoint import checkpoint_database
+from spider2local.workspace.collect import collect_artifacts
+from spider2local.workspace.model import Workspace
+from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
+from tests.agents.test_kit import kit_files, tool_mentions
 
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
@@ -638,15 +636,15 @@ def test_a_persistent_529_is_infrastructure_after_the_runner_s_retries(tmp_path:
     """The CLI's own retries are bounded, so a dead API under --timeout 120 is not a timeout:
     the runner retries, then records infrastructure; the retries show in the progress lines."""
     with FakeAnthropic([HttpError(529, repeat=True)], route=ROUTE) as fake:
-        started = time.monotonic()
         proc = spider2local_run(tmp_path, fake.env(), "--timeout", "120", "--retries", "1",
                                 "bakery001")
-        elapsed = time.monotonic() - started
         answered = [r.answer for r in fake.conversation_requests("main")]
     result = only_result(tmp_path)
     assert result["status"] == "error", (result, proc.stderr[-2000:])
     assert result["error"]["kind"] == "infrastructure" and "529" in result["error"]["message"]
-    assert result["attempts"] == 2 and elapsed < 100, elapsed
+    # not a timeout of either attempt (the kind says so, whatever the machine's load): the
+    # CLI's bounded retries ended each before its 120 s deadline
+    assert result["attempts"] == 2
     assert set(answered) == {"error 529"} and len(answered) == 2 * 3  # 1 call + 2 CLI retries
     assert "API 529, retry 1/2" in proc.stderr and "API 529, retry 2/2" in proc.stderr
 
@@ -674,14 +672,15 @@ def test_tool_calls_are_counted_as_announced() -> None:
 
 def test_the_sandbox_starts_the_warm_dbt_server_without_the_api_credentials(
         tmp_path: Path) -> None:
-    from spider2local.agents.claude.session import warm_services
+    from spider2local.agents.claude.session import services_env
+    from spider2local.sandbox.spec import warm_services
 
     env = {"PATH": "/usr/bin", "ANTHROPIC_API_KEY": "sk-secret", "ANTHROPIC_BASE_URL": "x",
            MARKER_ENV: "m1", "BLANKED": "", "SPIDER2LOCAL_FAKE_DATE": "2024-01-15",
            "SPIDER2LOCAL_LIBFAKETIME": "/lib/libfaketime.so.1",
            "SPIDER2LOCAL_REAL_DBT": "/venv/bin/dbt"}
-    assert warm_services(env, tmp_path) == ()  # no socket named: no server
-    (service,) = warm_services(warm.warm_env(env, tmp_path), tmp_path)
+    assert warm_services(services_env(env), tmp_path) == ()  # no socket named: no server
+    (service,) = warm_services(services_env(warm.warm_env(env, tmp_path)), tmp_path)
     given = dict(service.env)
     assert "ANTHROPIC_API_KEY" not in given and "ANTHROPIC_BASE_URL" not in given
     assert "BLANKED" not in given and given[MARKER_ENV] == "m1"  # the sweep finds it too

@@ -1,0 +1,343 @@
+"""The per-task result: a frozen record, an explicit status, JSON with a schema version.
+
+A result file is the unit of progress: ``<run>/<task>/result.json`` exists only once the task is
+finished (it is written atomically), so resume, re-scoring and every report are rebuilt from disk.
+Old runs stay readable: a file of an earlier schema is upgraded as it is read (see
+:meth:`TaskResult.from_json`), so nothing finished is re-run because the format moved on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import os
+import tempfile
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from spider2local.core.layout import ERROR_TRACEBACK
+
+SCHEMA_VERSION = 5
+"""5: ``cut_by_budget`` (absent before, read as false).
+4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
+1-trial run).
+3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
+``integrity``; ``isolation`` (also written by late version-2 files).
+2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
+field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
+``agent``."""
+READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
+log = logging.getLogger(__name__)
+
+
+class Integrity(StrEnum):
+    CLEAN = "clean"
+    """Nothing found."""
+    SUSPECT = "suspect"
+    """Something outside the workspace was named or opened: see the evidence."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    """``transcript.jsonl``, ``queries.jsonl`` or ``project/<path>``."""
+    line: int | None
+    """1-based line in the source (``None`` when only the squashed text matched)."""
+    rule: str
+    excerpt: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
+        return cls(str(data["source"]), data.get("line"), str(data["rule"]),
+                   str(data["excerpt"]))
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    """Scored: every graded table matches gold."""
+    FAILED = "failed"
+    """Scored: at least one graded table does not match."""
+    ERROR = "error"
+    """A stage failed before a verdict (agent, dbt, infrastructure, scoring); see ``error``."""
+    TIMEOUT = "timeout"
+    """The task hit its deadline; its processes were killed. Scored if a database was left."""
+    UNSCORED = "unscored"
+    """The work ran but the task has no gold to score against."""
+
+
+class Stage(StrEnum):
+    PREPARE = "prepare"
+    AGENT = "agent"
+    CHECKPOINT = "checkpoint"
+    SCORE = "score"
+    SCAN = "scan"
+    COLLECT = "collect"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the agent consumed. Costs are kept both as reported and as recomputed from a price
+    table, because the reported total has been seen to miss cache tokens and subagents."""
+
+    turns: int = 0
+    """API calls of the main agent that got an answer."""
+    subagent_turns: int = 0
+    """API calls of its subagents (the verifier), counted apart; 0 in files written before the
+    field existed."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cost_usd_reported: float | None = None
+    cost_usd_computed: float | None = None
+    by_model: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.cost_usd_computed if self.cost_usd_computed is not None \
+            else self.cost_usd_reported
+
+    def __add__(self, other: Usage) -> Usage:
+        """Usage of two attempts together: a retried task is paid for every attempt it made.
+        A cost that only one side knows is taken as is (``None`` only when neither knows it)."""
+        return Usage(
+            turns=self.turns + other.turns,
+            subagent_turns=self.subagent_turns + other.subagent_turns,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_creation_tokens=self.cache_creation_tokens + other.cache_creation_tokens,
+            cost_usd_reported=_add_cost(self.cost_usd_reported, other.cost_usd_reported),
+            cost_usd_computed=_add_cost(self.cost_usd_computed, other.cost_usd_computed),
+            by_model=_add_models(self.by_model, other.by_model))
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+
+def _add_models(a: Mapping[str, Mapping[str, int]],
+                b: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    merged = {model: dict(tokens) for model, tokens in a.items()}
+    for model, tokens in b.items():
+        into = merged.setdefault(model, {})
+        for key, count in tokens.items():
+            into[key] = into.get(key, 0) + count
+    return merged
+
+
+class ErrorKind(StrEnum):
+    AGENT = "agent"
+    """The agent reported a failure or crashed (its message says which)."""
+    TIMEOUT = "timeout"
+    """The task's deadline was reached."""
+    INFRASTRUCTURE = "infrastructure"
+    """The machine's fault, not the agent's: API overloaded or rate-limited, CLI crash, a full
+    disk, a permission refused, a database locked by another process
+    (:func:`spider2local.core.faults.is_machine_fault`). Without a verdict, a resume re-runs it."""
+    INTEGRITY = "integrity"
+    """What the task is scored against (its gold file, its evaluation record, the scorer's
+    source) changed after the run fingerprinted it: not scored, the message names the change."""
+    EXCEPTION = "exception"
+    """An unexpected exception in one of our stages; its class is in ``TaskError.exception``
+    and its whole traceback in the task folder's ``error.txt``."""
+
+
+@dataclass(frozen=True)
+class TaskError:
+    stage: Stage
+    kind: ErrorKind
+    message: str
+    exception: str | None = None
+    """The exception's class name (``ScoringError``, ``OSError``) when an exception ended the
+    stage (kind ``exception``, or ``infrastructure`` for a machine fault): kept apart so code
+    asks the kind and people still see the class."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], version: int) -> TaskError:
+        """Read either schema; version 1 kept the class name in ``kind`` itself."""
+        kind, exception = data["kind"], data.get("exception")
+        if version == 1 and kind not in {k.value for k in ErrorKind}:
+            kind, exception = ErrorKind.EXCEPTION, kind
+        return cls(Stage(data["stage"]), ErrorKind(kind), data["message"], exception)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    task_id: str
+    status: Status
+    agent: str
+    fake_date: str
+    started_at: str
+    finished_at: str
+    durations: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per step, as the runner times them: ``prepare``, ``agent`` (its dbt runs
+    included), ``checkpoint`` and ``score`` (the :class:`Stage` values), ``collect`` (artifacts),
+    ``scan`` (the integrity scan), ``cleanup`` (workspace removal) and ``total``; a step that
+    never ran is absent."""
+    usage: Usage = field(default_factory=Usage)
+    passed: bool | None = None
+    tables_passed: int = 0
+    tables_total: int = 0
+    score: Mapping[str, Any] | None = None
+    """The evaluation's full JSON (per-table verdicts and diagnostics)."""
+    error: TaskError | None = None
+    attempts: int = 1
+    model: str | None = None
+    verified: bool | None = None
+    """Whether the agent's verifier ran (Claude agent only)."""
+    integrity: Integrity | None = None
+    """What the scan of the agent's traces found (:mod:`spider2local.integrity.scan`);
+    ``None`` when the task was never scanned (a result older than schema 3)."""
+    integrity_evidence: tuple[Evidence, ...] = ()
+    """Why a task is ``suspect``: the first hits (source, line, rule, excerpt)."""
+    isolation: str | None = None
+    """The isolation the agent ran under: ``namespace``, ``none`` or ``not-needed``
+    (:class:`spider2local.sandbox.isolation.IsolationMode`); ``None`` in files written before
+    it was recorded (those runs had no isolation)."""
+    trial: int = 1
+    """Which of the run's independent trials of this task this is (1-based). Results are
+    addressed by ``(task_id, trial)``; files written before trials existed are trial 1."""
+    cut_by_budget: bool = False
+    """The run's budget (``--max-cost-usd``) was spent while this trial ran: its model gateway
+    refused a request, which ended the session, and what the agent had left was scored as it
+    stood (the error says so, as for the task's own ``--max-budget-usd``)."""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["integrity"] = None if self.integrity is None else self.integrity.value
+        data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
+        if self.error is not None:
+            data["error"]["stage"] = self.error.stage.value
+            data["error"]["kind"] = self.error.kind.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+        """Read any schema in :data:`READABLE_VERSIONS`; the record returned is always in the
+        current one (so a re-score rewrites an old file in the new layout)."""
+        version = data.get("schema_version")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"result schema {version} is not one of {READABLE_VERSIONS}")
+        problem = _result_problem(data)
+        if problem is not None:
+            raise TypeError(f"result.json: {problem}")
+        fields = dict(data)
+        fields["schema_version"] = SCHEMA_VERSION
+        fields["status"] = Status(fields["status"])
+        fields["usage"] = Usage(**fields.get("usage", {}))
+        err = fields.get("error")
+        fields["error"] = None if err is None else TaskError.from_json(err, version)
+        found = fields.get("integrity")
+        fields["integrity"] = None if found is None else Integrity(found)
+        fields["integrity_evidence"] = tuple(Evidence.from_json(e) for e in
+                                             fields.get("integrity_evidence") or ())
+        return cls(**fields)
+
+
+_NUMBER = (int, float)
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,), "agent": (str,), "fake_date": (str,), "started_at": (str,),
+    "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
+    "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
+    "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
+    "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
+}
+
+
+def _result_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a result file's fields have types no reader can use (a hand-edited or corrupt file);
+    ``None`` when they are fine. Such a file counts as unfinished: resume re-runs the task."""
+    for key, types in _RESULT_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, types)
+                            or (isinstance(value, bool) and bool not in types)):
+            return f"{key} is {type(value).__name__}"
+    if "trial" in data and data["trial"] < 1:
+        return f"trial is {data['trial']} (trials count from 1)"
+    numbers = [*data.get("durations", {}).values(),
+               *(v for k, v in data.get("usage", {}).items() if k != "by_model")]
+    if not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool))
+               for v in numbers):
+        return "durations and usage must hold numbers"
+    return None
+
+
+def write_text_atomic(path: Path, text: str, mode: int | None = 0o644) -> None:
+    """Write text so that readers (and a resume after SIGKILL) see the old file or the new one,
+    never half of one: temp file in the same folder, fsync, then rename. ``mode`` 0644 (as a
+    plain ``open`` makes it) by default: reports are uploaded and shared, and ``mkstemp`` alone
+    would leave them 0600; ``None`` keeps mkstemp's 0600 (the run folder's own records)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """:func:`write_text_atomic` of ``data`` as JSON (mode as mkstemp leaves it).
+    allow_nan=False: NaN or Infinity is not JSON, and no reader of ours accepts it."""
+    text = json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n", mode=None)
+
+
+def save_result(path: Path, result: TaskResult) -> None:
+    write_json_atomic(path, result.to_json())
+
+
+def load_result(path: Path) -> TaskResult | None:
+    """Read a result file; ``None`` when absent or unreadable (the task is then re-run).
+
+    NaN and Infinity are refused as they are when written (:func:`write_json_atomic`): a file
+    holding one was edited or damaged, and ``report --format json`` failed on it with a
+    traceback."""
+    try:
+        return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8"),
+                                               parse_constant=_not_json,
+                                               parse_float=_finite))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as inf
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def keep_traceback(artifacts: Path, stage: Stage, exc: BaseException) -> None:
+    """Append the whole traceback of an unexpected exception to the task's ``error.txt``:
+    result.json keeps the one-line message, the file keeps what a bug report needs."""
+    text = "".join(traceback.format_exception(exc))
+    when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    log.debug("%s: %s failed", artifacts.name, stage.value, exc_info=exc)
+    try:
+        with (artifacts / ERROR_TRACEBACK).open("a", encoding="utf-8") as fh:
+            fh.write(f"--- {when} stage {stage.value}\n{text}")
+    except OSError as err:  # the message in result.json must still be written
+        log.warning("%s: traceback not kept: %s", artifacts / ERROR_TRACEBACK, err)
