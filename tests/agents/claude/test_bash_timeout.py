@@ -14,9 +14,9 @@ import duckdb
 import pytest
 
 from spider2local.agents.claude.support import BASH_TIMEOUTS
+from spider2local.agents.contract import AgentContext
 from spider2local.clock import warm
 from spider2local.dataset.task import TaskSpec
-from spider2local.run.contract import AgentContext
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.agents.claude.test_session import (
     ROUTE,
