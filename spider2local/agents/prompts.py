@@ -3,7 +3,7 @@
 What goes in: the task's instruction, its fixed date, the project scan and the start database's
 snapshot (both written by the workspace). What never goes in: anything from ``TaskSpec.gold``
 or ``TaskSpec.graded_tables``; this module does not read them at all, so a prompt cannot leak
-the graded table names or the gold (tests/agents/claude/test_prompts.py checks it).
+the graded table names or the gold (tests/agents/test_prompts.py checks it).
 
 Templates use :class:`string.Template` (``$name``) so SQL and Jinja braces need no escaping.
 """

@@ -48,7 +48,7 @@ from spider2local.workspace.checkpoint import checkpoint_database
 from spider2local.workspace.collect import collect_artifacts
 from spider2local.workspace.model import Workspace
 from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
-from tests.agents.claude.test_kit import kit_files, tool_mentions
+from tests.agents.test_kit import kit_files, tool_mentions
 
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
