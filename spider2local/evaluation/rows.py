@@ -103,8 +103,7 @@ def pair_codes(gold: Column, pred: Column) -> PairCodes:
     if isinstance(gold, NumColumn) and isinstance(pred, NumColumn):
         return _number_codes(gold, pred)
     if isinstance(gold, StrColumn) and isinstance(pred, StrColumn):
-        codes, _ = pd.factorize(np.concatenate([gold.values, pred.values]))
-        return _split(np.asarray(codes, dtype=np.int64) + 1, gold.length)
+        return _string_codes(gold, pred)
     if isinstance(gold, TimeColumn) and isinstance(pred, TimeColumn):
         both = np.concatenate([gold.times.view(np.int64), pred.times.view(np.int64)])
         codes = np.asarray(pd.factorize(both)[0], dtype=np.int64) + 1
@@ -118,6 +117,22 @@ def _split(codes: Array, at: int, exact: bool = True,
     return PairCodes(codes[:at], codes[at:], exact, check)
 
 
+def _string_codes(gold: StrColumn, pred: StrColumn) -> PairCodes:
+    """Strings keyed by their hashes (already computed by the official multiset test) when no
+    hash stands for two different strings, within or across the columns; else by value."""
+    mine, theirs = gold.hash_table(), pred.hash_table()
+    if mine is not None and theirs is not None:
+        _, i, j = np.intersect1d(mine[0], theirs[0], assume_unique=True, return_indices=True)
+        if bool(np.all(mine[2][i] == theirs[2][j])):
+            missing = np.concatenate([gold.missing, pred.missing])
+            codes = np.zeros(len(missing), dtype=np.int64)
+            hashes = np.concatenate([gold.present_hashes, pred.present_hashes])
+            codes[~missing] = np.asarray(pd.factorize(hashes)[0], dtype=np.int64) + 1
+            return _split(codes, gold.length)
+    codes, _ = pd.factorize(np.concatenate([gold.values, pred.values]))
+    return _split(np.asarray(codes, dtype=np.int64) + 1, gold.length)
+
+
 def _number_codes(gold: NumColumn, pred: NumColumn) -> PairCodes:
     values = np.concatenate([gold.num, pred.num])
     missing = np.concatenate([gold.missing, pred.missing])
@@ -125,14 +140,30 @@ def _number_codes(gold: NumColumn, pred: NumColumn) -> PairCodes:
     codes[~missing & (values == np.inf)] = 1
     codes[~missing & (values == -np.inf)] = 2
     finite = ~missing & np.isfinite(values)
-    distinct = np.unique(values[finite])
+    whole = values[finite]
+    if not len(whole) or (np.all(whole == np.floor(whole)) and np.abs(whole).max() < 1e8):
+        # Whole numbers under 1e8: distinct ones differ by at least 1, beyond both
+        # tolerances (0.01, and 1e-9 of 1e8), so every value is its own exact code.
+        if len(whole):
+            codes[finite] = (whole - whole.min()).astype(np.int64) + 3
+        return _split(codes, gold.length)
+    # Hash the values first and sort only the distinct ones (cheaper than sorting every row).
+    factor, uniques = pd.factorize(values[finite])
+    order = np.argsort(uniques)
+    distinct = np.asarray(uniques)[order]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
     exact = True
     if len(distinct):
         low, high = distinct[:-1], distinct[1:]
         with np.errstate(over="ignore", invalid="ignore"):
-            bound = np.maximum(official.TOLERANCE,
-                               _REL_TOL * np.maximum(np.abs(low), np.abs(high))) * _SLACK
-            linked = (high - low) <= bound
+            # Neighbours stay together when the official rule calls them equal; where the
+            # relative tolerance could matter (values of 5e6 and more), also when they are
+            # within it up to rounding, so that no value left of a cut is close to one right.
+            relative = _REL_TOL * np.maximum(np.abs(low), np.abs(high))
+            loose = ((high - low) <= np.maximum(official.TOLERANCE, relative) * _SLACK) & (
+                relative >= official.TOLERANCE / 2)
+            linked = isclose(low, high) | loose
         piece = np.concatenate([[0], np.cumsum(~linked)]).astype(np.int64)
         starts = np.flatnonzero(np.concatenate([[True], ~linked]))
         ends = np.concatenate([starts[1:], [len(distinct)]]) - 1
@@ -143,7 +174,7 @@ def _number_codes(gold: NumColumn, pred: NumColumn) -> PairCodes:
             tight = (span <= official.TOLERANCE) | (
                 (first * last > 0) & (span <= _REL_TOL * smaller))
         exact = bool(np.all(tight))
-        codes[finite] = piece[np.searchsorted(distinct, values[finite])] + 3
+        codes[finite] = piece[rank[np.asarray(factor, dtype=np.int64)]] + 3
     check = None if exact else _number_check(gold, pred)
     return _split(codes, gold.length, exact, check)
 

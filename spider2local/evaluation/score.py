@@ -81,7 +81,7 @@ def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[i
         return TableScore(name, passed, len(gold), len(pred), notes=stack_note,
                           row_aligned=check.aligned, row_aligned_note=check.note,
                           row_diff=diff)
-    diff = _row_diff(gold_columns, pred_columns, _fallback_mapping(
+    diff = _row_diff(gold_columns, pred_columns, fallback_mapping(
         gold_columns, pred_columns, matches), positions)
     if len(gold) != len(pred):
         return TableScore(name, passed, len(gold), len(pred), notes=stack_note, row_diff=diff)
@@ -114,7 +114,7 @@ def _row_diff(gold: Sequence[Column], pred: Sequence[Column], mapping: Sequence[
         return RowDiff((), (), (), (), 0, 0, note=f"the row diff failed ({exc!r})")
 
 
-def _fallback_mapping(gold: Sequence[Column], pred: Sequence[Column],
+def fallback_mapping(gold: Sequence[Column], pred: Sequence[Column],
                       matches: Sequence[int | None]) -> list[int | None]:
     """For a failed table: the official match where it found one, else the result column the
     column diagnostics call nearest (same name first), so one wrong cell reads as one missing
