@@ -11,7 +11,11 @@ pass^k per k), ``flaky``. Fractions are 0..1, not percentages.
 
 Added since (same schema): ``budget`` (the run's ``--max-cost-usd`` as ``cap_usd``, what it
 counted as ``spent_usd``, trials it ``cut`` mid-way and trials it left ``not_started``) and
-each task's ``cut_by_budget``.
+each task's ``cut_by_budget``. The row-aligned check (docs/scoring.md): the headline's
+``lenient_passes`` (of the passes, those whose rows do not line up) and
+``row_checked_passes``; per task ``row_aligned`` (true, false, or null: not passed, undecided,
+or scored before the check), ``lenient``, ``lenient_tables`` and ``row_diffs`` (per failing
+table: the gold rows missing from the result and the extra result rows, with counts).
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "budget": {"cap_usd": report.max_cost_usd, "spent_usd": report.spent_usd,
                    "cut": report.cut_by_budget, "not_started": report.not_run_for_budget},
         "stats": stats_json(report.stats),
-        "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total}}
+        "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total},
+                   "lenient": r.lenient,
+                   "row_diffs": [{"table": name, **asdict(diff)} for name, diff in r.row_diffs]}
                   for r in report.rows],
     }
 

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from spider2local.evaluation.serialize import first_diagnostic, from_json, render_text
+from spider2local.evaluation.verdicts import RowDiff, TaskScore
 from spider2local.integrity.scan import Integrity
 from spider2local.report.stats import (
     Estimate,
@@ -129,6 +130,18 @@ class Row:
     cut_by_budget: bool = False
     """The run's budget (``--max-cost-usd``) was spent while it ran and its session was stopped
     there (scored as it stood)."""
+    row_aligned: bool | None = None
+    """The row-aligned check beside the official verdict (docs/scoring.md): None when the
+    verdict failed, the check was undecided, or the result predates it."""
+    lenient_tables: tuple[str, ...] = ()
+    """Graded tables that pass officially although their rows do not line up."""
+    row_diffs: tuple[tuple[str, RowDiff], ...] = ()
+    """(table, row diff) for every table that fails, officially or row-aligned."""
+
+    @property
+    def lenient(self) -> bool:
+        """An official pass whose rows do not line up (the verdict stays a pass)."""
+        return self.verdict is Verdict.PASS and self.row_aligned is False
 
     @property
     def name(self) -> str:
@@ -230,6 +243,11 @@ class Headline:
     """
     cut_tokens: Tokens = field(default_factory=lambda: Tokens())
     cut_cost_usd: float | None = None
+    lenient_passes: int = 0
+    """Of ``passed``, official passes whose rows do not line up (``row_aligned`` false)."""
+    row_checked_passes: int = 0
+    """Of ``passed``, how many carry a row-aligned verdict (results scored before the check
+    carry none: then the headline says nothing about lenient passes)."""
 
     def denominators(self) -> list[tuple[str, int]]:
         """``(label, denominator)`` in the order they are quoted; unknown ones are left out."""
@@ -298,42 +316,67 @@ def _integrity(result: TaskResult) -> str:
     return SUSPECT if str(getattr(value, "value", value)) == SUSPECT else CLEAN
 
 
+def score_of(result: TaskResult) -> TaskScore | None:
+    """The per-table score a result holds, or None (none, or a hand-edited one: no detail,
+    the verdict is kept)."""
+    if not isinstance(result.score, Mapping):
+        return None
+    try:
+        return from_json(dict(result.score))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def failing_tables(result: TaskResult) -> tuple[tuple[str, ...], str, str]:
     """The names of the graded tables that failed, the first diagnostic among them, and the
     whole per-table text (all empty when the result holds no usable per-table score)."""
-    if not isinstance(result.score, Mapping):
-        return (), "", ""
-    try:
-        score = from_json(dict(result.score))
-    except (KeyError, TypeError, ValueError):  # a hand-edited score: no detail, verdict kept
+    score = score_of(result)
+    if score is None:
         return (), "", ""
     failed = [t for t in score.tables if not t.passed]
     first = first_diagnostic(failed[0]) if failed else (score.error or "")
     return tuple(t.name for t in failed), first, render_text(score)
 
 
-def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
+def _note(result: TaskResult, failing: Sequence[str], first: str,
+          lenient: Sequence[str] = ()) -> str:
     parts = []
     if result.error is not None:
         parts.append(f"{result.error.stage.value}: {result.error.message}")
     if result.passed is False:
         parts.append(f"failed {', '.join(failing)}: {first}" if failing else first)
+    if result.passed and lenient:
+        parts.append(f"lenient pass: the rows of {', '.join(lenient)} do not line up "
+                     "(row_aligned false)")
     return "; ".join(p for p in parts if p)
+
+
+def _row_facts(score: TaskScore | None, passed: bool | None
+               ) -> tuple[bool | None, tuple[str, ...], tuple[tuple[str, RowDiff], ...]]:
+    """(row_aligned, lenient tables, row diffs) of a result's score; the task's row-aligned
+    verdict only when its official verdict passed (the score's own verdict is the result's)."""
+    if score is None:
+        return None, (), ()
+    aligned = score.row_aligned if passed else None
+    lenient = tuple(t.name for t in score.tables if t.lenient) if passed else ()
+    diffs = tuple((t.name, t.row_diff) for t in score.tables if t.row_diff is not None)
+    return aligned, lenient, diffs
 
 
 def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
     """The row of one finished trial."""
     failing, first, text = failing_tables(result)
+    aligned, lenient, diffs = _row_facts(score_of(result), result.passed)
     u = result.usage
     error = result.error
     return Row(result.task_id, result.status, _verdict(result), result.tables_passed,
                result.tables_total or graded, result.durations.get("total"), u.cost_usd,
-               _note(result, failing, first), _integrity(result), free,
+               _note(result, failing, first, lenient), _integrity(result), free,
                Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens,
                       u.cache_creation_tokens), u.turns, dict(result.durations), failing,
                error.stage.value if error else None, error.kind.value if error else None,
                error.message if error else None, text, result.trial,
-               result.cut_by_budget)
+               result.cut_by_budget, aligned, lenient, diffs)
 
 
 def _selection(manifest: RunManifest | None,
@@ -471,7 +514,9 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
         seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages,
         cut_attempts=len(cut_attempts), cut_tokens=Tokens(
             cut.input_tokens, cut.output_tokens, cut.cache_read_tokens,
-            cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd)
+            cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd,
+        lenient_passes=sum(r.lenient for r in passes),
+        row_checked_passes=sum(r.row_aligned is not None for r in passes))
 
 
 def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:

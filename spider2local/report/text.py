@@ -166,7 +166,16 @@ def passed_line(report: RunReport) -> str:
         rate = percent(h.passed / n) if estimate is None else _interval(estimate, mark)
         parts.append(f"{h.passed}/{n} ({rate}) {_labels(labels)}")
     tail = f" ({methods})" if any(e is not None for e in estimates) else ""
-    return "passed " + "; ".join(parts) + tail
+    return "passed " + "; ".join(parts) + tail + lenient_phrase(h)
+
+
+def lenient_phrase(h: Headline) -> str:
+    """``; of which 2 lenient (...)`` after the pass count, once the passes carry the
+    row-aligned check (docs/scoring.md); the official count stays the headline."""
+    if not h.row_checked_passes and not h.lenient_passes:
+        return ""
+    return (f"; of which {h.lenient_passes} lenient (official passes whose rows do not line "
+            "up: row_aligned false)")
 
 
 def cut_line(h: Headline) -> str | None:
@@ -224,7 +233,8 @@ def headline_lines(report: RunReport) -> list[str]:
     if several:
         lines += [trials_line(report) or "", pass_at_1_line(report) or "",
                   "trials passed " + shares(k.tasks_passed, [
-                      ("of attempted", k.tasks_attempted), (everything, k.tasks_total)])]
+                      ("of attempted", k.tasks_attempted), (everything, k.tasks_total)])
+                  + lenient_phrase(h)]
     else:  # tasks passed of attempted and of all selected are in the passed line
         lines.append(passed_line(report))
     lines += [
