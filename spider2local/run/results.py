@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from spider2local.integrity.scan import Evidence, Integrity
+from spider2local.run.failure import FailureClass, classify
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 5
-"""5: ``cut_by_budget`` (absent before, read as false).
+SCHEMA_VERSION = 6
+"""6: ``failure_class`` and ``failure_detail`` (derived from the other fields when written,
+recomputed when read: older files get them too; see :mod:`.failure`).
+5: ``cut_by_budget`` (absent before, read as false).
 4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
 3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
@@ -33,7 +36,7 @@ SCHEMA_VERSION = 5
 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
-READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -189,8 +192,21 @@ class TaskResult:
     stood (the error says so, as for the task's own ``--max-budget-usd``)."""
     schema_version: int = SCHEMA_VERSION
 
+    @property
+    def failure(self) -> tuple[FailureClass | None, str]:
+        """Why it did not pass, in one word, and the detail (:mod:`.failure`)."""
+        return classify(
+            passed=self.passed, status=self.status.value,
+            error_kind=self.error.kind.value if self.error else None,
+            error_message=self.error.message if self.error else None,
+            integrity=None if self.integrity is None else self.integrity.value,
+            cut_by_budget=self.cut_by_budget, score=self.score)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        failure, detail = self.failure
+        data["failure_class"] = None if failure is None else failure.value
+        data["failure_detail"] = detail
         data["status"] = self.status.value
         data["integrity"] = None if self.integrity is None else self.integrity.value
         data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
@@ -210,6 +226,8 @@ class TaskResult:
         if problem is not None:
             raise TypeError(f"result.json: {problem}")
         fields = dict(data)
+        fields.pop("failure_class", None)  # derived: recomputed from the fields below
+        fields.pop("failure_detail", None)
         fields["schema_version"] = SCHEMA_VERSION
         fields["status"] = Status(fields["status"])
         fields["usage"] = Usage(**fields.get("usage", {}))
