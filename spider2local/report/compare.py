@@ -130,6 +130,34 @@ class Comparison:
     def several(self) -> bool:
         return self.a.trials > 1 or self.b.trials > 1
 
+    def class_transitions(self) -> list[tuple[str, str, int]]:
+        """How the failure classes moved from A to B over the paired tasks, trial by trial
+        (``pass`` for a pass): ``(from, to, trials)``, most frequent first; unchanged pairs
+        are left out."""
+        moved: dict[tuple[str, str], int] = {}
+        for task in self.common:
+            b_rows = {r.trial: r for r in task.b_rows}
+            for row in task.a_rows:
+                other = b_rows.get(row.trial)
+                if other is None or not isinstance(row.status, Status) \
+                        or not isinstance(other.status, Status):
+                    continue
+                pair = (_outcome_word(row), _outcome_word(other))
+                if pair[0] != pair[1]:
+                    moved[pair] = moved.get(pair, 0) + 1
+        return [(a, b, n) for (a, b), n in sorted(moved.items(),
+                                                  key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _outcome_word(row: Row) -> str:
+    return "pass" if row.verdict.value == "pass" else row.failure_class or str(row.status)
+
+
+def transition_lines(c: Comparison) -> list[str]:
+    """``wrong_values -> pass: 2`` per kind of move (e.g. compile errors fixed, new wrong
+    values)."""
+    return [f"{a} -> {b}: {n}" for a, b, n in c.class_transitions()]
+
 
 def _total(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
@@ -286,6 +314,8 @@ def render_compare(c: Comparison) -> str:
         lines.append(f"{title}: {len(found)}")
         if found:
             lines += [render_table(TASK_HEADERS, _task_rows(c, found), max_width=40), ""]
+    moves = transition_lines(c)
+    lines += [f"failure classes, A -> B: {len(moves)} kind(s) of change", *moves, ""]
     lenient = _lenient(c)
     if lenient:
         lines += [f"lenient passes (official passes whose rows do not line up): {len(lenient)} "
@@ -320,6 +350,9 @@ def render_compare_markdown(c: Comparison) -> str:
         parts.append("")
         if found:
             parts += [_md_table(TASK_HEADERS, _task_rows(c, found)), ""]
+    moves = transition_lines(c)
+    parts += [f"### failure classes, A → B: {len(moves)}", "",
+              *(f"- {_md_cell(m)}" for m in moves), ""]
     lenient = _lenient(c)
     if lenient:
         parts += [f"### lenient passes (rows do not line up): {len(lenient)}", "",
@@ -354,6 +387,10 @@ def compare_json(c: Comparison) -> dict[str, Any]:
             "trial_variance": p.trial_variance, "detectable_difference": p.detectable,
             "sentence": p.sentence,
         },
+        "class_transitions": [{"from": a, "to": b, "trials": n}
+                              for a, b, n in c.class_transitions()],
+        "failure_classes": {"a": dict(c.a.headline.failure_classes),
+                            "b": dict(c.b.headline.failure_classes)},
         "lenient_passes": {"a": c.a.headline.lenient_passes,
                            "b": c.b.headline.lenient_passes},
         "only_a": [t.task_id for t in c.changed(Change.ONLY_A)],

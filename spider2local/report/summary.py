@@ -137,6 +137,9 @@ class Row:
     """Graded tables that pass officially although their rows do not line up."""
     row_diffs: tuple[tuple[str, RowDiff], ...] = ()
     """(table, row diff) for every table that fails, officially or row-aligned."""
+    failure_class: str | None = None
+    """Why a finished trial did not pass, in one word (:mod:`spider2local.run.failure`)."""
+    failure_detail: str = ""
 
     @property
     def lenient(self) -> bool:
@@ -245,6 +248,8 @@ class Headline:
     cut_cost_usd: float | None = None
     lenient_passes: int = 0
     """Of ``passed``, official passes whose rows do not line up (``row_aligned`` false)."""
+    failure_classes: Mapping[str, int] = field(default_factory=dict)
+    """Finished trials that did not pass, counted by ``failure_class`` (most frequent first)."""
     row_checked_passes: int = 0
     """Of ``passed``, how many carry a row-aligned verdict (results scored before the check
     carry none: then the headline says nothing about lenient passes)."""
@@ -367,6 +372,7 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
     """The row of one finished trial."""
     failing, first, text = failing_tables(result)
     aligned, lenient, diffs = _row_facts(score_of(result), result.passed)
+    failure, detail = result.failure
     u = result.usage
     error = result.error
     return Row(result.task_id, result.status, _verdict(result), result.tables_passed,
@@ -376,7 +382,8 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
                       u.cache_creation_tokens), u.turns, dict(result.durations), failing,
                error.stage.value if error else None, error.kind.value if error else None,
                error.message if error else None, text, result.trial,
-               result.cut_by_budget, aligned, lenient, diffs)
+               result.cut_by_budget, aligned, lenient, diffs,
+               None if failure is None else failure.value, detail)
 
 
 def _selection(manifest: RunManifest | None,
@@ -516,7 +523,17 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
             cut.input_tokens, cut.output_tokens, cut.cache_read_tokens,
             cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd,
         lenient_passes=sum(r.lenient for r in passes),
+        failure_classes=class_counts(rows),
         row_checked_passes=sum(r.row_aligned is not None for r in passes))
+
+
+def class_counts(rows: Sequence[Row]) -> dict[str, int]:
+    """Trials per failure class, most frequent first (ties by name)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.failure_class:
+            counts[r.failure_class] = counts.get(r.failure_class, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:

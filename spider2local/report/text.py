@@ -178,6 +178,14 @@ def lenient_phrase(h: Headline) -> str:
             "up: row_aligned false)")
 
 
+def classes_line(h: Headline) -> str | None:
+    """``failure classes: table_missing 5, wrong_values 2`` (docs/scoring.md)."""
+    if not h.failure_classes:
+        return None
+    return "failure classes: " + ", ".join(f"{name} {count}"
+                                           for name, count in h.failure_classes.items())
+
+
 def cut_line(h: Headline) -> str | None:
     """What attempts cut by an interrupt spent, apart from the finished trials' usage (their
     cost is no trial's) and then in the run's total."""
@@ -244,7 +252,8 @@ def headline_lines(report: RunReport) -> list[str]:
         usage_line(h, report.stats.trials_run if several else None),
     ]
     lines = [line for line in lines if line]
-    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials)):
+    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials),
+                  classes_line(h)):
         if extra:
             lines.append(extra)
     if h.interrupted:

@@ -187,6 +187,13 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
     assert paired["p_value"] == pytest.approx(0.125) and not paired["significant"]
     assert "p = 0.125" in paired["sentence"] and "worse by" not in paired["sentence"]
+    # Why noop fails: it builds nothing, so every graded table is absent (docs/scoring.md).
+    report = cli("report", str(tmp_path / "runs" / "noop"), "--format", "json")
+    assert report.returncode == 0, report.stderr
+    classes = {t["task_id"]: t["failure_class"] for t in json.loads(report.stdout)["tasks"]}
+    assert len(classes) == 4 and set(classes.values()) == {"table_missing"}, classes
+    moves = json.loads(worse.stdout)["class_transitions"]
+    assert moves == [{"from": "pass", "to": "table_missing", "trials": 4}]
 
 
 def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from spider2local.evaluation.params import EvalParams
 from spider2local.report.compare import compare_json, compare_reports, render_compare
 from spider2local.report.html import render_html
 from spider2local.report.jsonout import report_json
+from spider2local.report.junit import render_junit
 from spider2local.report.markdown import render_markdown
 from spider2local.report.summary import load_report
 from spider2local.report.task import render_task
@@ -55,8 +56,8 @@ def test_lenient_passes_and_row_diffs_in_every_format(tmp_path: Path) -> None:
                                                       "wrong": (False, "f")}),
                      {"lenient": torn, "wrong": one_cell})
     b = _with_scores(make_run(tmp_path / "b" / "r", {"lenient": (True, "f"),
-                                                      "wrong": (False, "f")}),
-                     {"lenient": aligned, "wrong": one_cell})
+                                                      "wrong": (True, "f")}),
+                     {"lenient": aligned, "wrong": aligned})
     report = load_report(a)
     assert report.headline.passed == 1 and report.headline.lenient_passes == 1
     rows = {r.task_id: r for r in report.rows}
@@ -79,10 +80,19 @@ def test_lenient_passes_and_row_diffs_in_every_format(tmp_path: Path) -> None:
     assert "1 gold row(s) missing from the result, 1 result row(s) not in gold" in task
     assert "+ extra: (*779*, 'b')" in task and "- missing: (*2*, 'b')" in task
     assert "LENIENT" in render_task(a, report, "lenient")
+    # Why it failed: one class per non-passing trial, counted per run.
+    assert tasks["wrong"]["failure_class"] == "wrong_values"
+    assert tasks["wrong"]["failure_detail"] == "t.x"
+    assert data["headline"]["failure_classes"] == {"wrong_values": 1}
+    assert "failure classes: wrong_values 1" in render_terminal(report)
+    assert "failure classes: wrong_values 1" in render_markdown(report)
+    assert 'type="wrong_values"' in render_junit(report)
     comparison = compare_reports(report, load_report(b))
+    assert "wrong_values -> pass: 1" in render_compare(comparison)
     assert "of which lenient (rows do not line up)" in render_compare(comparison)
     assert "passed (pass, lenient)" in render_compare(comparison)
     cdata = compare_json(comparison)
+    assert cdata["class_transitions"] == [{"from": "wrong_values", "to": "pass", "trials": 1}]
     assert cdata["lenient_passes"] == {"a": 1, "b": 0}
     by_id = {t["id"]: t for t in cdata["tasks"]}
     assert (by_id["lenient"]["lenient_a"], by_id["lenient"]["lenient_b"]) == (1, 0)
