@@ -102,3 +102,28 @@ def test_runs_scored_before_the_check_say_nothing_about_lenient_passes(tmp_path:
     report = load_report(make_run(tmp_path / "r", {"t": (True, "f")}))
     assert report.headline.lenient_passes == 0
     assert "lenient" not in render_terminal(report)
+
+
+def test_tasks_pools_finished_runs_per_dataset_and_flags_them(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from spider2local.cli.app import cli
+    from spider2local.report.history import task_histories
+    runs = tmp_path / "runs"
+    make_run(runs / "n1", {"t1": (False, "f"), "t2": (True, "f")}, run_id="n1", agent="noop")
+    make_run(runs / "n2", {"t1": (False, "f"), "t2": (True, "f")}, run_id="n2", agent="noop")
+    make_run(runs / "n3", {"t1": (True, "f")}, run_id="n3", agent="reference",
+             dataset_sha256="other")  # another dataset: a group of its own
+    groups = task_histories(runs, min_trials=2)
+    assert [g.runs for g in groups] == [("n1", "n2"), ("n3",)]
+    first = {t.task_id: t for t in groups[0].tasks}
+    assert first["t1"].flags == ("never solved",) and first["t1"].trials_run == 2
+    assert first["t2"].flags == ("always solved",)
+    assert first["t1"].classes == {"no_database": 2}  # make_run writes no per-table score
+    assert [k.kit for k in first["t1"].kits] == ["noop / m1"]
+    out = CliRunner().invoke(cli, ["tasks", "--runs-dir", str(runs), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [t["flags"] for t in data[0]["tasks"]] == [["never solved"], []]  # min 3 trials
+    text = CliRunner().invoke(cli, ["tasks", "--runs-dir", str(runs)]).output
+    assert "never solved" in text and "2 finished run(s)" in text
