@@ -16,6 +16,8 @@ each task's ``cut_by_budget``. The row-aligned check (docs/scoring.md): the head
 ``row_checked_passes``; per task ``row_aligned`` (true, false, or null: not passed, undecided,
 or scored before the check), ``lenient``, ``lenient_tables`` and ``row_diffs`` (per failing
 table: the gold rows missing from the result and the extra result rows, with counts).
+Failure classes: per task ``failure_class`` and ``failure_detail`` (null and "" for a pass),
+the headline's ``failure_classes`` (class -> trials).
 """
 
 from __future__ import annotations
