@@ -642,6 +642,25 @@ def export(run_dir: str, runs_dir: Path, fmt: str, output: Path | None) -> None:
 @global_options
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--min-trials", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Trials a task needs before it is flagged 'always solved'.")
+def tasks(runs_dir: Path, as_json: bool, min_trials: int) -> None:
+    """What the finished runs of --runs-dir know about each task: trials run and passed by
+    agent and model, lenient passes, failure classes seen, and flags (never solved, always
+    solved, flaky). Runs of another dataset or suite are kept apart."""
+    from spider2local.report.history import histories_json, render_histories, task_histories
+
+    groups = task_histories(runs_dir, min_trials)
+    if as_json:
+        _echo_json(histories_json(groups))
+    else:
+        click.echo(render_histories(groups, runs_dir))
+
+
+@cli.command()
+@global_options
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def runs(runs_dir: Path, as_json: bool) -> None:
     """List the runs of --runs-dir, oldest first: id, start, agent, model, tasks, passed,
     cost and state (finished, interrupted, running or damaged). Any id works as RUN for

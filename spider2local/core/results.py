@@ -21,10 +21,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.failure import FailureClass, classify
 from spider2local.core.layout import ERROR_TRACEBACK
 
 SCHEMA_VERSION = 6
-"""6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept).
+"""6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept);
+``failure_class`` and ``failure_detail`` (derived from the other fields when written,
+recomputed when read: older files get them too; see :mod:`.failure`).
 5: ``cut_by_budget`` (absent before, read as false).
 4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
@@ -219,8 +222,21 @@ class TaskResult:
     schema 6)."""
     schema_version: int = SCHEMA_VERSION
 
+    @property
+    def failure(self) -> tuple[FailureClass | None, str]:
+        """Why it did not pass, in one word, and the detail (:mod:`.failure`)."""
+        return classify(
+            passed=self.passed, status=self.status.value,
+            error_kind=self.error.kind.value if self.error else None,
+            error_message=self.error.message if self.error else None,
+            integrity=None if self.integrity is None else self.integrity.value,
+            cut_by_budget=self.cut_by_budget, score=self.score)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        failure, detail = self.failure
+        data["failure_class"] = None if failure is None else failure.value
+        data["failure_detail"] = detail
         data["status"] = self.status.value
         data["integrity"] = None if self.integrity is None else self.integrity.value
         data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
@@ -240,6 +256,8 @@ class TaskResult:
         if problem is not None:
             raise TypeError(f"result.json: {problem}")
         fields = dict(data)
+        fields.pop("failure_class", None)  # derived: recomputed from the fields below
+        fields.pop("failure_detail", None)
         fields["schema_version"] = SCHEMA_VERSION
         fields["status"] = Status(fields["status"])
         fields["usage"] = Usage(**fields.get("usage", {}))

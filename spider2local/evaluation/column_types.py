@@ -203,7 +203,7 @@ class StrColumn(Column):
         counting strings in Python.
         """
         present = self.values[~self.missing]
-        hashes = np.fromiter(map(hash, present.tolist()), dtype=np.int64, count=len(present))
+        hashes = self.present_hashes
         codes, distinct = pd.factorize(hashes)
         codes = np.asarray(codes, dtype=np.int64)
         first = np.empty(len(distinct), dtype=np.int64)
@@ -215,6 +215,18 @@ class StrColumn(Column):
         counts = np.bincount(codes, minlength=len(distinct))[order]
         distinct, representatives = np.asarray(distinct)[order], representatives[order]
         return distinct, counts, representatives
+
+    @cached_property
+    def present_hashes(self) -> Array:
+        """Python's hash of every present value, in row order (computed once: the multiset
+        test and the row-aligned check both key strings by it)."""
+        present = self.values[~self.missing]
+        return np.fromiter(map(hash, present.tolist()), dtype=np.int64, count=len(present))
+
+    def hash_table(self) -> tuple[Array, Array, Array] | None:
+        """(sorted distinct hashes, their counts, one string per hash), or None if two
+        different strings of this column share a hash."""
+        return self._by_hash
 
     @cached_property
     def multiset(self) -> Counter[Any]:

@@ -71,6 +71,15 @@ def _nearest(gold: Column, preds: Sequence[Column]) -> Column | None:
     return max(same, key=lambda p: _similarity(gold, p))
 
 
+def nearest_column(gold: Column, preds: Sequence[Column]) -> Column | None:
+    """The result column a failed gold column is compared with in explanations (row diffs
+    too): the same name if present, else the same-family column sharing the most values."""
+    try:
+        return _nearest(gold, preds)
+    except Exception:  # explanations must never break a score
+        return None
+
+
 def _similarity(gold: Column, pred: Column) -> float:
     """Share of values the two columns have in common, ignoring order (cheap, approximate)."""
     if isinstance(gold, NumColumn) and isinstance(pred, NumColumn):

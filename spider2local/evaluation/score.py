@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from spider2local.evaluation import diagnostics
+from spider2local.evaluation import diagnostics, rows
 from spider2local.evaluation.column_types import Column
 from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.compare import columns_match
 from spider2local.evaluation.params import EvalParams, gold_positions
 from spider2local.evaluation.reader import Database, TableRead
 from spider2local.evaluation.refstack import reading_note
-from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
+from spider2local.evaluation.verdicts import ColumnDiagnostic, RowDiff, TableScore, TaskScore
 from spider2local.exceptions import ScoringError
 
 
@@ -74,8 +74,17 @@ def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[i
     matches = match_columns(gold_columns, pred_columns, ignore_order)
     passed = all(match is not None for match in matches)
     stack_note = _reading_note(gold, positions, gold_classes)
-    if passed or len(gold) != len(pred):
-        return TableScore(name, passed, len(gold), len(pred), notes=stack_note)
+    if passed:
+        check = _row_check(gold_columns, pred_columns, matches, ignore_order)
+        diff = None if check.aligned is not False else _row_diff(
+            gold_columns, pred_columns, check.mapping or (), positions)
+        return TableScore(name, passed, len(gold), len(pred), notes=stack_note,
+                          row_aligned=check.aligned, row_aligned_note=check.note,
+                          row_diff=diff)
+    diff = _row_diff(gold_columns, pred_columns, fallback_mapping(
+        gold_columns, pred_columns, matches), positions)
+    if len(gold) != len(pred):
+        return TableScore(name, passed, len(gold), len(pred), notes=stack_note, row_diff=diff)
     unmatched = [(i, g) for i, (g, m) in enumerate(zip(gold_columns, matches, strict=True))
                  if m is None]
     found: list[ColumnDiagnostic] = []
@@ -85,7 +94,38 @@ def score_table(name: str, gold: pd.DataFrame, read: TableRead, cols: Sequence[i
                                                    ignore_order))
         notes.extend(diagnostics.date_notes(column, pred_columns, ignore_order))
     return TableScore(name, False, len(gold), len(pred), columns=tuple(found),
-                      notes=tuple(notes))
+                      notes=tuple(notes), row_diff=diff)
+
+
+def _row_check(gold: Sequence[Column], pred: Sequence[Column],
+               matches: Sequence[int | None], ignore_order: bool) -> rows.RowCheck:
+    """The row-aligned check; like every explanation, it can never break a score."""
+    try:
+        return rows.row_check(gold, pred, matches, ignore_order)
+    except Exception as exc:
+        return rows.RowCheck(None, f"the row-aligned check failed ({exc!r})")
+
+
+def _row_diff(gold: Sequence[Column], pred: Sequence[Column], mapping: Sequence[int | None],
+              positions: Sequence[int]) -> RowDiff | None:
+    try:
+        return rows.row_diff(gold, pred, mapping, positions)
+    except Exception as exc:
+        return RowDiff((), (), (), (), 0, 0, note=f"the row diff failed ({exc!r})")
+
+
+def fallback_mapping(gold: Sequence[Column], pred: Sequence[Column],
+                      matches: Sequence[int | None]) -> list[int | None]:
+    """For a failed table: the official match where it found one, else the result column the
+    column diagnostics call nearest (same name first), so one wrong cell reads as one missing
+    and one extra row."""
+    found: list[int | None] = []
+    for column, match in zip(gold, matches, strict=True):
+        if match is None:
+            near = diagnostics.nearest_column(column, pred)
+            match = None if near is None else next(j for j, p in enumerate(pred) if p is near)
+        found.append(match)
+    return found
 
 
 def match_columns(gold: Sequence[Column], pred: Sequence[Column],

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
+from spider2local.evaluation.verdicts import (
+    ColumnDiagnostic,
+    DiffRow,
+    RowDiff,
+    TableScore,
+    TaskScore,
+)
 
 
 def to_json(score: TaskScore) -> dict[str, Any]:
@@ -20,6 +26,8 @@ def to_json(score: TaskScore) -> dict[str, Any]:
         "error": score.error,
         "tables_passed": score.tables_passed,
         "tables_total": score.tables_total,
+        "row_aligned": score.row_aligned,
+        "lenient": score.lenient,
         "tables": [_table_json(table) for table in score.tables],
     }
 
@@ -34,7 +42,41 @@ def _table_json(table: TableScore) -> dict[str, Any]:
         "error": table.error,
         "notes": list(table.notes),
         "columns": [vars(column).copy() for column in table.columns],
+        "row_aligned": table.row_aligned,
+        "row_aligned_note": table.row_aligned_note,
+        "lenient": table.lenient,
+        "row_diff": None if table.row_diff is None else _diff_json(table.row_diff),
     }
+
+
+def _diff_json(diff: RowDiff) -> dict[str, Any]:
+    return {
+        "columns": list(diff.columns),
+        "result_columns": list(diff.result_columns),
+        "missing_total": diff.missing_total,
+        "extra_total": diff.extra_total,
+        "missing": [_row_json(row) for row in diff.missing],
+        "extra": [_row_json(row) for row in diff.extra],
+        "note": diff.note,
+    }
+
+
+def _row_json(row: DiffRow) -> dict[str, Any]:
+    return {"values": list(row.values), "count": row.count, "marked": list(row.marked)}
+
+
+def _diff_from_json(data: Any) -> RowDiff | None:
+    if not isinstance(data, dict):
+        return None
+    return RowDiff(
+        tuple(data["columns"]), tuple(data["result_columns"]),
+        tuple(_row_from_json(r) for r in data["missing"]),
+        tuple(_row_from_json(r) for r in data["extra"]),
+        data["missing_total"], data["extra_total"], data.get("note"))
+
+
+def _row_from_json(data: dict[str, Any]) -> DiffRow:
+    return DiffRow(tuple(data["values"]), data["count"], tuple(data.get("marked", ())))
 
 
 def from_json(data: dict[str, Any]) -> TaskScore:
@@ -44,7 +86,10 @@ def from_json(data: dict[str, Any]) -> TaskScore:
             name=t["name"], passed=t["passed"], gold_rows=t["gold_rows"],
             result_rows=t["result_rows"], missing=t["missing"],
             columns=tuple(ColumnDiagnostic(**c) for c in t["columns"]),
-            notes=tuple(t["notes"]), error=t["error"])
+            notes=tuple(t["notes"]), error=t["error"],
+            # Scores written before the row-aligned check have none of these (None: unknown).
+            row_aligned=t.get("row_aligned"), row_aligned_note=t.get("row_aligned_note"),
+            row_diff=_diff_from_json(t.get("row_diff")))
         for t in data["tables"])
     return TaskScore(passed=data["passed"], tables=tables, error=data["error"])
 
@@ -53,6 +98,10 @@ def render_text(score: TaskScore) -> str:
     """A short report: the verdict, then one line per table and the reasons for failures."""
     verdict = "PASS" if score.passed else "FAIL"
     lines = [f"{verdict}  {score.tables_passed}/{score.tables_total} graded tables pass"]
+    if score.lenient:
+        lenient = sum(1 for table in score.tables if table.lenient)
+        lines.append(f"  lenient pass: the official verdict is PASS, but in {lenient} table(s) "
+                     "the result's rows do not equal the gold's (row_aligned: false)")
     if score.error:
         lines.append(f"  error: {score.error}")
     for table in score.tables:
@@ -85,9 +134,45 @@ def first_diagnostic(table: TableScore) -> str:
 
 def _table_lines(table: TableScore) -> list[str]:
     mark = "PASS" if table.passed else "FAIL"
-    lines = [f"  {mark}  {table_headline(table)}"]
+    lines = [f"  {mark}  {table_headline(table)}{_aligned_phrase(table)}"]
     lines.extend(f"        - {column_line(column)}" for column in table.columns)
     lines.extend(f"        note: {note}" for note in table.notes)
+    if table.row_diff is not None:
+        lines.extend("        " + line for line in diff_lines(table.row_diff))
+    return lines
+
+
+def _aligned_phrase(table: TableScore) -> str:
+    if not table.passed:
+        return ""
+    if table.row_aligned is True:
+        return "; rows aligned"
+    if table.row_aligned is False:
+        return "; LENIENT: the rows do not line up (row_aligned: false)"
+    return f"; row-aligned check undecided ({table.row_aligned_note})"
+
+
+def diff_lines(diff: RowDiff) -> list[str]:
+    """A row diff as text: the columns, then the missing and the extra rows with their counts;
+    a marked cell is shown as ``*value*``."""
+    if diff.note:
+        return [f"row diff: not computed ({diff.note})"]
+    if not diff.missing_total and not diff.extra_total:
+        return ["row diff: the same rows as gold (in another order)"]
+    pairs = [c if c.split(" (#")[0] == r else f"{c} vs result {r!r}"
+             for c, r in zip(diff.columns, diff.result_columns, strict=True)]
+    lines = [f"row diff over ({', '.join(pairs)}): {diff.missing_total} gold row(s) missing "
+             f"from the result, {diff.extra_total} result row(s) not in gold"]
+    for label, rows, total in (("missing", diff.missing, diff.missing_total),
+                               ("extra", diff.extra, diff.extra_total)):
+        for row in rows:
+            cells = ", ".join(f"*{v}*" if k in row.marked else v
+                              for k, v in enumerate(row.values))
+            times = f" x{row.count}" if row.count > 1 else ""
+            lines.append(f"  {'-' if label == 'missing' else '+'} {label}: ({cells}){times}")
+        shown = sum(row.count for row in rows)
+        if shown < total:
+            lines.append(f"    ... and {total - shown} more {label} row(s)")
     return lines
 
 

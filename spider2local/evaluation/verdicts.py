@@ -28,6 +28,36 @@ class ColumnDiagnostic:
 
 
 @dataclass(frozen=True)
+class DiffRow:
+    """One distinct row of a row diff: its values as text, over the graded gold columns."""
+
+    values: tuple[str, ...]
+    count: int
+    """How many times the row is missing (or extra)."""
+    marked: tuple[int, ...] = ()
+    """Cells that differ from the closest row on the other side of the diff."""
+
+
+@dataclass(frozen=True)
+class RowDiff:
+    """Gold rows missing from the result and result rows not in gold, as multisets over the
+    graded columns under the column mapping (see :mod:`.rows`)."""
+
+    columns: tuple[str, ...]
+    """The graded gold columns, ``name (#position)``."""
+    result_columns: tuple[str, ...]
+    """The result column each gold column was compared with."""
+    missing: tuple[DiffRow, ...]
+    """The first distinct gold rows the result lacks (up to 20)."""
+    extra: tuple[DiffRow, ...]
+    """The first distinct result rows gold lacks (up to 20)."""
+    missing_total: int
+    extra_total: int
+    note: str | None = None
+    """Why the diff could not be computed (then both sides are empty)."""
+
+
+@dataclass(frozen=True)
 class TableScore:
     """The verdict on one graded table, with enough detail to see why it failed."""
 
@@ -45,6 +75,19 @@ class TableScore:
     change a verdict."""
     error: str | None = None
     """Why the table could not be read or compared at all (it then scores 0)."""
+    row_aligned: bool | None = None
+    """Beside the verdict, never replacing it: do the result's rows, over the columns the
+    official match paired, equal the gold's rows (:mod:`.rows`)? None when the official verdict
+    failed or the check could not be decided (:attr:`row_aligned_note` says why). A pass with
+    False is a *lenient pass*."""
+    row_aligned_note: str | None = None
+    row_diff: RowDiff | None = None
+    """For a table that fails, officially or row-aligned: which rows differ."""
+
+    @property
+    def lenient(self) -> bool:
+        """An official pass whose rows do not line up (the verdict stays a pass)."""
+        return self.passed and self.row_aligned is False
 
 
 @dataclass(frozen=True)
@@ -55,6 +98,23 @@ class TaskScore:
     tables: tuple[TableScore, ...]
     error: str | None = None
     """Set when the result database could not be opened at all (the task then scores 0)."""
+
+    @property
+    def lenient(self) -> bool:
+        """An official pass with at least one lenient table (the verdict stays a pass)."""
+        return self.passed and any(table.lenient for table in self.tables)
+
+    @property
+    def row_aligned(self) -> bool | None:
+        """The task's row-aligned verdict: every table's, None if one is undecided or the
+        official verdict failed."""
+        if not self.passed:
+            return None
+        if any(table.row_aligned is False for table in self.tables):
+            return False
+        if any(table.row_aligned is None for table in self.tables):
+            return None
+        return True
 
     @property
     def tables_passed(self) -> int:

@@ -77,6 +77,15 @@ class TaskDelta:
             else Change.STATUS
 
     @property
+    def lenient_a(self) -> int:
+        """A's lenient passes of it (official passes whose rows do not line up)."""
+        return sum(r.lenient for r in self.a_rows)
+
+    @property
+    def lenient_b(self) -> int:
+        return sum(r.lenient for r in self.b_rows)
+
+    @property
     def seconds(self) -> float | None:
         """B's mean time per trial minus A's."""
         return _delta(_mean([r.seconds for r in self.a_rows]),
@@ -145,6 +154,33 @@ class Comparison:
         if self.sequential is not None:
             return sequential_line(self.sequential)
         return self.paired.sentence
+    def class_transitions(self) -> list[tuple[str, str, int]]:
+        """How the failure classes moved from A to B over the paired tasks, trial by trial
+        (``pass`` for a pass): ``(from, to, trials)``, most frequent first; unchanged pairs
+        are left out."""
+        moved: dict[tuple[str, str], int] = {}
+        for task in self.common:
+            b_rows = {r.trial: r for r in task.b_rows}
+            for row in task.a_rows:
+                other = b_rows.get(row.trial)
+                if other is None or not isinstance(row.status, Status) \
+                        or not isinstance(other.status, Status):
+                    continue
+                pair = (_outcome_word(row), _outcome_word(other))
+                if pair[0] != pair[1]:
+                    moved[pair] = moved.get(pair, 0) + 1
+        return [(a, b, n) for (a, b), n in sorted(moved.items(),
+                                                  key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _outcome_word(row: Row) -> str:
+    return "pass" if row.verdict.value == "pass" else row.failure_class or str(row.status)
+
+
+def transition_lines(c: Comparison) -> list[str]:
+    """``wrong_values -> pass: 2`` per kind of move (e.g. compile errors fixed, new wrong
+    values)."""
+    return [f"{a} -> {b}: {n}" for a, b, n in c.class_transitions()]
 
 
 def _total(values: Sequence[float | None]) -> float | None:
@@ -210,9 +246,10 @@ def _rate_text(rate: TaskRate | None, rows: Sequence[Row], several: bool) -> str
         return "(not selected)"
     if rate.run == 0:
         return f"(not attempted: {rows[0].status})" if rows else "(not attempted)"
+    lenient = sum(r.lenient for r in rows)
     if not several:
-        return f"{rows[0].status} ({rows[0].verdict})"
-    return f"{rate.passed}/{rate.run} passed"
+        return f"{rows[0].status} ({rows[0].verdict}{', lenient' if lenient else ''})"
+    return f"{rate.passed}/{rate.run} passed" + (f" ({lenient} lenient)" if lenient else "")
 
 
 def _headline(c: Comparison) -> list[tuple[str, str, str, str]]:
@@ -229,6 +266,9 @@ def _headline(c: Comparison) -> list[tuple[str, str, str, str]]:
          f"{p.interval.high * 100:+.1f}]"),
         (f"{unit} passed", f"{ka.tasks_passed}/{ka.tasks_total}",
          f"{kb.tasks_passed}/{kb.tasks_total}", f"{kb.tasks_passed - ka.tasks_passed:+d}"),
+        ("of which lenient (rows do not line up)", str(c.a.headline.lenient_passes),
+         str(c.b.headline.lenient_passes),
+         f"{c.b.headline.lenient_passes - c.a.headline.lenient_passes:+d}"),
         ("tables passed", f"{ka.tables_passed}/{ka.tables_total}",
          f"{kb.tables_passed}/{kb.tables_total}", f"{kb.tables_passed - ka.tables_passed:+d}"),
         ("cost", _money(c.a.cost_usd), _money(c.b.cost_usd),
@@ -278,6 +318,12 @@ def _sections(c: Comparison) -> list[tuple[Change, str]]:
 TASK_HEADERS = ("task", "A", "B", "time delta", "cost delta")
 
 
+def _lenient(c: Comparison) -> list[TaskDelta]:
+    """Tasks with a lenient pass in either run (the verdicts stand; this says which passes
+    the row-aligned check does not confirm)."""
+    return [t for t in c.tasks if t.lenient_a or t.lenient_b]
+
+
 def _closing(c: Comparison) -> str:
     neither = len(c.changed(Change.NEITHER))
     return (f"{len(c.changed(Change.SAME))} task(s) unchanged, {len(c.common)} in both runs"
@@ -294,6 +340,13 @@ def render_compare(c: Comparison) -> str:
         lines.append(f"{title}: {len(found)}")
         if found:
             lines += [render_table(TASK_HEADERS, _task_rows(c, found), max_width=40), ""]
+    moves = transition_lines(c)
+    lines += [f"failure classes, A -> B: {len(moves)} kind(s) of change", *moves, ""]
+    lenient = _lenient(c)
+    if lenient:
+        lines += [f"lenient passes (official passes whose rows do not line up): {len(lenient)} "
+                  "task(s)", render_table(TASK_HEADERS, _task_rows(c, lenient), max_width=40),
+                  ""]
     if c.several:
         lines += ["per task (paired)", render_table(TASK_HEADERS, _task_rows(c, c.common),
                                                     max_width=40), ""]
@@ -323,6 +376,13 @@ def render_compare_markdown(c: Comparison) -> str:
         parts.append("")
         if found:
             parts += [_md_table(TASK_HEADERS, _task_rows(c, found)), ""]
+    moves = transition_lines(c)
+    parts += [f"### failure classes, A → B: {len(moves)}", "",
+              *(f"- {_md_cell(m)}" for m in moves), ""]
+    lenient = _lenient(c)
+    if lenient:
+        parts += [f"### lenient passes (rows do not line up): {len(lenient)}", "",
+                  _md_table(TASK_HEADERS, _task_rows(c, lenient)), ""]
     if c.several:
         parts += ["### per task (paired)", "", _md_table(TASK_HEADERS, _task_rows(c, c.common)),
                   ""]
@@ -355,9 +415,16 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         },
         "sequential": c.sequential.to_json() if c.sequential is not None else None,
         "regression": c.regression,
+        "class_transitions": [{"from": a, "to": b, "trials": n}
+                              for a, b, n in c.class_transitions()],
+        "failure_classes": {"a": dict(c.a.headline.failure_classes),
+                            "b": dict(c.b.headline.failure_classes)},
+        "lenient_passes": {"a": c.a.headline.lenient_passes,
+                           "b": c.b.headline.lenient_passes},
         "only_a": [t.task_id for t in c.changed(Change.ONLY_A)],
         "only_b": [t.task_id for t in c.changed(Change.ONLY_B)],
         "tasks": [{"id": t.task_id, "change": t.change.value, "a": _side(t.a),
-                   "b": _side(t.b), "seconds_delta": t.seconds, "cost_usd_delta": t.cost_usd}
+                   "b": _side(t.b), "seconds_delta": t.seconds, "cost_usd_delta": t.cost_usd,
+                   "lenient_a": t.lenient_a, "lenient_b": t.lenient_b}
                   for t in c.tasks],
     }

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from spider2local.core.results import Status
+from spider2local.evaluation.verdicts import DiffRow, RowDiff
 from spider2local.report.conversation import transcript_html
 from spider2local.report.details import Entry, TaskDetails, load_details
 from spider2local.report.htmlcode import FOLD_LINES, code_html, diff_counts, diff_html, folded
@@ -138,6 +139,11 @@ th { cursor: pointer; background: #f5f5f5; user-select: none; }
 th[data-dir=asc]::after { content: " \\25B2"; } th[data-dir=desc]::after { content: " \\25BC"; }
 td.note { max-width: 40em; }
 .badge { padding: 0 .4em; border-radius: .3em; color: #fff; }
+.diffpair { display: flex; gap: 1.5em; flex-wrap: wrap; }
+.rowdiff { border-collapse: collapse; font-family: monospace; }
+.rowdiff td, .rowdiff th { border: 1px solid #ccc; padding: 0 .4em; }
+.diffcell { background: #ffcdd2; font-weight: bold; }
+.lenient { background: #ef6c00; color: #fff; padding: 0 .4em; border-radius: .3em; }
 .suspect { background: #b71c1c; color: #fff; padding: 0 .4em; border-radius: .3em; }
 pre { background: #fafafa; border: 1px solid #eee; padding: .5em; overflow: auto;
   max-height: 30em; white-space: pre-wrap; word-break: break-word; }
@@ -364,6 +370,33 @@ def _table(report: RunReport) -> str:
     return "".join(out)
 
 
+def _row_diff(table: str, diff: RowDiff) -> str:
+    """One failing table's row diff: the gold rows the result lacks and the result rows gold
+    lacks, side by side, with their counts; a cell that differs from the closest row on the
+    other side is marked."""
+    head = f"<h4>{_e(table)}</h4>"
+    if diff.note:
+        return head + f"<p>not computed: {_e(diff.note)}</p>"
+    if not diff.missing_total and not diff.extra_total:
+        return head + "<p>the same rows as gold, in another order</p>"
+
+    def side(title: str, rows: Sequence[DiffRow], total: int, names: Sequence[str]) -> str:
+        cells = "".join(f"<th>{_e(n)}</th>" for n in names) + "<th>count</th>"
+        body = "".join(
+            "<tr>" + "".join(f'<td class="diffcell">{_e(v)}</td>' if k in r.marked
+                             else f"<td>{_e(v)}</td>" for k, v in enumerate(r.values))
+            + f"<td>{r.count}</td></tr>" for r in rows)
+        shown = sum(r.count for r in rows)
+        more = f"<p>... and {total - shown} more</p>" if shown < total else ""
+        return (f'<div class="diffside"><b>{_e(title)} ({total})</b><table class="rowdiff">'
+                f"<tr>{cells}</tr>{body}</table>{more}</div>")
+
+    return head + '<div class="diffpair">' + side(
+        "gold rows missing from the result", diff.missing, diff.missing_total, diff.columns
+    ) + side("result rows not in gold", diff.extra, diff.extra_total,
+             diff.result_columns) + "</div>"
+
+
 def _pre(text: str) -> str:
     return f"<pre>{_e(text)}</pre>"
 
@@ -414,12 +447,16 @@ def _date_fact(date: TaskDate | None) -> str:
 def _task(row: Row, details: TaskDetails, several: bool = False,
           date: TaskDate | None = None) -> str:
     flag = f' <span class="suspect">{_e(SUSPECT)}</span>' if row.integrity == SUSPECT else ""
+    if row.lenient:
+        flag += ' <span class="lenient">lenient pass</span>'
+    facts_aligned = ("row-aligned: " + {True: "yes", False: "no (lenient pass)",
+                                        None: "-"}[row.row_aligned])
     name = row.name if several else row.task_id
     when = f'<span class="date">at {_e(date.date)}</span>' if date and date.date else ""
     head = (f'<details class="task" id="{_row_anchor(row, several)}"><summary>{_e(name)}: '
             f'{_e(row.status)}, verdict {_e(row.verdict)}{flag}{when}</summary>')
     facts = [_date_fact(date),
-             f"integrity: {row.integrity or '-'}",
+             f"integrity: {row.integrity or '-'}", facts_aligned,
              f"free (untouched start already passes): "
              f"{'unknown' if row.free is None else 'yes' if row.free else 'no'}",
              f"time {seconds(row.seconds)}, cost {money(row.cost_usd)}, tokens "
@@ -439,6 +476,9 @@ def _task(row: Row, details: TaskDetails, several: bool = False,
         body += f"<p><b>note:</b> {_e(row.note)}</p>"
     body += _section("per-table diagnostics", _pre(row.diagnostics) if row.diagnostics else "",
                      "not scored")
+    if row.row_diffs:
+        body += _section("row diffs", "".join(_row_diff(name, diff)
+                                              for name, diff in row.row_diffs))
     if details.evidence:
         body += _section("integrity evidence", "".join(_pre(e) for e in details.evidence))
     body += _section("dbt errors", "".join(_pre(e) for e in details.dbt_errors))

@@ -11,7 +11,13 @@ pass^k per k), ``flaky``. Fractions are 0..1, not percentages.
 
 Added since (same schema): ``budget`` (the run's ``--max-cost-usd`` as ``cap_usd``, what it
 counted as ``spent_usd``, trials it ``cut`` mid-way and trials it left ``not_started``) and
-each task's ``cut_by_budget``.
+each task's ``cut_by_budget``. The row-aligned check (docs/scoring.md): the headline's
+``lenient_passes`` (of the passes, those whose rows do not line up) and
+``row_checked_passes``; per task ``row_aligned`` (true, false, or null: not passed, undecided,
+or scored before the check), ``lenient``, ``lenient_tables`` and ``row_diffs`` (per failing
+table: the gold rows missing from the result and the extra result rows, with counts).
+Failure classes: per task ``failure_class`` and ``failure_detail`` (null and "" for a pass),
+the headline's ``failure_classes`` (class -> trials).
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ def report_json(report: RunReport) -> dict[str, Any]:
                    "cut": report.cut_by_budget, "not_started": report.not_run_for_budget},
         "stats": stats_json(report.stats),
         "sequential": report.sequential.to_json() if report.sequential is not None else None,
-        "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total}}
+        "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total},
+                   "lenient": r.lenient,
+                   "row_diffs": [{"table": name, **asdict(diff)} for name, diff in r.row_diffs]}
                   for r in report.rows],
     }
 

@@ -38,7 +38,9 @@ def _outcome(row: Row) -> tuple[str, str, str, str] | None:
         return None
     if row.verdict is Verdict.FAIL:
         message = row.note or "failed"
-        return "failure", str(row.status), message, row.diagnostics or message
+        # the failure's type is its class (docs/scoring.md), so CI can group failures by why
+        return "failure", row.failure_class or str(row.status), message, \
+            row.diagnostics or message
     if row.status is NotAttempted.INTERRUPTED:
         return "error", "interrupted", row.note, row.note
     if row.status in (NotAttempted.SKIPPED, NotAttempted.NOT_RUN, Status.UNSCORED):

@@ -37,7 +37,9 @@ from typing import Any
 from spider2local.core.results import Integrity, Status, TaskResult
 from spider2local.evaluation.serialize import (
     failing_tables,
+    from_json,
 )
+from spider2local.evaluation.verdicts import RowDiff, TaskScore
 from spider2local.report.stats import (
     Estimate,
     PassK,
@@ -131,6 +133,21 @@ class Row:
     cut_by_budget: bool = False
     """The run's budget (``--max-cost-usd``) was spent while it ran and its session was stopped
     there (scored as it stood)."""
+    row_aligned: bool | None = None
+    """The row-aligned check beside the official verdict (docs/scoring.md): None when the
+    verdict failed, the check was undecided, or the result predates it."""
+    lenient_tables: tuple[str, ...] = ()
+    """Graded tables that pass officially although their rows do not line up."""
+    row_diffs: tuple[tuple[str, RowDiff], ...] = ()
+    """(table, row diff) for every table that fails, officially or row-aligned."""
+    failure_class: str | None = None
+    """Why a finished trial did not pass, in one word (:mod:`spider2local.core.failure`)."""
+    failure_detail: str = ""
+
+    @property
+    def lenient(self) -> bool:
+        """An official pass whose rows do not line up (the verdict stays a pass)."""
+        return self.verdict is Verdict.PASS and self.row_aligned is False
 
     @property
     def name(self) -> str:
@@ -232,6 +249,13 @@ class Headline:
     """
     cut_tokens: Tokens = field(default_factory=lambda: Tokens())
     cut_cost_usd: float | None = None
+    lenient_passes: int = 0
+    """Of ``passed``, official passes whose rows do not line up (``row_aligned`` false)."""
+    failure_classes: Mapping[str, int] = field(default_factory=dict)
+    """Finished trials that did not pass, counted by ``failure_class`` (most frequent first)."""
+    row_checked_passes: int = 0
+    """Of ``passed``, how many carry a row-aligned verdict (results scored before the check
+    carry none: then the headline says nothing about lenient passes)."""
 
     def denominators(self) -> list[tuple[str, int]]:
         """``(label, denominator)`` in the order they are quoted; unknown ones are left out."""
@@ -302,28 +326,58 @@ def _integrity(result: TaskResult) -> str:
     return SUSPECT if str(getattr(value, "value", value)) == SUSPECT else CLEAN
 
 
-def _note(result: TaskResult, failing: Sequence[str], first: str) -> str:
+def score_of(result: TaskResult) -> TaskScore | None:
+    """The per-table score a result holds, or None (none, or a hand-edited one: no detail,
+    the verdict is kept)."""
+    if not isinstance(result.score, Mapping):
+        return None
+    try:
+        return from_json(dict(result.score))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _note(result: TaskResult, failing: Sequence[str], first: str,
+          lenient: Sequence[str] = ()) -> str:
     parts = []
     if result.error is not None:
         parts.append(f"{result.error.stage.value}: {result.error.message}")
     if result.passed is False:
         parts.append(f"failed {', '.join(failing)}: {first}" if failing else first)
+    if result.passed and lenient:
+        parts.append(f"lenient pass: the rows of {', '.join(lenient)} do not line up "
+                     "(row_aligned false)")
     return "; ".join(p for p in parts if p)
+
+
+def _row_facts(score: TaskScore | None, passed: bool | None
+               ) -> tuple[bool | None, tuple[str, ...], tuple[tuple[str, RowDiff], ...]]:
+    """(row_aligned, lenient tables, row diffs) of a result's score; the task's row-aligned
+    verdict only when its official verdict passed (the score's own verdict is the result's)."""
+    if score is None:
+        return None, (), ()
+    aligned = score.row_aligned if passed else None
+    lenient = tuple(t.name for t in score.tables if t.lenient) if passed else ()
+    diffs = tuple((t.name, t.row_diff) for t in score.tables if t.row_diff is not None)
+    return aligned, lenient, diffs
 
 
 def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
     """The row of one finished trial."""
     failing, first, text = failing_tables(result.score)
+    aligned, lenient, diffs = _row_facts(score_of(result), result.passed)
+    failure, detail = result.failure
     u = result.usage
     error = result.error
     return Row(result.task_id, result.status, _verdict(result), result.tables_passed,
                result.tables_total or graded, result.durations.get("total"), u.cost_usd,
-               _note(result, failing, first), _integrity(result), free,
+               _note(result, failing, first, lenient), _integrity(result), free,
                Tokens(u.input_tokens, u.output_tokens, u.cache_read_tokens,
                       u.cache_creation_tokens), u.turns, dict(result.durations), failing,
                error.stage.value if error else None, error.kind.value if error else None,
                error.message if error else None, text, result.trial,
-               result.cut_by_budget)
+               result.cut_by_budget, aligned, lenient, diffs,
+               None if failure is None else failure.value, detail)
 
 
 def _selection(manifest: RunManifest | None,
@@ -461,7 +515,19 @@ def compute_headline(rows: Sequence[Row], rates: Rates,
         seconds=sum(r.seconds or 0.0 for r in rows), stage_seconds=stages,
         cut_attempts=len(cut_attempts), cut_tokens=Tokens(
             cut.input_tokens, cut.output_tokens, cut.cache_read_tokens,
-            cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd)
+            cut.cache_creation_tokens), cut_cost_usd=cut.cost_usd,
+        lenient_passes=sum(r.lenient for r in passes),
+        failure_classes=class_counts(rows),
+        row_checked_passes=sum(r.row_aligned is not None for r in passes))
+
+
+def class_counts(rows: Sequence[Row]) -> dict[str, int]:
+    """Trials per failure class, most frequent first (ties by name)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.failure_class:
+            counts[r.failure_class] = counts.get(r.failure_class, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:

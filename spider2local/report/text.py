@@ -167,7 +167,24 @@ def passed_line(report: RunReport) -> str:
         rate = percent(h.passed / n) if estimate is None else _interval(estimate, mark)
         parts.append(f"{h.passed}/{n} ({rate}) {_labels(labels)}")
     tail = f" ({methods})" if any(e is not None for e in estimates) else ""
-    return "passed " + "; ".join(parts) + tail
+    return "passed " + "; ".join(parts) + tail + lenient_phrase(h)
+
+
+def lenient_phrase(h: Headline) -> str:
+    """``; of which 2 lenient (...)`` after the pass count, once the passes carry the
+    row-aligned check (docs/scoring.md); the official count stays the headline."""
+    if not h.row_checked_passes and not h.lenient_passes:
+        return ""
+    return (f"; of which {h.lenient_passes} lenient (official passes whose rows do not line "
+            "up: row_aligned false)")
+
+
+def classes_line(h: Headline) -> str | None:
+    """``failure classes: table_missing 5, wrong_values 2`` (docs/scoring.md)."""
+    if not h.failure_classes:
+        return None
+    return "failure classes: " + ", ".join(f"{name} {count}"
+                                           for name, count in h.failure_classes.items())
 
 
 def cut_line(h: Headline) -> str | None:
@@ -225,7 +242,8 @@ def headline_lines(report: RunReport) -> list[str]:
     if several:
         lines += [trials_line(report) or "", pass_at_1_line(report) or "",
                   "trials passed " + shares(k.tasks_passed, [
-                      ("of attempted", k.tasks_attempted), (everything, k.tasks_total)])]
+                      ("of attempted", k.tasks_attempted), (everything, k.tasks_total)])
+                  + lenient_phrase(h)]
     else:  # tasks passed of attempted and of all selected are in the passed line
         lines.append(passed_line(report))
     lines += [
@@ -235,7 +253,8 @@ def headline_lines(report: RunReport) -> list[str]:
         usage_line(h, report.stats.trials_run if several else None),
     ]
     lines = [line for line in lines if line]
-    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials)):
+    for extra in (cut_line(h), flaky_line(report), suspect_line(h, report.trials),
+                  classes_line(h)):
         if extra:
             lines.append(extra)
     if h.interrupted:

@@ -86,6 +86,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     save_result(path, old)
     data = json.loads(path.read_text())
     assert data["schema_version"] == 6
+    assert data["failure_class"] == "harness_error"  # derived, older files included
     assert data["error"] == {"stage": "score", "kind": "exception",
                              "message": "gold table 'orders' cannot be read",
                              "exception": "ScoringError"}
@@ -163,3 +164,42 @@ def test_results_before_trials_are_trial_1_and_a_trial_below_1_is_unreadable(
     for bad in (0, -1, "2", True):
         path.write_text(json.dumps({**data, "trial": bad}))
         assert load_result(path) is None, bad
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"status": Status.PASSED, "passed": True}, (None, "")),
+    ({"status": Status.UNSCORED}, (None, "")),
+    ({"status": Status.ERROR, "error": TaskError(Stage.AGENT, ErrorKind.INFRASTRUCTURE, "529")},
+     ("infrastructure", "529")),
+    ({"status": Status.TIMEOUT, "passed": False, "score": None}, ("timeout", "")),
+    ({"status": Status.FAILED, "passed": False,
+      "error": TaskError(Stage.AGENT, ErrorKind.AGENT, "the agent reached its turn limit")},
+     ("turn_limit", "the agent reached its turn limit")),
+    ({"status": Status.FAILED, "passed": False, "cut_by_budget": True}, ("budget", "")),
+    ({"status": Status.FAILED, "passed": False, "integrity": Integrity.SUSPECT},
+     ("suspect", "")),
+    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
+        {"name": "a", "passed": False, "missing": True, "result_rows": None, "gold_rows": 3},
+        {"name": "b", "passed": False, "missing": False, "result_rows": 2, "gold_rows": 3}]}},
+     ("table_missing", "a")),
+    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
+        {"name": "b", "passed": False, "missing": False, "result_rows": 2, "gold_rows": 3}]}},
+     ("row_count", "b")),
+    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
+        {"name": "b", "passed": False, "missing": False, "result_rows": 3, "gold_rows": 3,
+         "columns": [{"gold_column": "x"}, {"gold_column": "y"}]}]}},
+     ("wrong_values", "b.x, b.y")),
+    ({"status": Status.FAILED, "passed": False, "score": {"error": "cannot open", "tables": []}},
+     ("no_database", "cannot open")),
+])
+def test_failure_class_is_derived_from_the_record(tmp_path: Path, fields: dict[str, Any],
+                                                  expected: tuple[str | None, str]) -> None:
+    result = TaskResult("t", agent="noop", fake_date="2024-01-01", started_at="s",
+                        finished_at="f", **fields)
+    found, detail = result.failure
+    assert (None if found is None else found.value, detail) == expected
+    path = tmp_path / "result.json"
+    save_result(path, result)
+    data = json.loads(path.read_text())
+    assert (data["failure_class"], data["failure_detail"]) == expected
+    assert load_result(path) == result

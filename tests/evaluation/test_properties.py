@@ -34,7 +34,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from spider2local.evaluation import score_database
+from spider2local.evaluation import rows, score_database
 from spider2local.evaluation.columns import frame_columns
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import TableRead
@@ -303,11 +303,13 @@ def _result_table(draw: st.DrawFn, gold: list[Col]) -> list[Col]:
     """A result derived from ``gold``: rows reordered or changed, columns lost, renamed,
     retyped, nudged, extra columns added, and the columns shuffled."""
     order = _row_order(draw, len(gold[0].values))
+    shuffle_each = _chance(draw, 2)  # every column shuffled on its own: rows torn apart
     result = []
     for col in gold:
         if _chance(draw, 1):
             continue  # the agent lost this column
-        values = _nudged(draw, [col.values[i] for i in order])
+        own = [order[k] for k in draw(_permutation(len(order)))] if shuffle_each else order
+        values = _nudged(draw, [col.values[i] for i in own])
         name = col.name + "_x" if _chance(draw, 2) else col.name
         result.append(Col(name, _retyped(draw, col.sql_type), tuple(values)))
     for extra in range(draw(EXTRAS)):
@@ -411,11 +413,18 @@ def test_fast_column_verdicts_equal_reference(case: Case, as_reference: bool) ->
     for cols, ignore in case.gradings():
         expected = ref.flags_against(pred_lists, gold, cols, ignore)
         graded = frame_columns(gold.iloc[:, list(cols)] if cols else gold)
-        found = [m is not None for m in match_columns(graded, pred_columns, ignore)]
+        matches = match_columns(graded, pred_columns, ignore)
+        found = [m is not None for m in matches]
         assert found == expected, (cols, ignore, gold.dtypes.tolist(), pred.dtypes.tolist())
         if not cols:  # the whole table path, diagnostics included, must agree and not crash
             assert score_table("t", gold, TableRead(pred), cols, ignore).passed == all(expected)
         event(f"verdict {'pass' if all(expected) else 'fail'}")
+        aligned = rows.row_check(graded, pred_columns, matches, ignore).aligned
+        if aligned is None and all(expected):
+            event("row-aligned: undecided")  # beyond the check's limits: nothing to compare
+            continue
+        assert aligned == ref.rows_agree(pred, gold, cols, ignore), (cols, ignore)
+        event(f"row-aligned: {aligned}")
     event("rows: none" if gold.empty else
           "rows: result length differs" if len(gold) != len(pred) else "rows: same length")
 

@@ -187,6 +187,29 @@ def test_reference_and_noop_runs_of_the_sample(tmp_path: Path,
     assert paired["tasks"] == 4 and paired["a_better"] == 4 and paired["difference"] == -1.0
     assert paired["p_value"] == pytest.approx(0.125) and not paired["significant"]
     assert "p = 0.125" in paired["sentence"] and "worse by" not in paired["sentence"]
+    # Why noop fails: it builds nothing, so every graded table is absent (docs/scoring.md).
+    report = cli("report", str(tmp_path / "runs" / "noop"), "--format", "json")
+    assert report.returncode == 0, report.stderr
+    classes = {t["task_id"]: t["failure_class"] for t in json.loads(report.stdout)["tasks"]}
+    assert len(classes) == 4 and set(classes.values()) == {"table_missing"}, classes
+    moves = json.loads(worse.stdout)["class_transitions"]
+    assert moves == [{"from": "pass", "to": "table_missing", "trials": 4}]
+    # What the runs of a folder know: noop alone never solves anything...
+    alone = cli("tasks", "--runs-dir", "runs", "--json")
+    assert alone.returncode == 0, alone.stderr
+    (group,) = json.loads(alone.stdout)
+    assert [t["flags"] for t in group["tasks"]] == [["never solved"]] * 4
+    # ...and beside the reference run, every task is solved by one kit and not the other.
+    shutil.copytree(reference_run.run_dir, tmp_path / "runs" / reference_run.run_dir.name)
+    both = cli("tasks", "--runs-dir", "runs", "--json")
+    assert both.returncode == 0, both.stderr
+    (group,) = json.loads(both.stdout)
+    assert len(group["runs"]) == 2 and len(group["tasks"]) == 4
+    for task in group["tasks"]:
+        by_kit = {k["kit"].split(" ")[0]: (k["trials_passed"], k["trials_run"])
+                  for k in task["kits"]}
+        assert by_kit == {"reference": (1, 1), "noop": (0, 1)}, task
+        assert task["flags"] == [] and task["failure_classes"] == {"table_missing": 1}
 
 
 def test_runs_of_two_agents_or_two_commands_are_compared_and_named(tmp_path: Path) -> None:
