@@ -380,7 +380,8 @@ class CommandAgent:
                               *([ctx.budget] if ctx.budget is not None else [])]
         async with open_gateway([a.upstream for a in apis], meters,
                                 sealed=ctx.isolation == IsolationMode.NAMESPACE, budgets=budgets,
-                                record=ctx.workspace.artifacts / API_RECORD) as served:
+                                record=ctx.workspace.artifacts / API_RECORD,
+                                tape=ctx.tape) as served:
             variables: dict[str, str] = {}
             for api, base in zip(apis, served.base_urls, strict=True):
                 variables.update(api.env(base))

@@ -298,6 +298,13 @@ def setting_options(fn: F) -> F:
 @setting_options
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
+@click.option("--replay", "replay", metavar="RUN", shell_complete=complete.run_ids,
+              help="Replay RUN's recorded model exchanges (a folder, a run id or 'latest'): "
+                   "fresh trials whose gateway answers from RUN's trials, calling no API; "
+                   "a request that differs stops the trial ('diverged at exchange N').")
+@click.option("--replay-lenient", is_flag=True,
+              help="With --replay: serve the recorded answers even after a request differs "
+                   "(every later step is marked unverified).")
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=RUNS_DIR, show_default=True, help="Where run folders are made.")
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
@@ -316,7 +323,8 @@ def setting_options(fn: F) -> F:
               help="Also print every stage of every task, and debug logging.")
 @click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
-        runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
+        replay: str | None, replay_lenient: bool, runs_dir: Path, run_id: str | None,
+        subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
         quiet: bool, verbose: bool, no_color: bool, **overrides: Any) -> None:
     """Run tasks (all of the suite by default) and score them into <runs-dir>/<run-id>/.
@@ -343,6 +351,11 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         existing = RunFolder.at(runs_dir, run_id)
         if existing.read_manifest() is not None:  # a resume: the run's own suite and dataset
             g.suite, g.dataset = run_dataset_source(existing)
+    if replay is not None and g.suite is None and g.dataset is None:
+        from spider2local.run.rescore import run_dataset_source
+
+        # a replay: the recorded run's suite and dataset, as a resume takes its own
+        g.suite, g.dataset = run_dataset_source(_open_run(replay, runs_dir))
     suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
@@ -350,7 +363,7 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], isolation=isolation,
                     rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
-                    **overrides)
+                    replay=replay, replay_lenient=replay_lenient, **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)

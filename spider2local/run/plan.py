@@ -29,11 +29,13 @@ from spider2local.dataset.audit import Denominators, denominators, start_baselin
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
+from spider2local.gateway.replay import ReplaySource
 from spider2local.integrity import guard, known
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
-from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
+from spider2local.run.folder import RunFolder, claim_run_id, new_run_id, open_run_dir, resolve_run
+from spider2local.run.layout import API_REPLAY
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.progress import Progress
@@ -320,17 +322,23 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              replay_dir: Path | None = None, runs_dir: Path = Path("runs"),
              run_id: str | None = None, argv: list[str] | None = None,
              isolation: Isolation | str | None = None, rerun: Sequence[str] = (),
+             replay: str | Path | None = None, replay_lenient: bool = False,
              **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
     (default: the suite's) is resolved here, probing the machine once. Resuming ``run_id``,
-    every option left out is the one its run.json recorded (:func:`.resume.remembered`)."""
+    every option left out is the one its run.json recorded (:func:`.resume.remembered`).
+    ``replay`` (``--replay RUN``): a run whose recorded model exchanges every trial replays
+    (:mod:`spider2local.gateway.replay`); its options are taken as a resume takes its own
+    run's, so that the replayed agent is the recorded one."""
     folder = RunFolder.at(runs_dir, run_id or new_run_id())
     previous = folder.read_manifest() if run_id is not None else None
     if rerun and previous is None:
         raise UserError("--rerun needs the --run-id of an existing run",
                         fix="name the run whose tasks to run again with --run-id")
-    memory = remembered(previous)
+    source = _replay_source(replay, replay_lenient, runs_dir, folder)
+    memory = remembered(previous if previous is not None or source is None
+                        else open_run_dir(source.folder).read_manifest())
     if memory:
         if not ids and subset is None and shard is None and limit is None:
             ids, subset, shard, limit = (memory["ids"] or (), memory["subset"],
@@ -378,13 +386,16 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
             raise UserError(f"--replay-dir does not apply to --agent {name}",
                             fix="it is an option of the agents that replay files (--agent replay)")
         options["replay_dir"] = replay_dir
-    caps.check_credentials(name, os.environ)
+    if source is None:  # a replay calls no API: no credential is needed, none is used
+        caps.check_credentials(name, os.environ)
     make_agent(kind, **options)  # fails now, with one line, on a bad agent or option
     find_library()  # every task needs the fake clock: fail once here, not once per task
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
     if caps.needs_solution:
         selection = _needs_solution(selection)
+    if source is not None:
+        _check_recorded(source, selection)
     choice = choose_isolation(Isolation(isolation or suite.defaults.isolation),
                               sandboxed=caps.sandboxed, agent=name)
     prompts, skills = kit_dirs(overrides.pop("prompts_dir", None),
@@ -393,7 +404,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                                          suite_skills(suite.defaults, caps, skills),
                                          agent=name, capabilities=caps,
                                          isolation=choice.mode, prompts_dir=prompts,
-                                         skills_dir=skills, **overrides)
+                                         skills_dir=skills, replay=source, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     return RunPlan(folder=folder, selection=selection,
                    settings=settings, factory=lambda: make_agent(kind, **options),
@@ -404,6 +415,35 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    agent_options={k: Path(v).resolve() for k, v in options.items()
                                   if k == "replay_dir"},
                    fresh=run_id is None)
+
+
+def _replay_source(replay: str | Path | None, lenient: bool, runs_dir: Path,
+                   folder: RunFolder) -> ReplaySource | None:
+    """``--replay RUN`` resolved (a folder, a run id or 'latest', as everywhere)."""
+    if replay is None:
+        if lenient:
+            raise UserError("--replay-lenient needs --replay RUN",
+                            fix="name the recorded run to replay with --replay RUN")
+        return None
+    recorded = open_run_dir(resolve_run(replay, runs_dir))
+    where = recorded.root.resolve()
+    if where == folder.root.resolve():
+        raise UserError(f"run {recorded.run_id} cannot replay into itself", path=where,
+                        fix="leave out --run-id (a new run), or give another one")
+    return ReplaySource(recorded.run_id, where, lenient)
+
+
+def _check_recorded(source: ReplaySource, selection: Selection) -> None:
+    """A replay of a run none of whose selected tasks has a recording would only report
+    one error per trial: one line before anything starts instead. (A task without one is
+    that trial's error: one broken task never stops a run.)"""
+    recorded = RunFolder(source.folder)
+    if selection.tasks and not any((recorded.trial_dir(t.id) / API_REPLAY).is_file()
+                                   for t in selection.tasks):
+        raise UserError(f"run {source.run_id} holds no recorded model exchanges of the "
+                        f"selected tasks ({API_REPLAY} in their folders)", path=source.folder,
+                        fix="replay a run made by this version of spider2local with an agent "
+                            "that calls a model through its gateway")
 
 
 def _needs_solution(selection: Selection) -> Selection:

@@ -24,8 +24,9 @@ from typing import Any
 from spider2local.integrity.scan import Evidence, Integrity
 from spider2local.run.layout import ERROR_TRACEBACK
 
-SCHEMA_VERSION = 5
-"""5: ``cut_by_budget`` (absent before, read as false).
+SCHEMA_VERSION = 6
+"""6: ``replayed`` (``run --replay``: the run replayed and how far; absent before, read as None).
+5: ``cut_by_budget`` (absent before, read as false).
 4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
 3: ``integrity`` (``clean``/``suspect``, absent before), ``integrity_evidence`` and error kind
@@ -33,7 +34,7 @@ SCHEMA_VERSION = 5
 2: ``error.kind`` is an :class:`ErrorKind` and the exception's class has its own
 field. 1: ``error.kind`` was the exception's class name, or ``timeout``/``infrastructure``/
 ``agent``."""
-READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, SCHEMA_VERSION)
 log = logging.getLogger(__name__)
 
 
@@ -187,6 +188,12 @@ class TaskResult:
     """The run's budget (``--max-cost-usd``) was spent while this trial ran: its model gateway
     refused a request, which ended the session, and what the agent had left was scored as it
     stood (the error says so, as for the task's own ``--max-budget-usd``)."""
+    replayed: Mapping[str, Any] | None = None
+    """``run --replay``: the model's answers came from a recorded run, not from any API:
+    ``run`` (its id), ``trial`` (the recorded trial), ``lenient``, ``recorded`` and ``served``
+    (exchanges), ``diverged`` (``diverged at exchange N: ...``, or None: every request was
+    the recorded one), ``unverified_from`` (lenient: the first exchange served though its
+    request differed; every later step is unverified). None: a live trial."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -229,6 +236,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
     "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
     "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
+    "replayed": (dict, type(None)),
 }
 
 

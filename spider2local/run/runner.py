@@ -39,6 +39,7 @@ from spider2local.clock import warm
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
 from spider2local.gateway.budget import Budget, Share
+from spider2local.gateway.replay import Playback, Tape, Volatile
 from spider2local.integrity import guard
 from spider2local.integrity.scan import (
     Evidence,
@@ -56,7 +57,7 @@ from spider2local.run.deadlines import deadlines as stage_deadlines
 from spider2local.run.faults import describe as describe_fault
 from spider2local.run.faults import is_disk_full, is_machine_fault, names_disk_full
 from spider2local.run.folder import RunFolder
-from spider2local.run.layout import QUERIES, TRANSCRIPT
+from spider2local.run.layout import API_REPLAY, QUERIES, TRANSCRIPT
 from spider2local.run.manifest import now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.results import (
@@ -110,6 +111,9 @@ class _Attempt:
     share: Share = field(default_factory=lambda: Budget(None, "run").share())
     """The trial's part of the run's budget (:class:`RunBudget`), handed to each attempt's
     agent: its gateway charges it and refuses once the run's cap is spent."""
+    trial: int = 1
+    replayed: dict[str, Any] | None = None
+    """``run --replay``: how the last attempt's replay went (:meth:`Playback.summary`)."""
     costs: StageCosts | None = None
     """What the checkpoint's and the scorer's work cost on the task's untouched start database
     at the run's start (``None``: not measured): the base of their deadlines (:mod:`.deadlines`)."""
@@ -278,10 +282,12 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         raise _NotStarted(refused)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
+    playback = await in_thread(_playback, state, settings)
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,
-                       off_limits=state.off_limits, budget=state.share)
+                       off_limits=state.off_limits, budget=state.share,
+                       tape=Tape(state.artifacts / API_REPLAY, Volatile.of(ws.root), playback))
     progress.stage(state.label, Stage.AGENT, ctx.meter)
     state.meter = ctx.meter
     with _Stopwatch(state, "agent"):
@@ -298,9 +304,39 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     if outcome.infrastructure and (filled := await in_thread(
             _blamed, state, settings, disk_full=names_disk_full(outcome.error or ""))):
         outcome = replace(outcome, infrastructure=False, error=f"{outcome.error} ({filled})")
+    if playback is not None:
+        outcome = _replayed(state, settings, playback, outcome, transcript)
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out
+
+
+def _playback(state: _Attempt, settings: RunSettings) -> Playback | None:
+    """``run --replay``: the recorded session this attempt answers from (the scored attempt
+    of the same trial of the recorded run), read whole now by the runner: the recording is
+    never where the agent could read what comes next."""
+    source = settings.replay
+    if source is None:
+        return None
+    recorded = RunFolder(source.folder).trial_dir(state.task.id, state.trial) / API_REPLAY
+    return Playback.load(recorded, lenient=source.lenient)
+
+
+def _replayed(state: _Attempt, settings: RunSettings, playback: Playback,
+              outcome: AgentOutcome, transcript: Transcript) -> AgentOutcome:
+    """A replayed attempt's outcome: nothing was spent (the tokens are the recorded ones),
+    and a replay stopped at a divergence is the trial's error, whatever the agent made of
+    the refusal (never ``infrastructure``: retrying would diverge the same way)."""
+    assert settings.replay is not None
+    summary = playback.summary()
+    state.replayed = {"run": settings.replay.run_id, "trial": state.trial,
+                      "lenient": settings.replay.lenient, **summary}
+    transcript.append("replay", state.replayed)
+    usage = replace(outcome.usage, cost_usd_reported=0.0, cost_usd_computed=0.0)
+    stopped = playback.stopped
+    if stopped is None:
+        return replace(outcome, usage=usage)
+    return replace(outcome, usage=usage, error=stopped.message(), infrastructure=False)
 
 
 async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: AgentFactory,
@@ -574,8 +610,11 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
         progress.note(label, f"not run: {exc}")
         return None
-    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label,
-                     share=(budget or RunBudget(None)).share(), costs=costs)
+    hidden = watch.off_limits(task)
+    if settings.replay is not None:  # the recording of what comes next, too
+        hidden = (*hidden, settings.replay.folder)
+    state = _Attempt(task, artifacts, off_limits=hidden, label=label,
+                     share=(budget or RunBudget(None)).share(), costs=costs, trial=trial)
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
@@ -614,6 +653,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             integrity=scan.integrity, integrity_evidence=scan.evidence,
                             isolation=settings.isolation.value, trial=trial,
                             cut_by_budget=state.share.refused is not None,
+                            replayed=state.replayed,
                             **verdict.fields())
         path = folder.result_path(task.id, trial)
         try:

@@ -76,7 +76,8 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     assert old.error == TaskError(Stage.SCORE, ErrorKind.EXCEPTION,
                                   "gold table 'orders' cannot be read", "ScoringError")
     assert old.usage.cost_usd == 0.42 and old.durations["total"] == 252.0
-    assert old.schema_version == SCHEMA_VERSION == 5
+    assert old.schema_version == SCHEMA_VERSION == 6
+    assert old.replayed is None  # a live trial, as every result before schema 6
     path.write_text(V1_TIMEOUT)
     timeout = load_result(path)
     assert timeout is not None and timeout.error is not None
@@ -84,7 +85,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
     # Saved again (as a re-score does), the record is written in the current layout.
     save_result(path, old)
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 5
+    assert data["schema_version"] == 6
     assert data["error"] == {"stage": "score", "kind": "exception",
                              "message": "gold table 'orders' cannot be read",
                              "exception": "ScoringError"}

@@ -230,7 +230,8 @@ class ClaudeAgent:
         env = cli_env(ctx.workspace.env, ctx.workspace.root / "claude-config", marker,
                       background_tasks=self.background_tasks, sandboxed=sealed)
         async with open_gateway([claude_upstream(env)], usage, sealed=sealed, budgets=budgets,
-                                record=ctx.workspace.artifacts / API_RECORD) as served:
+                                record=ctx.workspace.artifacts / API_RECORD,
+                                tape=ctx.tape) as served:
             through_gateway(env, served.base_urls[0])
             await self._session(ctx, state, usage, env, marker, served.socket)
             if served.gateway.refused is not None:
