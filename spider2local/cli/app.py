@@ -305,6 +305,9 @@ def setting_options(fn: F) -> F:
 @click.option("--replay-lenient", is_flag=True,
               help="With --replay: serve the recorded answers even after a request differs "
                    "(every later step is marked unverified).")
+@click.option("--replay-until", type=click.IntRange(min=0), metavar="N",
+              help="With --replay: serve exchanges 1 to N only, then stop the session (with "
+                   "--keep, `shell` opens the workspace as it stood after exchange N).")
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=RUNS_DIR, show_default=True, help="Where run folders are made.")
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
@@ -323,7 +326,8 @@ def setting_options(fn: F) -> F:
               help="Also print every stage of every task, and debug logging.")
 @click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
-        replay: str | None, replay_lenient: bool, runs_dir: Path, run_id: str | None,
+        replay: str | None, replay_lenient: bool, replay_until: int | None, runs_dir: Path,
+        run_id: str | None,
         subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
         quiet: bool, verbose: bool, no_color: bool, **overrides: Any) -> None:
@@ -363,7 +367,8 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
                     limit=limit, agent=agent, replay_dir=replay_dir, runs_dir=runs_dir,
                     run_id=run_id, argv=sys.argv[1:], isolation=isolation,
                     rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
-                    replay=replay, replay_lenient=replay_lenient, **overrides)
+                    replay=replay, replay_lenient=replay_lenient, replay_until=replay_until,
+                    **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:
         click.echo(f"warning: {undated}", err=True)

@@ -429,8 +429,12 @@ def _recorded(entry: Mapping[str, Any]) -> Recorded:
 class Divergence:
     exchange: int
     detail: str
+    asked: bool = False
+    """Not a difference: the replay was asked to stop before this exchange (``until``)."""
 
     def message(self) -> str:
+        if self.asked:
+            return f"replay stopped before exchange {self.exchange}, as asked"
         return f"diverged at exchange {self.exchange}: {self.detail}"
 
 
@@ -442,19 +446,23 @@ class ReplaySource:
     folder: Path
     """The recorded run's folder."""
     lenient: bool = False
+    until: int | None = None
+    """Serve exchanges 1 to ``until`` only, then refuse (``--replay-until N``: with ``--keep``,
+    the workspace as it stood after exchange N, to open with ``shell``)."""
 
 
 class Playback:
     """Answers one session's requests from a recorded session, in order (module doc)."""
 
     def __init__(self, exchanges: Sequence[Recorded], *, lenient: bool = False,
-                 ends: str | None = None, source: str = "") -> None:
+                 ends: str | None = None, source: str = "", until: int | None = None) -> None:
         self.exchanges = {e.n: e for e in exchanges}
         self.recorded = max(self.exchanges, default=0)
         self.lenient = lenient
         self.ends = ends
         self.source = source
         self.served = 0
+        self.until = until
         self.diverged: Divergence | None = None
         """Strict: where the replay stopped. Lenient: the first difference (served anyway)."""
         self.ended: Divergence | None = None
@@ -463,9 +471,9 @@ class Playback:
                                       for e in exchanges if e.request.rest.text}
 
     @classmethod
-    def load(cls, path: Path, *, lenient: bool = False) -> Playback:
+    def load(cls, path: Path, *, lenient: bool = False, until: int | None = None) -> Playback:
         exchanges, ends = read_recording(path)
-        return cls(exchanges, lenient=lenient, ends=ends, source=str(path))
+        return cls(exchanges, lenient=lenient, ends=ends, source=str(path), until=until)
 
     @property
     def unverified_from(self) -> int | None:
@@ -486,6 +494,9 @@ class Playback:
         stopped = self.stopped
         if stopped is not None:
             return stopped
+        if self.until is not None and number > self.until:
+            self.ended = Divergence(number, "", asked=True)
+            return self.ended
         if number not in self.exchanges:
             why = f"the recorded trial made {self.recorded} request(s)" + (
                 f" ({self.ends})" if self.ends else "") if number > self.recorded else \
@@ -516,6 +527,7 @@ class Playback:
     def summary(self) -> dict[str, Any]:
         return {"recorded": len(self.exchanges), "served": self.served,
                 "diverged": self.diverged.message() if self.diverged else None,
+                "until": self.until,
                 "stopped": self.stopped.message() if self.stopped else None,
                 "unverified_from": self.unverified_from}
 

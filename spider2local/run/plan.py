@@ -323,7 +323,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              run_id: str | None = None, argv: list[str] | None = None,
              isolation: Isolation | str | None = None, rerun: Sequence[str] = (),
              replay: str | Path | None = None, replay_lenient: bool = False,
-             **overrides: Any) -> RunPlan:
+             replay_until: int | None = None, **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
     (default: the suite's) is resolved here, probing the machine once. Resuming ``run_id``,
@@ -336,7 +336,8 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
     if rerun and previous is None:
         raise UserError("--rerun needs the --run-id of an existing run",
                         fix="name the run whose tasks to run again with --run-id")
-    source = _replay_source(replay, replay_lenient, runs_dir, folder)
+    source = _replay_source(replay, replay_lenient, replay_until, runs_dir, folder)
+    source = _resumed_replay(previous, source, folder)
     memory = remembered(previous if previous is not None or source is None
                         else open_run_dir(source.folder).read_manifest())
     if memory:
@@ -417,20 +418,45 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    fresh=run_id is None)
 
 
-def _replay_source(replay: str | Path | None, lenient: bool, runs_dir: Path,
-                   folder: RunFolder) -> ReplaySource | None:
+def _replay_source(replay: str | Path | None, lenient: bool, until: int | None,
+                   runs_dir: Path, folder: RunFolder) -> ReplaySource | None:
     """``--replay RUN`` resolved (a folder, a run id or 'latest', as everywhere)."""
     if replay is None:
-        if lenient:
-            raise UserError("--replay-lenient needs --replay RUN",
-                            fix="name the recorded run to replay with --replay RUN")
+        for given, flag in ((lenient, "--replay-lenient"), (until is not None, "--replay-until")):
+            if given:
+                raise UserError(f"{flag} needs --replay RUN",
+                                fix="name the recorded run to replay with --replay RUN")
         return None
     recorded = open_run_dir(resolve_run(replay, runs_dir))
     where = recorded.root.resolve()
     if where == folder.root.resolve():
         raise UserError(f"run {recorded.run_id} cannot replay into itself", path=where,
                         fix="leave out --run-id (a new run), or give another one")
-    return ReplaySource(recorded.run_id, where, lenient)
+    return ReplaySource(recorded.run_id, where, lenient, until)
+
+
+def _resumed_replay(previous: RunManifest | None, source: ReplaySource | None,
+                    folder: RunFolder) -> ReplaySource | None:
+    """A resume keeps what the run replays: left out, the recorded source (a replayed run
+    resumed without ``--replay`` must not call a live API for its remaining trials); given,
+    it must be the same, and a live run cannot become a replay (one run, one experiment)."""
+    if previous is None:
+        return source
+    kept = previous.setting("replay")
+    if not isinstance(kept, dict):
+        if source is not None:
+            raise UserError(f"run {folder.run_id} was not a replay: it cannot be resumed with "
+                            "--replay", path=folder.root,
+                            fix="start a new run (leave out --run-id) to replay")
+        return None
+    until = kept.get("until")
+    recorded = ReplaySource(str(kept.get("run")), Path(str(kept.get("folder"))),
+                            bool(kept.get("lenient")), until if isinstance(until, int) else None)
+    if source is not None and source != recorded:
+        raise UserError(f"run {folder.run_id} replays {recorded.run_id} "
+                        f"({'lenient' if recorded.lenient else 'strict'}): a resume must too",
+                        path=folder.root, fix="resume it without --replay, or start a new run")
+    return recorded
 
 
 def _check_recorded(source: ReplaySource, selection: Selection) -> None:

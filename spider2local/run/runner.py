@@ -319,7 +319,7 @@ def _playback(state: _Attempt, settings: RunSettings) -> Playback | None:
     if source is None:
         return None
     recorded = RunFolder(source.folder).trial_dir(state.task.id, state.trial) / API_REPLAY
-    return Playback.load(recorded, lenient=source.lenient)
+    return Playback.load(recorded, lenient=source.lenient, until=source.until)
 
 
 def _replayed(state: _Attempt, settings: RunSettings, playback: Playback,

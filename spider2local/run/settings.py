@@ -109,7 +109,7 @@ class RunSettings:
             data[key] = None if data[key] is None else str(data[key])
         if self.replay is not None:
             data["replay"] = {"run": self.replay.run_id, "folder": str(self.replay.folder),
-                              "lenient": self.replay.lenient}
+                              "lenient": self.replay.lenient, "until": self.replay.until}
         return data
 
     @property

@@ -194,3 +194,18 @@ def test_a_request_that_differs_stops_the_replay_unless_lenient(tmp_path: Path) 
     summary = lenient.summary()
     assert summary["unverified_from"] == 2 and summary["served"] == 3
     assert summary["stopped"] == "diverged at exchange 4: the recorded trial made 3 request(s)"
+
+
+def test_a_replay_asked_to_stop_after_exchange_n_refuses_the_next_without_a_divergence(
+        tmp_path: Path) -> None:
+    recorded_at = tmp_path / "rec" / "api.replay.jsonl"
+    anyio.run(serve, Tape(recorded_at, Volatile.of(WS)), [first(), conversation("1")],
+              Upstream_())
+    playback = Playback.load(recorded_at, until=1)
+    answers = anyio.run(serve, Tape(tmp_path / "u.jsonl", Volatile.of(WS), playback),
+                        [first(), conversation("1")])
+    assert [r.status_code for r in answers] == [200, 400]
+    assert "replay stopped before exchange 2, as asked" in answers[1].json()["error"]["message"]
+    assert playback.diverged is None and playback.summary()["served"] == 1
+    assert playback.stopped is not None and playback.stopped.message() == \
+        "replay stopped before exchange 2, as asked"

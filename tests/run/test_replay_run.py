@@ -96,7 +96,7 @@ def recorded_claude(tmp_path: Path, tiny_dataset: Callable[..., Path]
 
 def test_a_claude_run_replays_with_no_api_to_the_same_verdict_files_and_tool_calls(
         tmp_path: Path, recorded_claude: tuple[Path, list[str]]) -> None:
-    root, base = recorded_claude
+    _, base = recorded_claude
     done = cli(*base, "--replay", "rec", "--run-id", "rep", cwd=tmp_path, env=offline_env(),
                timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -211,8 +211,9 @@ def test_replay_refuses_a_run_without_recordings_and_lenient_alone(
     assert refused.returncode == 2, refused.stderr
     assert "holds no recorded model exchanges" in refused.stderr
     assert "Traceback" not in refused.stderr
-    alone = cli(*base, "--agent", "noop", "--replay-lenient", cwd=tmp_path)
-    assert alone.returncode == 2 and "--replay-lenient needs --replay RUN" in alone.stderr
+    for flag in (["--replay-lenient"], ["--replay-until", "3"]):
+        alone = cli(*base, "--agent", "noop", *flag, cwd=tmp_path)
+        assert alone.returncode == 2 and f"{flag[0]} needs --replay RUN" in alone.stderr
     into = cli(*base, "--replay", "plain", "--run-id", "plain", cwd=tmp_path)
     assert into.returncode == 2 and "cannot replay into itself" in into.stderr
     missing = cli(*base, "--replay", "nope", cwd=tmp_path)
