@@ -373,7 +373,10 @@ class Recorded:
 def read_recording(path: Path) -> tuple[list[Recorded], str | None]:
     """The last session of a trial's recording (the attempt that was scored) and why it ends
     early (capped, or None). Sizes and digests are checked: a damaged file is a
-    :class:`ReplayError` naming the line."""
+    :class:`ReplayError` naming the line. A link is refused: a run folder from elsewhere
+    must not make the runner read another file."""
+    if path.is_symlink():
+        raise ReplayError(f"{path}: a link, not a recording")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:

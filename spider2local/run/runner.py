@@ -263,6 +263,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     task = state.task
     state.attempts += 1
     progress.stage(state.label, Stage.PREPARE)
+    # before any workspace: a recording that cannot be replayed is this trial's error, at
+    # prepare, with no agent started (ReplayError: its message names the file)
+    playback = await in_thread(_playback, state, settings)
     # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
     # it returned would lose the workspace it made (never cleaned up).
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
@@ -282,7 +285,6 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
         raise _NotStarted(refused)
     transcript = Transcript(state.artifacts / TRANSCRIPT)
     transcript.append("attempt", {"attempt": state.attempts, "workspace": str(ws.root)})
-    playback = await in_thread(_playback, state, settings)
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,

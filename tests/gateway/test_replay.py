@@ -127,6 +127,9 @@ def test_a_recording_is_read_back_whole_and_a_damaged_one_is_refused(tmp_path: P
         read_recording(path)
     with pytest.raises(ReplayError, match="no recording of this trial"):
         read_recording(tmp_path / "absent.jsonl")
+    (tmp_path / "link.jsonl").symlink_to(path)  # a run folder from elsewhere, pointing out
+    with pytest.raises(ReplayError, match="a link, not a recording"):
+        read_recording(tmp_path / "link.jsonl")
 
 
 def test_a_recording_past_its_cap_says_where_it_stops(tmp_path: Path) -> None:
