@@ -323,7 +323,7 @@ class CommandAgent:
                              transcript=ctx.transcript, upstreams=[a.upstream for a in apis],
                              meter=meters, record=ctx.workspace.artifacts / API_RECORD,
                              task_budget_usd=ctx.limits.max_budget_usd, run_budget=ctx.budget,
-                             date=ctx.task.date, serve_tools=True) as seal:
+                             date=ctx.task.date, serve_tools=True, tape=ctx.tape) as seal:
             variables: dict[str, str] = {}
             for api, base in zip(apis, seal.base_urls, strict=True):
                 variables.update(api.env(base))

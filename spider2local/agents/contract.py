@@ -17,6 +17,7 @@ from spider2local.core.results import Usage
 from spider2local.core.transcript import Transcript
 from spider2local.dataset.task import TaskSpec
 from spider2local.gateway.budget import Cap
+from spider2local.gateway.replay import Tape
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite import options
 from spider2local.workspace.model import Workspace
@@ -88,6 +89,11 @@ class AgentContext:
     budget.Share` of the one budget shared by every session of the run (the runner sets it,
     with or without a cap, so the spend is counted either way). The agent hands it to its
     model gateway, which charges it and refuses requests once it is spent."""
+    tape: Tape | None = None
+    """Where the agent's model gateway records the session in full (the trial's folder,
+    outside the agent's view), and, for ``run --replay``, the recorded session it answers
+    from instead of any API (:mod:`spider2local.gateway.replay`). The agent hands it to its
+    gateway (``open_gateway(..., tape=ctx.tape)``)."""
 
 
 @dataclass(frozen=True)

@@ -302,6 +302,16 @@ def setting_options(fn: F) -> F:
 @setting_options
 @click.option("--replay-dir", type=click.Path(path_type=Path, file_okay=False),
               help="For --agent replay: a folder with one sub-folder of files per task id.")
+@click.option("--replay", "replay", metavar="RUN", shell_complete=complete.run_ids,
+              help="Replay RUN's recorded model exchanges (a folder, a run id or 'latest'): "
+                   "fresh trials whose gateway answers from RUN's trials, calling no API; "
+                   "a request that differs stops the trial ('diverged at exchange N').")
+@click.option("--replay-lenient", is_flag=True,
+              help="With --replay: serve the recorded answers even after a request differs "
+                   "(every later step is marked unverified).")
+@click.option("--replay-until", type=click.IntRange(min=0), metavar="N",
+              help="With --replay: serve exchanges 1 to N only, then stop the session (with "
+                   "--keep, `shell` opens the workspace as it stood after exchange N).")
 @click.option("--runs-dir", type=click.Path(path_type=Path, file_okay=False),
               default=RUNS_DIR, show_default=True, help="Where run folders are made.")
 @click.option("--run-id", help="Default: a timestamp. An existing id resumes that run, with "
@@ -332,7 +342,9 @@ def setting_options(fn: F) -> F:
               help="Also print every stage of every task, and debug logging.")
 @click.option("--no-color", is_flag=True, help="No colours (also: NO_COLOR set to anything).")
 def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
-        runs_dir: Path, run_id: str | None, subset: str | None, shard: str | None,
+        replay: str | None, replay_lenient: bool, replay_until: int | None, runs_dir: Path,
+        run_id: str | None,
+        subset: str | None, shard: str | None,
         limit: int | None, as_json: bool, isolation: str | None, rerun: tuple[str, ...],
         quiet: bool, verbose: bool, no_color: bool, against: str | None,
         until_decided: bool, max_trials: int | None, min_difference: str | None,
@@ -361,6 +373,11 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
         existing = RunFolder.at(runs_dir, run_id)
         if existing.read_manifest() is not None:  # a resume: the run's own suite and dataset
             g.suite, g.dataset = run_dataset_source(existing)
+    if replay is not None and g.suite is None and g.dataset is None:
+        from spider2local.run.rescore import run_dataset_source
+
+        # a replay: the recorded run's suite and dataset, as a resume takes its own
+        g.suite, g.dataset = run_dataset_source(_open_run(replay, runs_dir))
     suite = g.load_suite()
     data = load_dataset(suite)
     _echo_dataset_warnings(data)  # a skipped line of the task list must not go unnoticed
@@ -376,6 +393,7 @@ def run(task_ids: tuple[str, ...], agent: str | None, replay_dir: Path | None,
                     rerun=[n.strip() for v in rerun for n in v.split(",") if n.strip()],
                     against=_open_run(against, runs_dir) if against is not None else None,
                     until_decided=until_decided, max_trials=max_trials, min_difference=least,
+                    replay=replay, replay_lenient=replay_lenient, replay_until=replay_until,
                     **overrides)
     undated = undated_warning(plan.selection.tasks, suite)
     if undated is not None:

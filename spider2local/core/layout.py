@@ -8,6 +8,7 @@ Layout::
     <runs-dir>/<run-id>/<task>/error.txt          ERROR_TRACEBACK: an unexpected exception, whole
     <runs-dir>/<run-id>/<task>/transcript.jsonl   TRANSCRIPT: every agent message as it arrived
     <runs-dir>/<run-id>/<task>/api.jsonl          API_RECORD: every model API exchange (capped)
+    <runs-dir>/<run-id>/<task>/api.replay.jsonl   API_REPLAY: every exchange in full, for a replay
     <runs-dir>/<run-id>/<task>/queries.jsonl      QUERIES: every query of the agent's DB tools
     <runs-dir>/<run-id>/<task>/workspace.json     WORKSPACE_RECORD: where the workspace was
     <runs-dir>/<run-id>/<task>/scan.json          SCAN: the project scan the agent was given
@@ -52,6 +53,7 @@ RESULT = "result.json"
 ERROR_TRACEBACK = "error.txt"
 TRANSCRIPT = "transcript.jsonl"
 API_RECORD = "api.jsonl"
+API_REPLAY = "api.replay.jsonl"
 QUERIES = "queries.jsonl"
 WORKSPACE_RECORD = "workspace.json"
 SCAN = "scan.json"

@@ -27,7 +27,8 @@ from spider2local.core.layout import ERROR_TRACEBACK
 SCHEMA_VERSION = 6
 """6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept);
 ``failure_class`` and ``failure_detail`` (derived from the other fields when written,
-recomputed when read: older files get them too; see :mod:`.failure`).
+recomputed when read: older files get them too; see :mod:`.failure`); ``replayed``
+(``run --replay``: the run replayed and how far; absent before, read as None).
 5: ``cut_by_budget`` (absent before, read as false).
 4: ``trial`` (1-based; absent before, read as trial 1: a run made before trials existed is a
 1-trial run).
@@ -220,6 +221,12 @@ class TaskResult:
     :mod:`spider2local.run.graded`), which ``regrade`` checks before scoring it again;
     ``None`` when none was kept (``--no-keep-graded``, no score, or a result older than
     schema 6)."""
+    replayed: Mapping[str, Any] | None = None
+    """``run --replay``: the model's answers came from a recorded run, not from any API:
+    ``run`` (its id), ``trial`` (the recorded trial), ``lenient``, ``recorded`` and ``served``
+    (exchanges), ``diverged`` (``diverged at exchange N: ...``, or None: every request was
+    the recorded one), ``unverified_from`` (lenient: the first exchange served though its
+    request differed; every later step is unverified). None: a live trial."""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -278,6 +285,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
     "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
     "graded_sha256": (str, type(None)),
+    "replayed": (dict, type(None)),
 }
 
 

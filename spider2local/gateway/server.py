@@ -15,7 +15,11 @@ the gateway:
 - charges the session's and the run's :class:`~.budget.Budget` (the run's through the trial's
   :class:`~.budget.Share`) and refuses every request once one is spent (an API error the
   client does not retry);
-- records the exchange (:mod:`.record`).
+- records the exchange: capped for people to read (:mod:`.record`), and in full with a
+  fingerprint of the request for a replay (:mod:`.replay`);
+- or, replaying a recorded trial (a :class:`~.replay.Tape` with a playback), answers each
+  request from the recording without calling any API: no credential is added, nothing is
+  charged, and a request that differs from the recorded one is refused (the replay stops).
 
 When the runner dies, the socket's server dies with it: nothing more is served.
 
@@ -53,6 +57,14 @@ import httpx
 
 from spider2local.gateway.budget import Cap
 from spider2local.gateway.record import ExchangeLog
+from spider2local.gateway.replay import (
+    RESPONSE_CAP,
+    Divergence,
+    Fingerprint,
+    Tape,
+    recorded_response,
+    route_of,
+)
 from spider2local.proc.serving import serving
 from spider2local.proc.tempdirs import make_owned_dir
 from spider2local.sandbox.network import relay_base_url
@@ -179,11 +191,15 @@ class Gateway:
 
     def __init__(self, upstreams: Sequence[Upstream], meter: Meter, *,
                  budgets: Sequence[Cap] = (), record: ExchangeLog | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 tape: Tape | None = None) -> None:
         self.upstreams = tuple(upstreams)
         self.meter = meter
         self.budgets = tuple(budgets)
         self.record = record
+        self.recorder = tape.recorder() if tape is not None else None
+        self.playback = tape.playback if tape is not None else None
+        """Set: every request is answered from a recorded trial (see the module doc)."""
         self.refused: str | None = None
         """Why requests were refused (a budget spent), once one was."""
         self.served = 0
@@ -220,11 +236,15 @@ class Gateway:
         return index, sub, query
 
     def _refusal(self) -> str | None:
+        if self.playback is not None:  # nothing is spent; a recorded refusal is replayed
+            return None
         if self.refused is None:
             self.refused = next((r for r in (b.refusal() for b in self.budgets) if r), None)
         return self.refused
 
     def _charge(self) -> None:
+        if self.playback is not None:
+            return
         cost = self.meter.cost()
         for budget in self.budgets:
             budget.charge(None if cost is None else cost - self._charged)
@@ -285,9 +305,11 @@ class Gateway:
                 return None, b""
 
     async def _error(self, conn: h11.Connection, stream: anyio.abc.ByteStream, status: int,
-                     kind: str, message: str) -> None:
+                     kind: str, message: str, fingerprint: Fingerprint | None = None) -> None:
         payload = json.dumps({"type": "error", "error": {
             "type": kind, "message": f"spider2local gateway: {message}"}}).encode()
+        if fingerprint is not None and self.recorder is not None:
+            self.recorder.exchange(fingerprint, status, "application/json", payload)
         await stream.send(conn.send(h11.Response(status_code=status, headers=[
             ("content-type", "application/json"), ("content-length", str(len(payload)))])))
         await stream.send(conn.send(h11.Data(data=payload)))
@@ -305,36 +327,54 @@ class Gateway:
                               f"{method} {target[:200]} is not an API this agent may reach")
             self._log(entry | {"status": 403, "refused": "route"}, body, b"")
             return
+        index, path, query = routed
+        fingerprint = self._fingerprint(route_of(index, method, path), body)
         refusal = self._refusal()
         if refusal is not None:
-            await self._error(conn, stream, REFUSED_STATUS, "invalid_request_error", refusal)
+            await self._error(conn, stream, REFUSED_STATUS, "invalid_request_error", refusal,
+                              fingerprint)
             self._log(entry | {"status": REFUSED_STATUS, "refused": refusal}, body, b"")
             return
-        index, path, query = routed
+        replayed = self.playback.answer(fingerprint) \
+            if self.playback is not None and fingerprint is not None else None
+        if isinstance(replayed, Divergence):
+            await self._error(conn, stream, REFUSED_STATUS, "invalid_request_error",
+                              f"replay {replayed.message()}")
+            self._log(entry | {"status": REFUSED_STATUS, "replay": replayed.message()},
+                      body, b"")
+            return
         call = ApiCall(next(self._ids), index, method, path, query, body)
         entry["id"] = call.id
         upstream = self.upstreams[index]
         headers = self._headers(request.headers, upstream)
         url = upstream.base_url.rstrip("/") + path + (f"?{query}" if query else "")
         kept = bytearray()
+        full: bytearray | None = bytearray() if self.recorder is not None else None
         status = 502
         self.meter.begin(call)
         try:
             try:
-                response = await self._client.send(
-                    self._client.build_request(method, url, headers=headers, content=body),
-                    stream=True)
+                response = recorded_response(replayed) if replayed is not None else \
+                    await self._client.send(self._client.build_request(
+                        method, url, headers=headers, content=body), stream=True)
             except httpx.HTTPError as exc:
                 await self._error(conn, stream, 502, "api_error",
                                   f"upstream {upstream.base_url} unreachable: "
-                                  f"{type(exc).__name__}: {exc}")
+                                  f"{type(exc).__name__}: {exc}", fingerprint)
                 entry["upstream_error"] = f"{type(exc).__name__}: {exc}"
                 return
             status = response.status_code
+            if replayed is not None:
+                entry["replayed"] = replayed.n
             try:
-                await self._relay(conn, stream, call, response, kept)
+                await self._relay(conn, stream, call, response, kept, full)
             finally:
                 await response.aclose()
+                if self.recorder is not None and fingerprint is not None:
+                    self.recorder.exchange(
+                        fingerprint, status, response.headers.get("content-type", ""),
+                        bytes(full) if full is not None and len(full) <= RESPONSE_CAP
+                        else None)
         finally:
             self.meter.end(call, status)
             self._charge()
@@ -351,8 +391,18 @@ class Gateway:
         headers.append(("accept-encoding", "identity"))  # the meter reads the bytes as sent
         return headers
 
+    def _fingerprint(self, route: str, body: bytes) -> Fingerprint | None:
+        """The request's fingerprint, taken in arrival order (each one's base is an earlier
+        request): recorded with the answer, and compared with the recording in a replay."""
+        if self.recorder is not None:
+            return self.recorder.fingerprint(route, body)
+        return None
+
     async def _relay(self, conn: h11.Connection, stream: anyio.abc.ByteStream, call: ApiCall,
-                     response: httpx.Response, kept: bytearray) -> None:
+                     response: httpx.Response, kept: bytearray,
+                     full: bytearray | None = None) -> None:
+        """``full``: every byte of the answer (up to one past :data:`~.replay.RESPONSE_CAP`),
+        for the replay recording."""
         headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _HOP]
         await stream.send(conn.send(h11.Response(status_code=response.status_code,
                                                  headers=headers)))
@@ -363,6 +413,8 @@ class Gateway:
         async for chunk in response.aiter_raw():
             if len(kept) < cap:
                 kept += chunk[: cap - len(kept)]
+            if full is not None and len(full) <= RESPONSE_CAP:
+                full += chunk[: RESPONSE_CAP + 1 - len(full)]
             if sse is not None:
                 for data in sse.feed(chunk):
                     self.meter.event(call, data)
@@ -396,18 +448,19 @@ class Served:
 @contextlib.asynccontextmanager
 async def open_gateway(upstreams: Sequence[Upstream], meter: Meter, *, sealed: bool,
                        budgets: Sequence[Cap] = (), record: Path | None = None,
-                       transport: httpx.AsyncBaseTransport | None = None
-                       ) -> AsyncIterator[Served]:
+                       transport: httpx.AsyncBaseTransport | None = None,
+                       tape: Tape | None = None) -> AsyncIterator[Served]:
     """Serve ``upstreams`` for one session while the block runs.
 
     ``sealed``: on a Unix socket in a fresh runner-private folder (mode 0700), reached from a
     sandbox through its relay (:mod:`spider2local.sandbox.network`); else on a loopback TCP
     port of the runner (no sandbox: the agent could reach the network anyway, but usage,
     cost and budgets still come from here).
+    ``tape``: where the session is recorded in full, and the recorded session it replays.
     """
     gateway = Gateway(upstreams, meter, budgets=budgets,
                       record=ExchangeLog(record) if record is not None else None,
-                      transport=transport)
+                      transport=transport, tape=tape)
     folder: Path | None = None
     listener: anyio.abc.Listener[Any]
     try:

@@ -29,17 +29,19 @@ import anyio
 from spider2local.agents.registry import capabilities, make_agent, takes_option
 from spider2local.audit.tasks import Denominators, denominators, start_baseline
 from spider2local.clock.faketime import find_library
+from spider2local.core.layout import API_REPLAY
 from spider2local.core.results import Status, TaskResult
 from spider2local.dataset import known
 from spider2local.dataset.load import dataset_fingerprint
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import UserError
+from spider2local.gateway.replay import ReplaySource
 from spider2local.integrity import guard
 from spider2local.integrity import witness as witness_mod
 from spider2local.proc.kill import hurry, unhurry
 from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
-from spider2local.run.folder import RunFolder, claim_run_id, new_run_id
+from spider2local.run.folder import RunFolder, claim_run_id, new_run_id, open_run_dir, resolve_run
 from spider2local.run.lock import run_lock
 from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
 from spider2local.run.progress import Progress
@@ -395,11 +397,15 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
              isolation: Isolation | str | None = None, rerun: Sequence[str] = (),
              against: RunFolder | None = None, until_decided: bool = False,
              max_trials: int | None = None, min_difference: float | None = None,
-             **overrides: Any) -> RunPlan:
+             replay: str | Path | None = None, replay_lenient: bool = False,
+             replay_until: int | None = None, **overrides: Any) -> RunPlan:
     """Resolve the command line; every problem is a UserError raised before anything runs.
     ``overrides`` are RunSettings fields (None means "the suite's default"). ``isolation``
     (default: the suite's) is resolved here, probing the machine once. Resuming ``run_id``,
-    every option left out is the one its run.json recorded (:func:`.resume.remembered`)."""
+    every option left out is the one its run.json recorded (:func:`.resume.remembered`).
+    ``replay`` (``--replay RUN``): a run whose recorded model exchanges every trial replays
+    (:mod:`spider2local.gateway.replay`); its options are taken as a resume takes its own
+    run's, so that the replayed agent is the recorded one."""
     folder = RunFolder.at(runs_dir, run_id or new_run_id())
     previous = folder.read_manifest() if run_id is not None else None
     if rerun and previous is None:
@@ -428,7 +434,10 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
             raise UserError("--trials does not apply with --until-decided",
                             fix="use --max-trials K (the most rounds)")
         overrides["trials"] = design.max_rounds
-    memory = remembered(previous)
+    source = _replay_source(replay, replay_lenient, replay_until, runs_dir, folder)
+    source = _resumed_replay(previous, source, folder)
+    memory = remembered(previous if previous is not None or source is None
+                        else open_run_dir(source.folder).read_manifest())
     if memory:
         if not ids and subset is None and shard is None and limit is None:
             ids, subset, shard, limit = (memory["ids"] or (), memory["subset"],
@@ -476,13 +485,16 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
             raise UserError(f"--replay-dir does not apply to --agent {name}",
                             fix="it is an option of the agents that replay files (--agent replay)")
         options["replay_dir"] = replay_dir
-    caps.check_credentials(name, os.environ)
+    if source is None:  # a replay calls no API: no credential is needed, none is used
+        caps.check_credentials(name, os.environ)
     make_agent(kind, **options)  # fails now, with one line, on a bad agent or option
     find_library()  # every task needs the fake clock: fail once here, not once per task
     selection = select_tasks(data, ids, subset=subset,
                              shard=parse_shard(shard) if shard else None, limit=limit)
     if caps.needs_solution:
         selection = _needs_solution(selection)
+    if source is not None:
+        _check_recorded(source, selection)
     choice = choose_isolation(Isolation(isolation or suite.defaults.isolation),
                               sandboxed=caps.sandboxed, agent=name)
     prompts, skills = kit_dirs(overrides.pop("prompts_dir", None),
@@ -491,7 +503,7 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                                          suite_skills(suite.defaults, caps, skills),
                                          agent=name, capabilities=caps,
                                          isolation=choice.mode, prompts_dir=prompts,
-                                         skills_dir=skills, **overrides)
+                                         skills_dir=skills, replay=source, **overrides)
     check_skills(selection.tasks, settings, suite.path)
     pairing: SequentialSpec | None = None
     if design is not None and against is not None:
@@ -512,6 +524,60 @@ def plan_run(suite: Suite, data: Dataset, *, ids: Sequence[str] = (), subset: st
                    agent_options={k: Path(v).resolve() for k, v in options.items()
                                   if k == "replay_dir"},
                    fresh=run_id is None)
+
+
+def _replay_source(replay: str | Path | None, lenient: bool, until: int | None,
+                   runs_dir: Path, folder: RunFolder) -> ReplaySource | None:
+    """``--replay RUN`` resolved (a folder, a run id or 'latest', as everywhere)."""
+    if replay is None:
+        for given, flag in ((lenient, "--replay-lenient"), (until is not None, "--replay-until")):
+            if given:
+                raise UserError(f"{flag} needs --replay RUN",
+                                fix="name the recorded run to replay with --replay RUN")
+        return None
+    recorded = open_run_dir(resolve_run(replay, runs_dir))
+    where = recorded.root.resolve()
+    if where == folder.root.resolve():
+        raise UserError(f"run {recorded.run_id} cannot replay into itself", path=where,
+                        fix="leave out --run-id (a new run), or give another one")
+    return ReplaySource(recorded.run_id, where, lenient, until)
+
+
+def _resumed_replay(previous: RunManifest | None, source: ReplaySource | None,
+                    folder: RunFolder) -> ReplaySource | None:
+    """A resume keeps what the run replays: left out, the recorded source (a replayed run
+    resumed without ``--replay`` must not call a live API for its remaining trials); given,
+    it must be the same, and a live run cannot become a replay (one run, one experiment)."""
+    if previous is None:
+        return source
+    kept = previous.setting("replay")
+    if not isinstance(kept, dict):
+        if source is not None:
+            raise UserError(f"run {folder.run_id} was not a replay: it cannot be resumed with "
+                            "--replay", path=folder.root,
+                            fix="start a new run (leave out --run-id) to replay")
+        return None
+    until = kept.get("until")
+    recorded = ReplaySource(str(kept.get("run")), Path(str(kept.get("folder"))),
+                            bool(kept.get("lenient")), until if isinstance(until, int) else None)
+    if source is not None and source != recorded:
+        raise UserError(f"run {folder.run_id} replays {recorded.run_id} "
+                        f"({'lenient' if recorded.lenient else 'strict'}): a resume must too",
+                        path=folder.root, fix="resume it without --replay, or start a new run")
+    return recorded
+
+
+def _check_recorded(source: ReplaySource, selection: Selection) -> None:
+    """A replay of a run none of whose selected tasks has a recording would only report
+    one error per trial: one line before anything starts instead. (A task without one is
+    that trial's error: one broken task never stops a run.)"""
+    recorded = RunFolder(source.folder)
+    if selection.tasks and not any((recorded.trial_dir(t.id) / API_REPLAY).is_file()
+                                   for t in selection.tasks):
+        raise UserError(f"run {source.run_id} holds no recorded model exchanges of the "
+                        f"selected tasks ({API_REPLAY} in their folders)", path=source.folder,
+                        fix="replay a run made by this version of spider2local with an agent "
+                            "that calls a model through its gateway")
 
 
 def _needs_solution(selection: Selection) -> Selection:

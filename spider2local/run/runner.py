@@ -42,7 +42,7 @@ from spider2local.agents.contract import Agent, AgentContext, AgentOutcome, Usag
 from spider2local.clock import warm
 from spider2local.core.faults import describe as describe_fault
 from spider2local.core.faults import is_disk_full, is_machine_fault, names_disk_full
-from spider2local.core.layout import GRADED_DB, QUERIES, TRANSCRIPT
+from spider2local.core.layout import API_REPLAY, GRADED_DB, QUERIES, TRANSCRIPT
 from spider2local.core.results import (
     ErrorKind,
     Evidence,
@@ -58,6 +58,7 @@ from spider2local.core.transcript import Transcript
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import DeadlinePassed
 from spider2local.gateway.budget import Budget, Share
+from spider2local.gateway.replay import Playback, Tape, Volatile
 from spider2local.integrity import guard
 from spider2local.integrity.scan import ScanResult, project_baseline, scan_task, witnessed
 from spider2local.integrity.witness import Witness
@@ -116,6 +117,9 @@ class _Attempt:
     witness: Witness | None = None
     """The run's unsealed witness (:mod:`spider2local.integrity.witness`), told when this
     trial's agent stage begins and ends."""
+    trial: int = 1
+    replayed: dict[str, Any] | None = None
+    """``run --replay``: how the last attempt's replay went (:meth:`Playback.summary`)."""
     costs: StageCosts | None = None
     """What the checkpoint's and the scorer's work cost on the task's untouched start database
     at the run's start (``None``: not measured): the base of their deadlines (:mod:`.deadlines`)."""
@@ -267,6 +271,9 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     task = state.task
     state.attempts += 1
     progress.stage(state.label, Stage.PREPARE)
+    # before any workspace: a recording that cannot be replayed is this trial's error, at
+    # prepare, with no agent started (ReplayError: its message names the file)
+    playback = await in_thread(_playback, state, settings)
     # Shielded: a worker thread cannot be cancelled anyway, and a cancellation delivered after
     # it returned would lose the workspace it made (never cleaned up).
     with _Stopwatch(state, "prepare"), anyio.CancelScope(shield=True):
@@ -290,7 +297,8 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     ctx = AgentContext(task=task, workspace=ws, limits=limits_for(task, settings),
                        transcript=transcript, isolation=settings.isolation,
                        prompts=settings.prompts_dir,
-                       off_limits=state.off_limits, budget=state.share)
+                       off_limits=state.off_limits, budget=state.share,
+                       tape=Tape(state.artifacts / API_REPLAY, Volatile.of(ws.root), playback))
     if state.witness is not None:
         state.witness.entered(state.label)
     try:
@@ -313,9 +321,39 @@ async def _attempt_agent(state: _Attempt, settings: RunSettings, factory: AgentF
     if outcome.infrastructure and (filled := await in_thread(
             _blamed, state, settings, disk_full=names_disk_full(outcome.error or ""))):
         outcome = replace(outcome, infrastructure=False, error=f"{outcome.error} ({filled})")
+    if playback is not None:
+        outcome = _replayed(state, settings, playback, outcome, transcript)
     transcript.append("outcome", {"error": outcome.error, "timed_out": timed_out,
                                   "infrastructure": outcome.infrastructure})
     return outcome, timed_out
+
+
+def _playback(state: _Attempt, settings: RunSettings) -> Playback | None:
+    """``run --replay``: the recorded session this attempt answers from (the scored attempt
+    of the same trial of the recorded run), read whole now by the runner: the recording is
+    never where the agent could read what comes next."""
+    source = settings.replay
+    if source is None:
+        return None
+    recorded = RunFolder(source.folder).trial_dir(state.task.id, state.trial) / API_REPLAY
+    return Playback.load(recorded, lenient=source.lenient, until=source.until)
+
+
+def _replayed(state: _Attempt, settings: RunSettings, playback: Playback,
+              outcome: AgentOutcome, transcript: Transcript) -> AgentOutcome:
+    """A replayed attempt's outcome: nothing was spent (the tokens are the recorded ones),
+    and a replay stopped at a divergence is the trial's error, whatever the agent made of
+    the refusal (never ``infrastructure``: retrying would diverge the same way)."""
+    assert settings.replay is not None
+    summary = playback.summary()
+    state.replayed = {"run": settings.replay.run_id, "trial": state.trial,
+                      "lenient": settings.replay.lenient, **summary}
+    transcript.append("replay", state.replayed)
+    usage = replace(outcome.usage, cost_usd_reported=0.0, cost_usd_computed=0.0)
+    stopped = playback.stopped
+    if stopped is None:
+        return replace(outcome, usage=usage)
+    return replace(outcome, usage=usage, error=stopped.message(), infrastructure=False)
 
 
 async def _agent_with_retries(state: _Attempt, settings: RunSettings, factory: AgentFactory,
@@ -624,9 +662,12 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
     except UnsafePath as exc:  # its folder leads elsewhere: that task only, never the run
         progress.note(label, f"not run: {exc}")
         return None
-    state = _Attempt(task, artifacts, off_limits=watch.off_limits(task), label=label,
+    hidden = watch.off_limits(task)
+    if settings.replay is not None:  # the recording of what comes next, too
+        hidden = (*hidden, settings.replay.folder)
+    state = _Attempt(task, artifacts, off_limits=hidden, label=label,
                      share=(budget or RunBudget(None)).share(), witness=watch.witness,
-                     costs=costs)
+                     costs=costs, trial=trial)
     started_at, t0 = now_iso(), time.monotonic()
     progress.task_started(label)
     outcome, timed_out = AgentOutcome(), False
@@ -669,6 +710,7 @@ async def run_task(task: TaskSpec, folder: RunFolder, settings: RunSettings,
                             cut_by_budget=state.share.refused is not None,
                             graded_sha256=None if state.graded is None
                             else state.graded.sha256,
+                            replayed=state.replayed,
                             **verdict.fields())
         path = folder.result_path(task.id, trial)
         try:

@@ -15,6 +15,7 @@ from spider2local.agents.contract import AgentLimits
 from spider2local.agents.registry import Capabilities, capabilities, is_agent_name
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
+from spider2local.gateway.replay import ReplaySource
 from spider2local.resources import prompts_dir, skills_dir
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite import options
@@ -80,6 +81,9 @@ class RunSettings:
     capabilities: Capabilities | None = None
     """What the agent can do, resolved once (:func:`resolve_capabilities`); ``None`` in a
     RunSettings made by hand, which resolves it from the name on first use."""
+    replay: ReplaySource | None = None
+    """``run --replay RUN``: each trial's model gateway answers from trial k of RUN's same
+    task instead of any API (:mod:`spider2local.gateway.replay`)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Values of table settings that have no field here (recorded in run.json)."""
 
@@ -106,6 +110,9 @@ class RunSettings:
         data["isolation"] = self.isolation.value
         for key in ("workspace_parent", "prompts_dir", "skills_dir"):
             data[key] = None if data[key] is None else str(data[key])
+        if self.replay is not None:
+            data["replay"] = {"run": self.replay.run_id, "folder": str(self.replay.folder),
+                              "lenient": self.replay.lenient, "until": self.replay.until}
         return data
 
     @property

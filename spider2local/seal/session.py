@@ -30,6 +30,7 @@ from spider2local.core.transcript import Transcript
 from spider2local.dbtools.endpoint import open_tool_socket
 from spider2local.dbtools.query import QueryLimits, QueryService
 from spider2local.gateway.budget import Budget, Cap
+from spider2local.gateway.replay import Tape
 from spider2local.gateway.server import Gateway, Meter, Upstream, open_gateway
 from spider2local.sandbox.isolation import IsolationMode
 from spider2local.sandbox.launcher import DeathWrapper, Launcher
@@ -164,8 +165,8 @@ async def open_seal(workspace: Workspace, *, isolation: IsolationMode,
                     upstreams: Sequence[Upstream], meter: Meter, record: Path | None,
                     task_budget_usd: float | None, run_budget: Cap | None,
                     date: dt.date, query_limits: QueryLimits | None = None,
-                    serve_tools: bool = False, marker: str | None = None
-                    ) -> AsyncIterator[Seal]:
+                    serve_tools: bool = False, marker: str | None = None,
+                    tape: Tape | None = None) -> AsyncIterator[Seal]:
     """The session's seal while the block runs; on leaving it (shielded), every process
     carrying the session's marker is swept and every launcher still held removed.
 
@@ -173,13 +174,16 @@ async def open_seal(workspace: Workspace, *, isolation: IsolationMode,
     and ``run_budget``: the task's ``--max-budget-usd`` and the run's shared
     ``--max-cost-usd`` cap, both charged at the gateway, which refuses calls once either is
     spent. ``date``: the task's fake date (the query tools' ``current_date``). ``marker``:
-    the session's sweep marker when the caller made the environment first (else a new one)."""
+    the session's sweep marker when the caller made the environment first (else a new one).
+    ``tape``: the trial's recording of full exchanges, and with ``run --replay`` the recorded
+    run it answers from instead of any API (:mod:`spider2local.gateway.replay`)."""
     budgets: list[Cap] = [Budget(task_budget_usd, "task"),
                           *([run_budget] if run_budget is not None else [])]
     service = QueryService.for_workspace(workspace, date, query_limits)
     async with contextlib.AsyncExitStack() as stack:
         served = await stack.enter_async_context(open_gateway(
-            upstreams, meter, sealed=is_sealed(isolation), budgets=budgets, record=record))
+            upstreams, meter, sealed=is_sealed(isolation), budgets=budgets, record=record,
+            tape=tape))
         tools: Path | None = None
         if serve_tools:
             try:

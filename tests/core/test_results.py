@@ -78,6 +78,7 @@ def test_version_1_results_still_load(tmp_path: Path) -> None:
                                   "gold table 'orders' cannot be read", "ScoringError")
     assert old.usage.cost_usd == 0.42 and old.durations["total"] == 252.0
     assert old.schema_version == SCHEMA_VERSION == 6
+    assert old.replayed is None  # a live trial, as every result before schema 6
     path.write_text(V1_TIMEOUT)
     timeout = load_result(path)
     assert timeout is not None and timeout.error is not None

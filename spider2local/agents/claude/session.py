@@ -228,7 +228,7 @@ class ClaudeAgent:
                              meter=usage, record=ctx.workspace.artifacts / API_RECORD,
                              task_budget_usd=ctx.limits.max_budget_usd, run_budget=ctx.budget,
                              date=ctx.task.date, query_limits=self.query_limits,
-                             marker=marker) as seal:
+                             marker=marker, tape=ctx.tape) as seal:
             through_gateway(env, seal.base_urls[0])
             await self._session(ctx, state, usage, env, seal)
             if seal.gateway.refused is not None:

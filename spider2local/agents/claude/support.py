@@ -61,9 +61,11 @@ def through_gateway(env: dict[str, str], base_url: str) -> None:
     """Point the CLI's environment at the gateway: its base URL, placeholders for the
     credentials it had (the gateway holds the real ones), no custom headers."""
     env["ANTHROPIC_BASE_URL"] = base_url
-    for name in (*CREDENTIAL_VARS, "ANTHROPIC_AUTH_TOKEN"):
-        if env.get(name):
-            env[name] = PLACEHOLDER
+    given = [name for name in (*CREDENTIAL_VARS, "ANTHROPIC_AUTH_TOKEN") if env.get(name)]
+    for name in given:
+        env[name] = PLACEHOLDER
+    if not given:  # a replay (``run --replay``) needs none; the CLI refuses to start without
+        env["ANTHROPIC_API_KEY"] = PLACEHOLDER
     if "ANTHROPIC_CUSTOM_HEADERS" in env:
         env["ANTHROPIC_CUSTOM_HEADERS"] = ""
 
