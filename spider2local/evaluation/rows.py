@@ -33,8 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from spider2local.evaluation import official
 from spider2local.evaluation.column_types import (
@@ -295,6 +293,13 @@ def _matched_rows(g_ids: Array, p_ids: Array, g_count: Array, p_count: Array,
             keep[keep] = pair.check(gi[keep], pj[keep])
     gi, pj = gi[keep], pj[keep]
     n_gold, n_pred = len(g_ids), len(p_ids)
+    # Imported here, where the rare tolerance-chain case needs it, not at module level: every
+    # scoring imports this module, and scipy's import costs time and, under a memory limit
+    # (ulimit -v), made OpenBLAS spin on a failed mmap so the scorer never finished (measured:
+    # tests/run/test_memory.py timed out). External library, no cycle involved.
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
     graph = csr_matrix((np.ones(len(gi), dtype=np.int8), (gi, pj)), shape=(n_gold, n_pred))
     partner = maximum_bipartite_matching(graph, perm_type="column")
     gold_left = np.flatnonzero(partner < 0)

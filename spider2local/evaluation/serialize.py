@@ -185,7 +185,7 @@ def column_line(column: ColumnDiagnostic) -> str:
     return text
 
 
-def failing_tables(score: object) -> tuple[tuple[str, ...], str, str]:
+def failing_tables(score: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str, str]:
     """The names of the graded tables that failed, the first diagnostic among them, and the
     whole per-table text, from a result's stored ``score`` (all empty when it holds no usable
     per-table score). The one reading of a stored score's failures: the live progress display

@@ -124,7 +124,7 @@ def sample_score(trial: Trial) -> Score | None:
     result = trial.result
     if result.passed is None:
         return None
-    failing, first, text = failing_tables(result)
+    failing, first, text = failing_tables(result.score)
     tables = (result.score or {}).get("tables")
     return Score(
         value=CORRECT if result.passed else INCORRECT,

@@ -118,7 +118,13 @@ def test_unsealed_the_program_dies_with_the_runner_or_runs_as_itself(
             # process group its starter kills) is swept when the seal closes
             env = {**os.environ, MARKER_ENV: seal.marker}
             await run_process(["setsid", "-f", "sleep", "300"], env=env, timeout=30)
-            pids.extend(carrying_env(MARKER_ENV, seal.marker))
+            found: list[int] = []
+            for _ in range(600):  # the detached child may not be listed at once (30 s at most)
+                found = carrying_env(MARKER_ENV, seal.marker)
+                if found:
+                    break
+                await anyio.sleep(0.05)
+            pids.extend(found)
             assert pids and all(_alive(pid) for pid in pids)  # running until the seal closes
         assert wrapped.launcher is None or not wrapped.launcher.folder.exists()
 
