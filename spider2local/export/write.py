@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from spider2local.core.layout import INSPECT_LOGS
 from spider2local.exceptions import UserError
 from spider2local.export.extras import INSPECT, require
 from spider2local.export.records import load_run
 from spider2local.run.folder import RunFolder
 
-INSPECT_FOLDER = "inspect"
+INSPECT_FOLDER = INSPECT_LOGS
 """In the run folder: where ``export --format inspect`` writes by default."""
 
 

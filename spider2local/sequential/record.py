@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.layout import SEQUENTIAL_RECORD
 from spider2local.exceptions import UserError
 from spider2local.sequential.analysis import SPENDING, Decision, Design, Look, Outcome
 
-RECORD = "sequential.json"
+RECORD = SEQUENTIAL_RECORD
 SCHEMA_VERSION = 1
 
 
