@@ -193,8 +193,12 @@ def test_a_scripted_claude_run_shows_its_cost_so_far_and_projected(
                for x in overall), overall[-5:]
     assert any(re.match(r"^fleet001#[23] +(prepare|agent|checkpoint|score) ", x)
                for t in texts for x in t.splitlines())
-    verdicts = [x for x in texts[-1].splitlines() if re.match(r"^fleet001#\d: ", x)]
-    assert [x.split(":")[0] for x in verdicts] == ["fleet001#1", "fleet001#2", "fleet001#3"]
+    # a verdict line, not a note about the trial (under --isolation none the witness may note
+    # another test of this session reading the shared sample's gold: "fleet001#3: suspect ...")
+    verdicts = [x for x in texts[-1].splitlines()
+                if re.match(r"^fleet001#\d: (passed|failed|error|timeout|unscored) ", x)]
+    assert [x.split(":")[0] for x in verdicts] == ["fleet001#1", "fleet001#2", "fleet001#3"], \
+        texts[-1]
     assert all(", $3.00" in x for x in verdicts)
 
 
