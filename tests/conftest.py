@@ -25,6 +25,8 @@ from tests.helpers import (
     write_task,
 )
 
+pytest_plugins = ("tests.tiers",)
+
 # The suite starts hundreds of Python processes (the CLI, dbt, the query child); with
 # PYTHONDONTWRITEBYTECODE set (as on this project's machines) each of them compiled spider2local
 # from source again. Caching bytecode under __pycache__ (git-ignored) took the quick loop from
@@ -40,24 +42,6 @@ for _sig, _handler in ((signal.SIGINT, signal.default_int_handler),
                        (signal.SIGHUP, signal.SIG_DFL), (signal.SIGQUIT, signal.SIG_DFL)):
     if signal.getsignal(_sig) == signal.SIG_IGN:
         signal.signal(_sig, _handler)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--full", action="store_true", default=False,
-                     help="every tier, the slow end-to-end tests (real dbt runs, the real "
-                          "Claude CLI) included: what CI and the README's test command run. "
-                          "Without it (and without -m) plain `pytest` is the quick tier.")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Plain ``pytest`` runs the quick tier: the ``slow`` tests are deselected unless
-    ``--full`` is given or ``-m`` chooses for itself."""
-    if config.getoption("--full") or config.option.markexpr:
-        return
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

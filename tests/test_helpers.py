@@ -44,6 +44,7 @@ def test_session_folder_is_shared_by_xdist_workers_only(tmp_path: Path,
     assert session_folder(tmp_path / "pytest-7") == tmp_path / "pytest-7"
 
 
+@pytest.mark.process
 def test_the_session_has_its_own_home_and_cache_and_its_programs_see_them(
         session_home: SessionHome, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Nothing a developer's machine built is read, nothing is written into their home: the
@@ -63,6 +64,7 @@ def test_the_session_has_its_own_home_and_cache_and_its_programs_see_them(
     assert seen == [str(session_home.sample), str(session_home.home)]
 
 
+@pytest.mark.process
 def test_concurrent_processes_run_the_command_once_and_read_one_outcome(tmp_path: Path) -> None:
     counter = tmp_path / "ran.txt"
     folder = tmp_path / "shared" / "work"
@@ -82,6 +84,7 @@ def test_concurrent_processes_run_the_command_once_and_read_one_outcome(tmp_path
     assert seen[0]["seconds"] >= 1.0
 
 
+@pytest.mark.process
 def test_a_recorded_outcome_is_reused_and_a_half_built_folder_is_rebuilt(tmp_path: Path) -> None:
     counter = tmp_path / "ran.txt"
     folder = tmp_path / "work"
@@ -94,6 +97,7 @@ def test_a_recorded_outcome_is_reused_and_a_half_built_folder_is_rebuilt(tmp_pat
     assert sorted(p.name for p in folder.iterdir()) == [OUTCOME_FILE]  # no temp file left
 
 
+@pytest.mark.process
 def test_a_timeout_is_recorded_once_not_waited_for_by_every_test(tmp_path: Path) -> None:
     counter = tmp_path / "ran.txt"
     folder = tmp_path / "work"
@@ -124,7 +128,65 @@ def _collected(*args: str) -> int:
     return int(found.group(1))
 
 
-def test_plain_pytest_is_the_quick_tier_and_full_runs_every_test() -> None:
+@pytest.mark.process
+def test_plain_pytest_is_the_pure_tier_and_full_runs_every_test() -> None:
     quick, full = _collected(), _collected("--full")
-    chosen = _collected("-m", "slow")
-    assert 0 < quick < full and chosen == full - quick
+    marked = _collected("-m", "slow or process")
+    assert 0 < quick < full and marked == full - quick
+
+
+TIERED = """
+import subprocess, sys
+
+import pytest
+
+
+def test_pure_that_computes():
+    assert sum(range(10)) == 45
+
+
+def test_pure_that_starts_a_process():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+
+@pytest.fixture
+def child():
+    return subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True).stdout
+
+
+def test_pure_whose_fixture_starts_a_process(child):
+    assert child.strip() == b"7"
+
+
+@pytest.mark.process
+def test_marked_that_starts_a_process():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+"""
+
+
+@pytest.mark.process
+def test_a_pure_test_that_starts_a_process_fails_naming_the_mark(tmp_path: Path) -> None:
+    """The tiers are kept by the audit hook, not by hand: a test of the quick tier that starts
+    a process (itself or through a fixture) fails, naming what it started and the mark; the
+    same in a marked test passes; plain pytest does not even collect the marked one."""
+    (tmp_path / "test_tiered.py").write_text(TIERED)
+    root = Path(__file__).resolve().parents[1]
+
+    def pytest_in(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.tiers", "-p", "no:cacheprovider",
+             "-p", "no:randomly", "-n", "0", "-rf", "--rootdir", str(tmp_path), *args,
+             str(tmp_path / "test_tiered.py")],
+            cwd=root, capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "PYTHONPATH": str(root)})
+
+    full = pytest_in("--full")
+    assert "2 failed, 2 passed" in full.stdout, full.stdout[-3000:]
+    failed = [line for line in full.stdout.splitlines() if line.startswith("FAILED")]
+    assert sorted(line.split("::")[1].split()[0] for line in failed) == [
+        "test_pure_that_starts_a_process", "test_pure_whose_fixture_starts_a_process"]
+    assert "is in the pure tier but started 1 process(es), first: subprocess.Popen" \
+        in full.stdout and "Mark it @pytest.mark.process" in full.stdout
+    assert "first: fixture 'child': subprocess.Popen" in full.stdout
+    quick = pytest_in()
+    assert "2 failed, 1 passed, 1 deselected" in quick.stdout, quick.stdout[-3000:]

@@ -9,12 +9,15 @@ rules are read from the source with ``ast``, every import included.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import heavy_imports
 
@@ -24,7 +27,9 @@ TOP_LEVEL_ALLOWED = {"__init__", "__main__", "exceptions", "resources", "safepat
 installed resource files, and the one rule for names from data that become paths."""
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (read once: several tests walk them all)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
@@ -33,6 +38,12 @@ def modules() -> dict[str, Path]:
             parts.pop()
         found[".".join(parts)] = path
     return found
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of one module, parsed once per test process (the checks only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
@@ -47,7 +58,7 @@ def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
 def imports(module: str, path: Path, *, top_level_only: bool) -> Iterator[str]:
     """Every module ``module`` imports (``from pkg import sub`` counts as ``pkg.sub`` when that
     is a module of ours)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     known = modules()
     nodes: list[ast.AST] = list(tree.body) if top_level_only else list(ast.walk(tree))
     if top_level_only:  # module level, but not behind `if TYPE_CHECKING:`
@@ -108,12 +119,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.process
 def test_the_packages_keep_their_layer_order() -> None:
     done = lint_imports(REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "stages in pipeline order KEPT" in done.stdout
 
 
+@pytest.mark.process
 def test_an_import_placed_in_a_function_to_reach_up_breaks_the_contract(tmp_path: Path) -> None:
     shutil.copytree(PACKAGE, tmp_path / "spider2local",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -136,6 +149,7 @@ def test_the_checks_can_fail() -> None:
     assert "spider2local.core.results" in found
 
 
+@pytest.mark.process
 def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -> None:
     # Every CLI call and every query child pays its imports: the loader must not drag in the
     # scorer's pandas (0.3 s) nor the Claude SDK. `evaluation` loads its public names lazily.
@@ -190,7 +204,7 @@ UPSTREAM_OWNER = "spider2local.core.upstream"
 
 def upstream_spellings(path: Path) -> list[str]:
     """String constants (docstrings aside) that spell upstream's layout."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
                                 | ast.AsyncFunctionDef)

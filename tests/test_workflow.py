@@ -36,6 +36,7 @@ def _actionlint() -> str:
     return found
 
 
+@pytest.mark.process
 def test_the_workflow_passes_actionlint() -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                                  f"{os.environ.get('PATH', '')}"}

@@ -93,6 +93,13 @@ def snapshot_database(db: Path, *, source: FileIdentity | None = None) -> DbSnap
     return found
 
 
+def forget_snapshots() -> None:
+    """Empty this process's snapshot cache (the test tiers start every pure test without one,
+    so whether a test reads a database in a child never depends on which test ran before)."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def remember_snapshot(source: FileIdentity, snapshot: DbSnapshot) -> None:
     """Keep ``snapshot`` as the one of the file of identity ``source``."""
     with _cache_lock:

@@ -80,6 +80,7 @@ def test_registry_names_and_errors(tmp_path: Path) -> None:
         assert "--replay-dir" in str(info.value) and "replay_dir=" not in str(info.value)
 
 
+@pytest.mark.process
 def test_noop_agents_do_not_import_the_sdk() -> None:
     code = ("import sys; from spider2local.agents.registry import make_agent; make_agent('noop'); "
             "make_agent('reference'); print('claude_agent_sdk' in sys.modules)")
@@ -87,6 +88,7 @@ def test_noop_agents_do_not_import_the_sdk() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.process
 def test_noop_changes_nothing(tiny_dataset: Callable[..., Path],
                               context: Callable[[TaskSpec], AgentContext]) -> None:
     ctx = context(load(tiny_dataset("t1")).tasks[0])
@@ -96,6 +98,7 @@ def test_noop_changes_nothing(tiny_dataset: Callable[..., Path],
     assert kinds(ctx) == ["noop"]
 
 
+@pytest.mark.process
 def test_reference_without_solution_is_an_error_outcome(
         tiny_dataset: Callable[..., Path], context: Callable[[TaskSpec], AgentContext]) -> None:
     ctx = context(load(tiny_dataset("t1")).tasks[0])
@@ -104,6 +107,7 @@ def test_reference_without_solution_is_an_error_outcome(
     assert not (ctx.workspace.artifacts / "dbt").exists()
 
 
+@pytest.mark.process
 def test_replay_applies_files_over_the_project(
         tiny_dataset: Callable[..., Path], context: Callable[[TaskSpec], AgentContext],
         tmp_path: Path) -> None:

@@ -157,6 +157,7 @@ CONTRACT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.process
 def test_the_contract_the_output_and_the_exit_status(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
@@ -200,6 +201,7 @@ MINI_TRAJECTORY = {"info": {"model_stats": {"instance_cost": 0.0, "api_calls": 3
                        "usage": {"prompt_tokens": 40, "completion_tokens": 6}}}}]}
 
 
+@pytest.mark.process
 def test_the_trajectory_is_kept_and_links_to_files_outside_are_never_read(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     """mini-swe-agent's trajectory is read for usage and kept in the task folder; a usage file
@@ -234,6 +236,7 @@ def test_the_trajectory_is_kept_and_links_to_files_outside_are_never_read(
     assert json.loads(kept.read_text()) == MINI_TRAJECTORY
 
 
+@pytest.mark.process
 def test_pass_env_names_what_gets_through_and_the_suite_form_records_its_command(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
@@ -256,6 +259,7 @@ def test_pass_env_names_what_gets_through_and_the_suite_form_records_its_command
     assert refused.returncode == 2 and "--agent-command does not apply" in refused.stderr
 
 
+@pytest.mark.process
 def test_the_deadline_kills_the_whole_tree(tmp_path: Path,
                                            tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
@@ -330,6 +334,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+@pytest.mark.process
 def test_huge_output_is_capped(tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
     done = cli("--dataset", str(root), "run", "--agent", "command", "--agent-command",
@@ -514,6 +519,7 @@ CHAT_PROBE = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.process
 def test_agent_api_serves_the_command_its_api_and_is_recorded_and_kept_on_resume(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     """``--agent command --agent-command ... --agent-api openai``: the command reaches the
@@ -560,6 +566,7 @@ def test_agent_api_serves_the_command_its_api_and_is_recorded_and_kept_on_resume
      "--agent-api: 'gemini' is not one of anthropic, openai"),
     (["--agent", "mine", "--agent-api", "anthropic"], "--agent-api does not apply to --agent mine"),
 ])
+@pytest.mark.process
 def test_a_misplaced_or_unknown_agent_api_is_one_line(
         tmp_path: Path, tiny_dataset: Callable[..., Path], args: list[str], message: str) -> None:
     root = tiny_dataset("t1")
@@ -589,6 +596,7 @@ def test_only_an_api_that_failed_every_call_makes_it_the_machines_fault() -> Non
         "every call to the model API failed (429, 502, 503 x2)"
 
 
+@pytest.mark.process
 def test_a_command_whose_api_failed_every_call_is_an_infrastructure_error_and_retried(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     """An OpenAI-compatible API that answers 503: the probe exits with an error, but no model

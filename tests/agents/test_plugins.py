@@ -140,6 +140,7 @@ def cli(*args: str, cwd: Path, site: Path, env: dict[str, str] | None = None
                           env={**os.environ, "PYTHONPATH": str(site), **(env or {})})
 
 
+@pytest.mark.process
 def test_a_plugin_agent_runs_a_task_through_the_cli(installed: Path, tmp_path: Path,
                                                     tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
@@ -164,6 +165,7 @@ def test_a_plugin_agent_runs_a_task_through_the_cli(installed: Path, tmp_path: P
     ("s2l_demo_plugin:Missing", "has no 'Missing'"),
     ("norun-plugin", "it has no run method"),
 ])
+@pytest.mark.process
 def test_a_broken_plugin_on_the_command_line_is_one_line_exit_2(
         installed: Path, tmp_path: Path, tiny_dataset: Callable[..., Path], agent: str,
         message: str) -> None:

@@ -20,6 +20,7 @@ from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 SECRET_TABLE = "graded_secret_orders"
 
 
+@pytest.mark.process
 def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", instruction="Build the orders model from raw orders.",
@@ -49,6 +50,7 @@ def test_system_prompt_holds_task_scan_and_database_but_nothing_graded(
         assert not re.search(r"\$[a-z_]+\b", prompt), "an unfilled placeholder"
 
 
+@pytest.mark.process
 def test_missing_packages_are_named_instead_of_claiming_all_is_installed(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", packages_yml="packages:\n  - package: dbt-labs/dbt_utils\n")
@@ -207,6 +209,7 @@ def real_system_prompt(shared_dataset: Path, tid: str, tmp_path: Path) -> str:
         cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_the_scan_in_the_prompt_tags_models_with_their_start_table_and_neighbours(
         shared_dataset: Path, tmp_path: Path) -> None:
     """On the real task: the unfinished model is listed to write, with its start table (the
@@ -220,6 +223,7 @@ def test_the_scan_in_the_prompt_tags_models_with_their_start_table_and_neighbour
     assert re.search(r"- customer_churn_month: exists in start DB .*referenced by: mrr", text)
 
 
+@pytest.mark.process
 def test_a_model_absent_from_the_start_database_says_so(shared_dataset: Path,
                                                         tmp_path: Path) -> None:
     text = real_system_prompt(shared_dataset, "playbook001", tmp_path)

@@ -60,6 +60,7 @@ def _dataset(tiny_dataset: Callable[..., Path]) -> Path:
     return root
 
 
+@pytest.mark.process
 def test_findings_per_task(tiny_dataset: Callable[..., Path]) -> None:
     audits = _audit(_dataset(tiny_dataset))
     work, free = audits["work001"], audits["free001"]
@@ -105,6 +106,7 @@ def _suite_file(root: Path, extra: str = "") -> Path:
     return path
 
 
+@pytest.mark.process
 def test_cli_json_and_write_subsets(tiny_dataset: Callable[..., Path]) -> None:
     root = _dataset(tiny_dataset)
     suite = _suite_file(root)
@@ -123,6 +125,7 @@ def test_cli_json_and_write_subsets(tiny_dataset: Callable[..., Path]) -> None:
     assert suite.read_text().startswith("# keep me")
 
 
+@pytest.mark.process
 def test_real_tasks(shared_dataset: Path) -> None:
     out = CliRunner().invoke(cli, ["audit", "--dataset", str(shared_dataset), "--baseline",
                                    "--json"])
@@ -192,6 +195,7 @@ def test_denominators_count_the_dataset_not_a_constant(tiny_dataset: Callable[..
     assert counts.to_json() == {"official": 4, "with_gold": 3, "runnable": 2}
 
 
+@pytest.mark.process
 def test_free_passes_score_the_untouched_start_database(tiny_dataset: Callable[..., Path],
                                                          tmp_path: Path) -> None:
     from spider2local.audit.tasks import free_passes
@@ -223,6 +227,7 @@ def _count_readers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return started
 
 
+@pytest.mark.process
 def test_free_passes_take_one_child_whose_snapshots_serve_the_workspaces(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from spider2local.audit.tasks import free_passes
@@ -254,6 +259,7 @@ def test_free_passes_take_one_child_whose_snapshots_serve_the_workspaces(
     assert "later" in [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
 
 
+@pytest.mark.process
 def test_free_passes_score_each_task_alone_when_the_batch_child_dies(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from spider2local.audit import tasks as audit

@@ -29,6 +29,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: st
         assert fragment in lines[0]
 
 
+@pytest.mark.process
 def test_list_sample_suite_from_anywhere(tmp_path: Path) -> None:
     proc = run_cli("list", "--json", cwd=tmp_path)  # no tasks.toml here: the bundled suite
     assert proc.returncode == 0, proc.stderr
@@ -40,6 +41,7 @@ def test_list_sample_suite_from_anywhere(tmp_path: Path) -> None:
     assert clocked and all(t["fake_date"] != "2024-09-15" for t in clocked)
 
 
+@pytest.mark.process
 def test_list_real_dataset(shared_dataset: Path) -> None:
     proc = run_cli("--dataset", str(shared_dataset), "list")
     assert proc.returncode == 0, proc.stderr
@@ -49,12 +51,14 @@ def test_list_real_dataset(shared_dataset: Path) -> None:
     assert "2 tasks, 2 runnable" in proc.stdout
 
 
+@pytest.mark.process
 def test_dataset_option_after_command(shared_dataset: Path) -> None:
     proc = run_cli("list", "--json", "--dataset", str(shared_dataset))
     assert proc.returncode == 0
     assert [t["id"] for t in json.loads(proc.stdout)["tasks"]] == ["playbook001", "mrr001"]
 
 
+@pytest.mark.process
 def test_bad_suite_file(tmp_path: Path) -> None:
     bad = tmp_path / "tasks.toml"
     bad.write_text("[run]\njobs = 'many'\n")
@@ -62,11 +66,13 @@ def test_bad_suite_file(tmp_path: Path) -> None:
                           "run.jobs: must be an integer")
 
 
+@pytest.mark.process
 def test_missing_dataset_root(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("list", "--dataset", str(tmp_path / "nowhere")),
                           "dataset root not found", "--dataset")
 
 
+@pytest.mark.process
 def test_per_task_problems_do_not_abort(tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("good1", "bad1")
     (root / "examples" / "bad1" / "shop.duckdb").unlink()
@@ -77,6 +83,7 @@ def test_per_task_problems_do_not_abort(tiny_dataset: Callable[..., Path]) -> No
                       "bad1": "start database shop.duckdb missing (profiles.yml points at it)"}
 
 
+@pytest.mark.process
 def test_derive_dates_unknown_task_is_a_user_error(tiny_dataset: Callable[..., Path],
                                                    tmp_path: Path) -> None:
     root = tiny_dataset("t1")
@@ -86,6 +93,7 @@ def test_derive_dates_unknown_task_is_a_user_error(tiny_dataset: Callable[..., P
     assert not (tmp_path / "tasks.toml").exists()
 
 
+@pytest.mark.process
 def test_derive_dates_says_which_named_tasks_have_no_gold(tiny_dataset: Callable[..., Path],
                                                           tmp_path: Path) -> None:
     root = tiny_dataset("t1", with_gold=False)
@@ -94,6 +102,7 @@ def test_derive_dates_says_which_named_tasks_have_no_gold(tiny_dataset: Callable
     assert "skipped t1: no usable gold (gold file gold/t1/shop.duckdb missing)" in proc.stderr
 
 
+@pytest.mark.process
 def test_doctor_reports_each_check(shared_dataset: Path) -> None:
     proc = run_cli("doctor", "--dataset", str(shared_dataset))
     lines = proc.stdout.splitlines()
@@ -106,6 +115,7 @@ def test_doctor_reports_each_check(shared_dataset: Path) -> None:
     assert proc.returncode == (1 if required_failed else 0)
 
 
+@pytest.mark.process
 def test_doctor_fails_on_missing_library(tmp_path: Path) -> None:
     env = {**os.environ, "SPIDER2LOCAL_LIBFAKETIME": str(tmp_path / "nope.so")}
     proc = subprocess.run([sys.executable, "-m", "spider2local", "doctor", "--no-clock-test"],
@@ -115,12 +125,14 @@ def test_doctor_fails_on_missing_library(tmp_path: Path) -> None:
     assert any(line.startswith("FAIL  libfaketime") for line in proc.stdout.splitlines())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["list", "--help"]])
 def test_basic_invocations(args: list[str]) -> None:
     proc = run_cli(*args)
     assert proc.returncode == 0 and proc.stdout
 
 
+@pytest.mark.process
 def test_score_file_against_a_gold_file(shared_dataset: Path, tmp_path: Path) -> None:
     gold = shared_dataset / "evaluation_suite" / "gold" / "playbook001" / "playbook.duckdb"
     start = shared_dataset / "examples" / "playbook001" / "playbook.duckdb"
@@ -140,11 +152,13 @@ def test_score_file_against_a_gold_file(shared_dataset: Path, tmp_path: Path) ->
     (["--tables", "no_such_table"], "cannot score"),
     ([], "--gold needs --tables"),
 ])
+@pytest.mark.process
 def test_score_file_bad_options(shared_dataset: Path, extra: list[str], fragment: str) -> None:
     gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(gold), "--gold", str(gold), *extra), fragment)
 
 
+@pytest.mark.process
 def test_score_cols_take_negative_positions_as_iloc_does(tmp_path: Path) -> None:
     """``--cols '[[-1]]'`` grades the last gold column (upstream's ``gold.iloc[:, [-1]]``);
     a position iloc refuses is no option error but that table's official 0 (exit 1)."""
@@ -165,6 +179,7 @@ def test_score_cols_take_negative_positions_as_iloc_does(tmp_path: Path) -> None
     assert table["passed"] is False and "out of range" in table["error"]
 
 
+@pytest.mark.process
 def test_score_a_linked_file_agrees_with_the_library(tmp_path: Path) -> None:
     """The CLI and ``score_database`` on a path through a link: one rule, one verdict."""
     from spider2local.evaluation import score_database
@@ -181,6 +196,7 @@ def test_score_a_linked_file_agrees_with_the_library(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["passed"] is library.passed is True
 
 
+@pytest.mark.process
 def test_score_file_needs_a_gold(shared_dataset: Path) -> None:
     db = shared_dataset / "examples" / "mrr001" / "mrr.duckdb"
     assert_one_line_error(run_cli("score", str(db)), "needs --task ID or --gold FILE")
@@ -205,6 +221,7 @@ def in_process(*args: str, env: dict[str, str | None], cwd: Path) -> tuple[int, 
 NO_KEYS: dict[str, str | None] = {"ANTHROPIC_API_KEY": None, "CLAUDE_CODE_OAUTH_TOKEN": None}
 
 
+@pytest.mark.process
 def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> None:
     for agent, code, mark in (("claude", 1, "FAIL"), ("reference", 0, "warn")):
         suite = tmp_path / f"{agent}.toml"
@@ -215,6 +232,7 @@ def test_doctor_requires_credentials_only_for_a_claude_suite(tmp_path: Path) -> 
         assert any(line.startswith(f"{mark}  credentials") for line in stdout.splitlines())
 
 
+@pytest.mark.process
 def test_doctor_checks_what_the_chosen_agent_needs(tmp_path: Path) -> None:
     """A user without an API key who only wants reference or noop runs got exit 1 from
     doctor (the suite's agent is claude); ``--agent reference`` needs no key, and the
@@ -246,6 +264,7 @@ def test_commands_find_the_suite_upward_from_a_subfolder(tmp_path: Path) -> None
     assert code == 2 and "nosuch001" in stderr and "unknown subset" not in stderr, stderr
 
 
+@pytest.mark.process
 def test_doctor_refuses_a_blank_key_as_run_does(tmp_path: Path) -> None:
     # One rule for "credentials are set": a key of spaces is refused by `run` (exit 2), so
     # doctor must not call it ok (it did: it only asked whether the variable was non-empty).
@@ -261,6 +280,7 @@ def test_doctor_refuses_a_blank_key_as_run_does(tmp_path: Path) -> None:
     assert code == 2 and "needs credentials" in stderr
 
 
+@pytest.mark.process
 def test_score_a_file_that_is_not_duckdb(shared_dataset: Path, tmp_path: Path) -> None:
     gold = shared_dataset / "evaluation_suite" / "gold" / "mrr001" / "mrr.duckdb"
     notdb = tmp_path / "run3.out"
@@ -317,6 +337,7 @@ def test_every_command_shows_the_date_run_will_use(tiny_dataset: Callable[..., P
         "2024-03-09", "task", None)
 
 
+@pytest.mark.process
 def test_doctor_check_api_makes_one_tiny_request(tmp_path: Path) -> None:
     from spider2local.testing.fake_api import FakeAnthropic, Hang, HttpError, reply
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.cli.test_run_command import SAMPLE_IDS
 
+pytestmark = pytest.mark.process
+
 
 def complete(words: str, cwd: Path, shell: str = "bash") -> subprocess.CompletedProcess[str]:
     """What bash's completion function gets for the command line ``words`` (the cursor after

@@ -42,6 +42,7 @@ def noop_run(root: Path, cwd: Path, *extra: str) -> tuple[int, str, Path]:
     return proc.returncode, proc.stderr, cwd / "runs" / "r1"
 
 
+@pytest.mark.process
 def test_task_id_with_dotdot_deletes_nothing_outside_the_run(tiny_dataset: Build,
                                                              tmp_path: Path) -> None:
     root = tiny_dataset("ok001")
@@ -62,6 +63,7 @@ def test_task_id_with_dotdot_deletes_nothing_outside_the_run(tiny_dataset: Build
                                       for w in warnings)
 
 
+@pytest.mark.process
 def test_timeout_nan_is_refused_before_anything_is_written(tiny_dataset: Build,
                                                           tmp_path: Path) -> None:
     root = tiny_dataset("ok001")
@@ -93,6 +95,7 @@ def finished_run(tiny_dataset: Build, tmp_path: Path) -> tuple[Path, Path]:
     ('{"tasks": [{"id": "a001", "tables": "x"}]}', "tasks entry 1: 'tables' is str, not int"),
     ('{"run_id": "r1", "tasks": [', "not valid JSON"),
 ])
+@pytest.mark.process
 def test_score_on_a_broken_run_json_is_one_line_naming_it(
         finished_run: tuple[Path, Path], text: str, problem: str) -> None:
     root, run_dir = finished_run
@@ -154,6 +157,7 @@ def test_absolute_profile_path_never_writes_the_dataset(tiny_dataset: Build,
     assert tree_digest(root) == before
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target", ["outside", "inside"])
 def test_a_task_folder_that_is_a_symlink_never_stops_the_run(tiny_dataset: Build,
                                                              tmp_path: Path, target: str) -> None:
@@ -186,6 +190,7 @@ def cli_to(stdout: Any, *args: str, cwd: Path, prefix: Sequence[str] = (),
                           check=False)
 
 
+@pytest.mark.process
 def test_suite_that_is_a_fifo_or_dev_zero_is_one_line(tmp_path: Path) -> None:
     fifo = tmp_path / "suite.fifo"
     os.mkfifo(fifo)
@@ -200,6 +205,7 @@ def test_suite_that_is_a_fifo_or_dev_zero_is_one_line(tmp_path: Path) -> None:
                           "is larger than 16 MiB")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_local_tasks_toml_that_is_not_a_file_is_named_not_ignored(tmp_path: Path,
                                                                     kind: str) -> None:
@@ -220,6 +226,7 @@ def test_a_local_tasks_toml_that_is_not_a_file_is_named_not_ignored(tmp_path: Pa
     (["run", "--jobs", "x"], "--jobs: must be an integer, not 'x' (see `spider2local run "
                              "--help` for --jobs)"),
 ])
+@pytest.mark.process
 def test_usage_errors_are_one_line_naming_the_fix(tmp_path: Path, args: list[str],
                                                   fragment: str) -> None:
     proc = run_cli(*args, cwd=tmp_path)
@@ -234,6 +241,7 @@ def dev_full() -> Iterator[Any]:
         yield fh
 
 
+@pytest.mark.process
 def test_stdout_on_a_full_disk_is_one_line(finished_run: tuple[Path, Path], dev_full: Any,
                                           tmp_path: Path) -> None:
     root, run_dir = finished_run
@@ -248,6 +256,7 @@ def test_stdout_on_a_full_disk_is_one_line(finished_run: tuple[Path, Path], dev_
     assert json.loads((tmp_path / "other" / "x" / "run.json").read_text())["finished_at"]
 
 
+@pytest.mark.process
 def test_run_json_that_is_not_utf8_is_one_line_everywhere(finished_run: tuple[Path, Path],
                                                           tmp_path: Path) -> None:
     root, run_dir = finished_run
@@ -261,6 +270,7 @@ def test_run_json_that_is_not_utf8_is_one_line_everywhere(finished_run: tuple[Pa
         assert_one_line_error(run_cli(*args, cwd=tmp_path), problem)
 
 
+@pytest.mark.process
 def test_nan_in_a_result_json_leaves_that_task_unfinished(finished_run: tuple[Path, Path],
                                                           tmp_path: Path) -> None:
     _, run_dir = finished_run
@@ -273,6 +283,7 @@ def test_nan_in_a_result_json_leaves_that_task_unfinished(finished_run: tuple[Pa
     assert statuses["b001"] == "failed" and statuses.get("a001") != "failed", statuses
 
 
+@pytest.mark.process
 def test_full_disks_are_one_line(finished_run: tuple[Path, Path], tmp_path: Path) -> None:
     root, run_dir = finished_run
     # `list` of the bundled suite with its cache folder on a full disk
@@ -309,6 +320,7 @@ CONTROLS = [chr(c) for c in (*range(0x20), *range(0x7f, 0xa0))] + [
     "\u202e", "\u202c", "\u2066", "\u2069"]
 
 
+@pytest.mark.process
 def test_reports_never_pass_agent_control_bytes_through(finished_run: tuple[Path, Path],
                                                         tmp_path: Path) -> None:
     _, run_dir = finished_run
@@ -338,6 +350,7 @@ def dead_owner_tag() -> str:
     return f"{child.pid}-1"
 
 
+@pytest.mark.process
 def test_the_next_command_on_a_run_removes_what_kill_9_left(finished_run: tuple[Path, Path],
                                                             tmp_path: Path) -> None:
     """Temporary folders of a dead owner (any kind), half-written run.json and result.json
@@ -366,6 +379,7 @@ def test_the_next_command_on_a_run_removes_what_kill_9_left(finished_run: tuple[
     assert alive.is_dir() and other.is_dir() and link.is_symlink()
 
 
+@pytest.mark.process
 def test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes(
         tiny_dataset: Build, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     root = tiny_dataset("a001")
@@ -396,6 +410,7 @@ def test_kill_9_of_shell_leaves_a_folder_the_next_run_command_removes(
     assert sorted(p.name for p in tmp.iterdir()) == []  # its workspace too
 
 
+@pytest.mark.process
 def test_a_lock_a_killed_merge_left_in_a_source_goes_with_the_next_merge(
         finished_run: tuple[Path, Path], tmp_path: Path) -> None:
     _, run_dir = finished_run

@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from spider2local.cli.listing import listing_json, listing_text
 from spider2local.dataset.load import load_dataset
 from spider2local.suite.model import Suite
@@ -52,6 +54,7 @@ def test_shard_matrix_covers_the_selection_once_and_drops_empty_shards(
             assert row["tasks"] == len(row["ids"])
 
 
+@pytest.mark.process
 def test_list_shards_json_is_one_line_a_workflow_can_read(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -20,6 +20,8 @@ from spider2local.dataset.sample import build as sample_build
 from spider2local.proc.kill import faketime_leftovers
 from tests.helpers import ReferenceRun, hold_lock, tiny_disk_prefix
 
+pytestmark = pytest.mark.process
+
 SAMPLE_SOURCES = Path(sample_build.__file__).resolve().parent
 SAMPLE_IDS = ("bakery001", "fleet001", "gym001", "library001")
 

@@ -59,6 +59,7 @@ def test_piped_output_has_no_control_code_and_quiet_keeps_verdicts_and_summary(
     assert max(len(x) for x in narrow.stdout.split("\n\n")[0].splitlines()) <= 70
 
 
+@pytest.mark.process
 def test_quiet_and_verbose_together_are_a_usage_error(tmp_path: Path) -> None:
     proc = cli(*noop("bakery001", "-q", "-v"), cwd=tmp_path)
     assert proc.returncode == 2 and not (tmp_path / "runs").exists()

@@ -40,6 +40,7 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> N
     assert all(f in lines[0] for f in fragments), lines[0]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("path", ["/", "~", "."])
 def test_workspace_must_be_a_marked_workspace(path: str, tmp: Path, tmp_path: Path) -> None:
     proc = cli("shell", "--workspace", os.path.expanduser(path), "--command", "echo RAN",

@@ -16,6 +16,8 @@ from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
 from tests.cli.test_run_command import cli
 
+pytestmark = pytest.mark.process
+
 SOLUTION = Path(sample_build.__file__).resolve().parent / "solutions" / "fleet001"
 
 

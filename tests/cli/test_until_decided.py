@@ -16,6 +16,8 @@ import pytest
 
 from tests.cli.test_run_command import SAMPLE_SOURCES, cli, spawn, wait_for
 
+pytestmark = pytest.mark.process
+
 FOUR = ("bakery001", "fleet001", "gym001", "library001")
 
 

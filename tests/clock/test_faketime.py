@@ -129,6 +129,7 @@ def test_find_real_dbt_prefers_the_one_beside_the_interpreter(
     assert find_real_dbt(faketime_dir(), str(tmp_path / "other")) == beside
 
 
+@pytest.mark.process
 def test_clock_selftest_passes_on_this_machine() -> None:
     checks = clock_selftest()
     assert checks[0].name == "libfaketime library"
@@ -145,12 +146,14 @@ def _selftest_env() -> dict[str, str]:
     return Clock(SELFTEST_DATE, find_library()).faked_env(os.environ)
 
 
+@pytest.mark.process
 def test_date_check_fails_when_the_child_sees_another_date() -> None:
     env = {**_selftest_env(), "FAKETIME": "@2023-03-03 12:00:00"}
     check = anyio.run(check_fake_date, env, 60.0)
     assert not check.ok and "2023-03-03" in check.detail
 
 
+@pytest.mark.process
 def test_thread_check_catches_a_faked_monotonic_clock() -> None:
     # Faking the monotonic clock makes sleeps and queue timeouts hang: the check must time out
     # (bounded by its limit) and report it, not hang the doctor.

@@ -24,6 +24,8 @@ from spider2local.clock.faketime import (
 from spider2local.resources import faketime_dir
 from tests.clock.test_dbt import make_project
 
+pytestmark = pytest.mark.process
+
 SHIM = faketime_dir() / "dbt"
 FAKE_DATE = datetime.date(2023, 6, 14)
 LIMIT = 180  # seconds: a hard ceiling for any child in this file

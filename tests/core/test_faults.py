@@ -53,6 +53,7 @@ def _context_chain(fn: object) -> None:
         raise RuntimeError("while handling it, another error")  # noqa: B904
 
 
+@pytest.mark.process
 def test_a_database_locked_by_another_process_is_the_machines_fault(tmp_path: Path) -> None:
     db = make_duckdb(tmp_path / "gold.duckdb", {"t": "SELECT 1 AS id"})
     with hold_lock(db):

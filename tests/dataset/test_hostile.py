@@ -170,6 +170,7 @@ def test_attach_path_made_by_jinja_refuses_the_task(tiny_dataset: Build, templat
     assert got["bad001"] and "Jinja" in got["bad001"][0] and repr(value) in got["bad001"][0]
 
 
+@pytest.mark.process
 def test_absolute_profile_path_to_the_own_start_db_is_rewritten_in_the_workspace(
         tiny_dataset: Build, tmp_path: Path) -> None:
     root = tiny_dataset("abs001")

@@ -232,6 +232,7 @@ def _corrupt_crc(archive: Path, member: str) -> None:
     archive.write_bytes(bytes(data))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("damage", ["not duckdb", "bad crc", "cut short"])
 def test_setup_never_replaces_a_good_database_with_a_bad_member(tmp_path: Path,
                                                                 damage: str) -> None:

@@ -47,6 +47,7 @@ def test_a_corrupt_file_is_not_a_lock_error(tmp_path: Path) -> None:
     assert not is_lock_error(exc)
 
 
+@pytest.mark.process
 def test_a_file_held_by_another_process_is_a_lock_error(tmp_path: Path) -> None:
     db = make_duckdb(tmp_path / "held.duckdb", {"t": "SELECT 1 AS id"})
     with hold_lock(db):
@@ -80,6 +81,7 @@ def test_retry_passes_any_other_error_through_at_once(tmp_path: Path) -> None:
     assert len(calls) == 1
 
 
+@pytest.mark.process
 def test_retry_gives_up_after_its_budget(tmp_path: Path) -> None:
     db = make_duckdb(tmp_path / "held.duckdb", {"t": "SELECT 1 AS id"})
     calls: list[float] = []
@@ -97,6 +99,7 @@ def test_retry_gives_up_after_its_budget(tmp_path: Path) -> None:
     assert is_lock_error(info.value.last) and info.value.__cause__ is info.value.last
 
 
+@pytest.mark.process
 def test_retry_succeeds_once_the_holder_lets_go(tmp_path: Path) -> None:
     db = make_duckdb(tmp_path / "held.duckdb", {"t": "SELECT 41 + 1 AS id"})
     calls = 0
@@ -122,6 +125,7 @@ def test_retry_succeeds_once_the_holder_lets_go(tmp_path: Path) -> None:
     assert calls >= 2
 
 
+@pytest.mark.process
 def test_snapshot_reports_a_corrupt_file_as_unreadable_not_locked(tmp_path: Path) -> None:
     bad = make_corrupt(tmp_path / "bad.duckdb")
     with pytest.raises(DatasetError, match="Corrupt database file") as info:
@@ -130,6 +134,7 @@ def test_snapshot_reports_a_corrupt_file_as_unreadable_not_locked(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.duckdb"]
 
 
+@pytest.mark.process
 def test_checkpoint_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path) -> None:
     bad = make_corrupt(tmp_path / "bad.duckdb")
     with pytest.raises(ScoringError, match=r"cannot checkpoint: .*Corrupt database file") as info:
@@ -137,6 +142,7 @@ def test_checkpoint_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path)
     assert "locked" not in str(info.value)
 
 
+@pytest.mark.process
 def test_checkpoint_gives_up_on_a_lock_that_stays(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from spider2local.workspace import checkpoint as prepare
@@ -147,6 +153,7 @@ def test_checkpoint_gives_up_on_a_lock_that_stays(tmp_path: Path,
         checkpoint_database(db, root=tmp_path)
 
 
+@pytest.mark.process
 def test_query_tool_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path) -> None:
     bad = make_corrupt(tmp_path / "bad.duckdb")
     service = QueryService(bad, os.environ, tmp_path / "queries.jsonl",
@@ -157,6 +164,7 @@ def test_query_tool_reports_a_corrupt_file_as_corrupt_not_locked(tmp_path: Path)
     assert "locked" not in text
 
 
+@pytest.mark.process
 def test_locks_imports_nothing_heavy() -> None:
     """The query child imports this on every agent query: the standard library only."""
     assert heavy_imports(["spider2local.db.locks", "spider2local.db.sql"],

@@ -14,6 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

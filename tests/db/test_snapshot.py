@@ -16,6 +16,8 @@ from spider2local.exceptions import DatasetError
 from spider2local.sandbox.dbreads import snapshot_database
 from tests.helpers import hold_lock
 
+pytestmark = pytest.mark.process
+
 
 def make_db(path: Path) -> Path:
     con = duckdb.connect(str(path))

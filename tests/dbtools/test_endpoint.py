@@ -242,6 +242,7 @@ def test_the_socket_path_is_no_longer_than_the_gateways_which_the_probe_checks()
 
 # --- the bridge -------------------------------------------------------------------------------
 
+@pytest.mark.process
 def test_the_bridge_carries_a_real_mcp_client_and_ends_with_the_socket(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     folder = tmp_path / "agent-input"

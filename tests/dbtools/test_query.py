@@ -44,6 +44,7 @@ def audit_lines(ws: Workspace) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.process
 def test_queries_run_under_the_fake_clock_with_row_limit_and_audit(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path, rows=12)
     service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(max_rows=10))
@@ -71,6 +72,7 @@ def test_queries_run_under_the_fake_clock_with_row_limit_and_audit(tmp_path: Pat
     assert all(isinstance(line["duration"], float) for line in lines)
 
 
+@pytest.mark.process
 def test_ordinary_reads_with_write_words_run(tmp_path: Path) -> None:
     """Reads an earlier keyword scan refused reach the database and answer."""
     ws = make_workspace(tmp_path, rows=3)
@@ -93,6 +95,7 @@ def test_ordinary_reads_with_write_words_run(tmp_path: Path) -> None:
     assert [line["error"] for line in audit_lines(ws)] == [None] * 4
 
 
+@pytest.mark.process
 def test_list_and_describe(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     service = QueryService.for_workspace(ws, FAKE_DATE)
@@ -109,6 +112,7 @@ def test_list_and_describe(tmp_path: Path) -> None:
                                                           "describe_table"]
 
 
+@pytest.mark.process
 def test_external_access_is_off_even_inside_a_select(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     secret = tmp_path / "secret.csv"
@@ -118,6 +122,7 @@ def test_external_access_is_off_even_inside_a_select(tmp_path: Path) -> None:
     assert is_error and "disabled" in text
 
 
+@pytest.mark.process
 def test_a_locked_database_is_retried_then_reported(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(timeout=4, lock_wait=1.5))
@@ -139,6 +144,7 @@ def test_a_locked_database_is_retried_then_reported(tmp_path: Path) -> None:
     assert time.monotonic() - started >= 0.9
 
 
+@pytest.mark.process
 def test_a_slow_query_is_stopped_at_its_deadline(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     service = QueryService.for_workspace(ws, FAKE_DATE, QueryLimits(timeout=2))
@@ -154,6 +160,7 @@ def test_a_full_disk_loses_the_audit_line_not_the_query() -> None:
     audit(Path("/dev/full"), "query", "SELECT 1", QueryResult(columns=("x",), rows=((1,),)))
 
 
+@pytest.mark.process
 def test_a_package_the_agent_left_in_the_project_is_not_imported_by_the_child(
         tmp_path: Path) -> None:
     """The child runs in the project folder, outside the sandbox: ``python -m`` would import
@@ -170,6 +177,7 @@ def test_a_package_the_agent_left_in_the_project_is_not_imported_by_the_child(
     assert not is_err and "5" in text, text
 
 
+@pytest.mark.process
 def test_a_database_replaced_by_a_link_to_another_file_is_refused(tmp_path: Path) -> None:
     """The agent cannot see gold in its sandbox, but can name it in a symlink: the tool, which
     runs outside, must not follow it (nor a hard link, nor a linked project folder)."""
@@ -246,6 +254,7 @@ def test_the_start_database_is_attached_read_only_and_nothing_else_can_be(
     assert not ws.root.exists()
 
 
+@pytest.mark.process
 def test_a_start_copy_replaced_after_the_session_began_is_not_attached(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path)
     start = tmp_path / "start" / "shop.duckdb"
@@ -262,6 +271,7 @@ def test_a_start_copy_replaced_after_the_session_began_is_not_attached(tmp_path:
     assert is_error and "start" in text
 
 
+@pytest.mark.process
 def test_a_3mb_cell_comes_back_cut_with_a_note(tmp_path: Path) -> None:
     """The child used to send its whole result as one JSON line; a 3 MB cell overflowed what
     is read back and the query failed with "query process failed (exit 0): no output"."""

@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import anyio
+import pytest
 
 from spider2local.dbtools.query import FRESH_SCAN, STORED_SCAN, QueryLimits, QueryService
 from spider2local.dbtools.tools import call_tool
 from spider2local.dbtproject.inventory import scan_project
 from tests.dbtools.test_query import FAKE_DATE, make_workspace
+
+pytestmark = pytest.mark.process
 
 SCHEMA = """\
 version: 2

@@ -151,6 +151,7 @@ def test_tools_table_is_what_both_servers_list() -> None:
     assert all(t.input_schema["type"] == "object" for t in TOOLS)
 
 
+@pytest.mark.process
 def test_the_limits_of_the_config_hold_over_mcp(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path, rows=30)
     config = ToolConfig.for_workspace(ws, FAKE_DATE, QueryLimits(max_rows=7)).write(
@@ -180,6 +181,7 @@ def test_a_bad_config_is_a_user_error_naming_the_file(tmp_path: Path, content: s
     assert message in str(caught.value) and str(config) in str(caught.value)
 
 
+@pytest.mark.process
 def test_a_bad_config_is_one_line_exit_2_and_nothing_on_stdout(tmp_path: Path) -> None:
     config = tmp_path / "tools.json"
     config.write_text("{")
@@ -192,6 +194,7 @@ def test_a_bad_config_is_one_line_exit_2_and_nothing_on_stdout(tmp_path: Path) -
     assert done.stdout == ""  # stdout is the protocol's
 
 
+@pytest.mark.process
 def test_mcp_server_needs_exactly_one_source(tmp_path: Path) -> None:
     for args in (["--config", str(tmp_path / "a.json"), "--database", str(tmp_path / "b")],):
         done = subprocess.run([sys.executable, "-m", "spider2local", "mcp-server", *args],

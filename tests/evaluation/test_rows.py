@@ -54,6 +54,7 @@ def _columns_shuffled() -> str:
     return f"SELECT {picks} FROM {parts[0]} {joins}"
 
 
+@pytest.mark.process
 def test_mrr001_columns_shuffled_on_their_own_is_a_lenient_pass(shared_dataset: Path,
                                                                  tmp_path: Path) -> None:
     gold, result = _mrr_result(shared_dataset, tmp_path, _columns_shuffled())

@@ -98,6 +98,7 @@ def test_gold_written_during_scoring_is_caught_by_its_metadata(task: TaskSpec) -
     assert guard.gold_moved(check, task) == f"gold file {task.gold.db} changed while it was scored"
 
 
+@pytest.mark.process
 def test_fingerprints_load_no_scorer_into_the_runner() -> None:
     """The runner's process never scores an agent's database (sandboxed children do, loading
     the fingerprinted files), so taking fingerprints imports neither the scorer nor pandas:
@@ -130,6 +131,7 @@ def test_off_limits_is_one_list_for_the_sandbox_and_the_scan(task: TaskSpec,
         assert prot.outside(str(folder / "x.duckdb")), folder
 
 
+@pytest.mark.process
 def test_a_copy_of_the_dataset_elsewhere_keeps_the_gold_a_run_used_out_of_reach(
         tiny_dataset: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

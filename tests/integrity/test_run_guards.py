@@ -29,6 +29,8 @@ from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
 from tests.helpers import by_task, manifest_json
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def data(tiny_dataset: Callable[..., Path], tmp_path: Path) -> Dataset:

@@ -60,6 +60,7 @@ def read_elsewhere(path: Path) -> None:
     subprocess.run([sys.executable, "-c", f"open({str(path)!r}, 'rb').read()"], check=True)
 
 
+@pytest.mark.process
 @linux
 def test_an_original_read_during_the_agent_stage_is_named_and_makes_the_trial_suspect(
         tasks: list[TaskSpec], witness: Witness) -> None:
@@ -80,6 +81,7 @@ def test_an_original_read_during_the_agent_stage_is_named_and_makes_the_trial_su
     assert witnessed(ScanResult(Integrity.CLEAN), ()) == ScanResult(Integrity.CLEAN)
 
 
+@pytest.mark.process
 @linux
 def test_the_evaluation_file_and_a_replaced_gold_are_seen_too(
         tasks: list[TaskSpec], witness: Witness) -> None:
@@ -94,6 +96,7 @@ def test_the_evaluation_file_and_a_replaced_gold_are_seen_too(
     assert any(r.startswith("gold file ") and "changed (attributes)" in r for r in rules), rules
 
 
+@pytest.mark.process
 @linux
 def test_with_two_trials_at_once_both_are_marked_and_told_why(
         tasks: list[TaskSpec], witness: Witness) -> None:
@@ -109,6 +112,7 @@ def test_with_two_trials_at_once_both_are_marked_and_told_why(
                    and "inotify cannot tell which one" in e.excerpt for e in found), found
 
 
+@pytest.mark.process
 @linux
 def test_outside_an_agent_stage_nothing_is_charged_to_a_trial_and_the_run_keeps_it(
         tasks: list[TaskSpec], witness: Witness) -> None:
@@ -124,6 +128,7 @@ def test_outside_an_agent_stage_nothing_is_charged_to_a_trial_and_the_run_keeps_
     assert first["kind"] == "gold file" and first["trials"] == []
 
 
+@pytest.mark.process
 @linux
 def test_the_runner_reads_private_copies_that_the_witness_does_not_charge(
         tasks: list[TaskSpec], witness: Witness) -> None:
@@ -145,6 +150,7 @@ def test_the_runner_reads_private_copies_that_the_witness_does_not_charge(
     assert witness.evidence("t1") == ()
 
 
+@pytest.mark.process
 @linux
 def test_listing_the_private_copies_folder_is_seen(
         tasks: list[TaskSpec], witness: Witness) -> None:

@@ -25,6 +25,8 @@ from spider2local.proc import reap as reap_mod
 from spider2local.proc.run import kill_process_group
 from spider2local.seal import processes as support
 
+pytestmark = pytest.mark.process
+
 PY = sys.executable
 GRACE = 0.5
 

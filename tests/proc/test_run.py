@@ -21,7 +21,7 @@ from spider2local.proc.run import (
     text_file_busy,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 PY = sys.executable
 
 

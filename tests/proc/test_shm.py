@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from spider2local.proc.shm import remove_leftovers
 
 _HOLD = """
@@ -28,6 +30,7 @@ def _file(folder: Path, name: str, *, age: float) -> Path:
     return path
 
 
+@pytest.mark.process
 def test_only_old_unused_files_of_known_names_are_removed(tmp_path: Path) -> None:
     shm = tmp_path / "shm"
     shm.mkdir()

@@ -382,6 +382,7 @@ def _finished_task(root: Path, tid: str = "t1") -> RunFolder:
     return make_run(root, {tid: (False, "2026-01-01T00:10:00+00:00")})
 
 
+@pytest.mark.process
 def test_links_and_special_files_in_a_task_folder_are_not_read(tmp_path: Path) -> None:
     """A run folder from elsewhere (a CI artifact) is hostile: a link named ``error.txt`` or
     ``transcript.jsonl`` must not put a file of this machine into the page, and a FIFO or

@@ -244,6 +244,7 @@ def test_hand_written_exact_tests_equal_scipy_stats() -> None:
         assert high == (1.0 if x == m else pytest.approx(beta.ppf(0.975, x + 1, m - x)))
 
 
+@pytest.mark.process
 def test_clopper_pearson_is_computed_without_scipy() -> None:
     """The run's last step (the summary) must not import scipy: its OpenBLAS retries a failed
     mmap forever at import, and under ``ulimit -v 330000`` a finished run spun at 100% CPU

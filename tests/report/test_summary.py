@@ -95,6 +95,7 @@ def test_report_without_manifest_uses_results(tmp_path: Path) -> None:
     assert report.rates.tasks_total == 3
 
 
+@pytest.mark.process
 def test_skipped_tasks_tables_count_in_all_selected(tiny_dataset: Callable[..., Path],
                                                      tmp_path: Path) -> None:
     """A real run with one excluded task: its graded table is failed "of all selected"."""

@@ -123,6 +123,7 @@ def in_process(*args: str) -> Result:
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
+@pytest.mark.process
 def test_an_unknown_task_is_one_line_and_exit_2(tmp_path: Path) -> None:
     debugged_task(tmp_path / "runs" / "r")
     proc = cli("report", "r", "--runs-dir", "runs", "--task", "nope", cwd=tmp_path)

@@ -63,6 +63,7 @@ def execute(data: Dataset, folder: RunFolder, finish: bool, **settings: object) 
     return anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
 
 
+@pytest.mark.process
 def test_a_cut_attempts_spending_is_recorded_reported_and_survives_the_resume(
         data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -86,6 +87,7 @@ def test_a_cut_attempts_spending_is_recorded_reported_and_survives_the_resume(
     assert cut.read(merged.root) == cut.read(folder.root)
 
 
+@pytest.mark.process
 def test_the_budget_counts_what_cut_attempts_spent(data: Dataset, tmp_path: Path) -> None:
     """A cap of $2: the cut attempt spent $2.50, so the resume starts nothing (it used to
     start from $0 and spend again)."""
@@ -95,6 +97,7 @@ def test_the_budget_counts_what_cut_attempts_spent(data: Dataset, tmp_path: Path
     assert not resumed.ran and resumed.not_run_for_budget == 1
 
 
+@pytest.mark.process
 def test_a_finished_run_records_no_cut_attempt(data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
     execute(data, folder, finish=True)

@@ -44,6 +44,7 @@ def test_nothing_measured_keeps_the_stage_timeout() -> None:
     assert all(not d.derived for d in deadlines(None, 45.0).values())
 
 
+@pytest.mark.process
 def test_the_baseline_child_reports_what_each_task_cost(tiny_dataset: Callable[..., Path],
                                                         tmp_path: Path) -> None:
     """Without the measure every derived deadline falls back to 600 s: the feature is off."""

@@ -111,6 +111,7 @@ def _sleeper(cwd: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "300"], cwd=cwd, start_new_session=True)
 
 
+@pytest.mark.process
 def test_reset_task_reaps_and_removes_a_killed_runs_workspace(tmp_path: Path) -> None:
     """After a SIGKILL only the task folder names the old workspace: its processes are killed
     and the folder deleted; a recorded path that is not a workspace is never touched."""

@@ -196,6 +196,7 @@ def cross_join(ctx: AgentContext) -> None:
     _orders_as_view(ctx, "SELECT a.range AS id FROM range(100000000) a, range(100000000) b")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("plant", "stage"), [(fifo_wal, Stage.CHECKPOINT),
                                               (endless_view, Stage.SCORE),
                                               (cross_join, Stage.SCORE)])
@@ -242,6 +243,7 @@ def test_a_deep_tree_and_special_files_neither_crash_nor_hang_the_run(
     assert again.status is Status.PASSED
 
 
+@pytest.mark.process
 def test_a_workspace_grown_past_its_size_stops_the_agent_and_is_scored(
         tasks: list[TaskSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from spider2local.run import runner

@@ -57,6 +57,7 @@ def holder(tmp_path: Path) -> Iterator[Callable[[RunFolder], subprocess.Popen[st
         proc.wait()
 
 
+@pytest.mark.process
 def test_a_held_lock_names_the_holder_and_dies_with_it(
         tmp_path: Path, holder: Callable[[RunFolder], subprocess.Popen[str]]) -> None:
     folder = RunFolder.at(tmp_path, "r1")
@@ -72,6 +73,7 @@ def test_a_held_lock_names_the_holder_and_dies_with_it(
         pass
 
 
+@pytest.mark.process
 def test_execute_run_refuses_a_run_in_use_and_touches_nothing(
         tiny_dataset: Callable[..., Path], tmp_path: Path,
         holder: Callable[[RunFolder], subprocess.Popen[str]]) -> None:
@@ -93,6 +95,7 @@ def test_execute_run_refuses_a_run_in_use_and_touches_nothing(
     assert list(by_task(outcome.ran)) == ["t1"]
 
 
+@pytest.mark.process
 def test_taking_the_lock_recovers_what_a_killed_invocation_left(tmp_path: Path) -> None:
     """Any command on the run (it takes the lock) reaps and removes the workspaces of the
     unfinished tasks; a finished task's kept workspace and non-workspaces are left alone."""

@@ -98,6 +98,7 @@ def test_different_experiments_are_refused_unless_forced(tmp_path: Path,
     assert manifest is not None and manifest["merge_differences"]
 
 
+@pytest.mark.process
 def test_merge_refuses_a_full_target_a_source_in_use_and_itself(tmp_path: Path) -> None:
     a = make_run(tmp_path / "a" / "r", {"t1": (True, "2026-01-01T00:10:00+00:00")})
     full = tmp_path / "full" / "r"
@@ -272,6 +273,7 @@ def test_runs_of_one_command_served_different_apis_are_not_merged_unless_forced(
     assert merge_runs([old, none], RunFolder(tmp_path / "n" / "r")).notes == ()
 
 
+@pytest.mark.process
 def test_a_merge_killed_half_way_is_started_over_by_the_next(tmp_path: Path) -> None:
     """kill -9 while the merged folder is written (its mark there, no run.json, no lock
     holder): the next merge into it starts over and gives the whole run, where it refused a

@@ -31,6 +31,8 @@ from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
 from tests.helpers import write_task
 
+pytestmark = pytest.mark.process  # every test reads a real run made in its module
+
 VALUES = {"near": 1.005, "exact": 1.0, "wrong": 7.0}
 """What the agent writes per task, against a gold of 1.0: within the official tolerance
 (0.01) but not within 0.001, equal, and far off."""
@@ -117,6 +119,7 @@ def test_each_trial_keeps_its_graded_tables_and_their_hash(made: Path) -> None:
         "near": Status.PASSED, "exact": Status.PASSED, "wrong": Status.FAILED}
 
 
+@pytest.mark.process
 def test_regrade_reproduces_every_verdict_and_writes_nothing(made: Path) -> None:
     folder = RunFolder(made / "runs" / "r")
     before = results_text(folder)
@@ -183,6 +186,7 @@ def test_a_changed_graded_file_is_refused_never_scored(copied: Path) -> None:
     assert results_text(folder) == before
 
 
+@pytest.mark.process
 def test_trials_without_graded_tables_say_why(tmp_path: Path) -> None:
     folder = run(tmp_path, "plain", trials=1, keep_graded=False)
     for tid in VALUES:
@@ -223,6 +227,7 @@ def test_a_record_that_grades_a_table_the_run_never_kept_is_not_guessed(copied: 
     assert [t.label for t in found.regraded] == ["exact", "exact#2", "wrong", "wrong#2"]
 
 
+@pytest.mark.process
 def test_a_name_that_cannot_be_kept_costs_the_file_never_the_verdict(tmp_path: Path) -> None:
     root = tmp_path / "spider2-dbt"
     write_task(root, "near", gold_tables={"orders": "SELECT 1.0::DOUBLE AS id"},

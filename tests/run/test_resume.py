@@ -108,6 +108,7 @@ def execute(data: Dataset, folder: RunFolder, ids: list[str], sha: str = "sha",
     return anyio.run(execute_run, plan, Progress(io.StringIO(), live=False))
 
 
+@pytest.mark.process
 def test_resume_with_other_settings_is_refused_before_anything_runs(data: Dataset,
                                                                     tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -123,6 +124,7 @@ def test_resume_with_other_settings_is_refused_before_anything_runs(data: Datase
     assert folder.read_manifest() == before and sorted(by_task(folder.trial_results())) == ["t1"]
 
 
+@pytest.mark.process
 def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
                                                           tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -134,6 +136,7 @@ def test_resume_keeps_every_selected_task_in_the_manifest(data: Dataset,
     assert [r.task_id for r in load_report(folder).rows] == ["t1", "t2"]
 
 
+@pytest.mark.process
 def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
         data: Dataset, tmp_path: Path) -> None:
     """``--prompts DIR`` / ``--skills DIR``: their hashes go into run.json in place of the
@@ -162,6 +165,7 @@ def test_a_run_made_with_another_kit_is_not_resumed_with_the_bundled_one(
     assert sorted(by_task(folder.trial_results())) == ["t1", "t2"]
 
 
+@pytest.mark.process
 def test_an_agent_that_reads_no_kit_resumes_whatever_the_kit(data: Dataset,
                                                             tmp_path: Path) -> None:
     """The noop and reference agents read neither prompts nor skills: a run of theirs made
@@ -246,6 +250,7 @@ def _file_hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
+@pytest.mark.process
 def test_resuming_a_finished_sample_run_over_changed_gold_is_refused_and_touches_nothing(
         tmp_path: Path) -> None:
     """The user's path end to end: a finished run of the sample suite, its gold edited, then

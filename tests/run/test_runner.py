@@ -39,6 +39,8 @@ from spider2local.sandbox.isolation import IsolationMode
 from spider2local.suite.model import Suite
 from tests.helpers import by_task, hold_lock, manifest_json, tiny_disk_prefix
 
+pytestmark = pytest.mark.process
+
 
 def quiet() -> Progress:
     return Progress(io.StringIO(), live=False)

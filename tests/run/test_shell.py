@@ -64,6 +64,7 @@ def run_shell(task: TaskSpec, command: str, out: Path, **kwargs: object) -> tupl
     return code, out.read_text(), messages.getvalue()
 
 
+@pytest.mark.process
 def test_fresh_shell_has_spider2local_on_path_and_says_it_deleted_the_workspace(
         gym: TaskSpec, tmp: Path, tmp_path: Path) -> None:
     code, out, said = run_shell(gym, 'echo "$PWD"; echo "$SPIDER2LOCAL_SHELL"; '
@@ -76,6 +77,7 @@ def test_fresh_shell_has_spider2local_on_path_and_says_it_deleted_the_workspace(
     assert sorted(tmp.iterdir()) == []  # neither the workspace nor the scratch folder
 
 
+@pytest.mark.process
 def test_shell_keep_leaves_the_marked_workspace_and_no_scratch_folder(
         gym: TaskSpec, tmp: Path, tmp_path: Path) -> None:
     code, out, said = run_shell(gym, 'echo "$PWD"', tmp_path / "out", keep=True)
@@ -101,6 +103,7 @@ def test_a_failing_preparation_is_a_shell_error_and_leaves_nothing(
     assert sorted(tmp.iterdir()) == []
 
 
+@pytest.mark.process
 def test_a_kept_workspace_opens_with_an_environment_built_anew(
         gym: TaskSpec, tmp: Path, tmp_path: Path) -> None:
     _, out, _ = run_shell(gym, 'echo "$PWD"', tmp_path / "out", keep=True)
@@ -123,6 +126,7 @@ def test_a_kept_workspace_opens_with_an_environment_built_anew(
     assert [p for p in tmp.iterdir() if p.name.startswith("spider2local-tmp-")] == []
 
 
+@pytest.mark.process
 def test_an_unkept_workspace_opens_with_a_warning(gym: TaskSpec, tmp: Path,
                                                    tmp_path: Path) -> None:
     ws = wsmod.prepare_workspace(gym, artifacts=tmp_path / "art")
@@ -141,6 +145,7 @@ def kept_run(tmp_path: Path, gym: TaskSpec) -> tuple[RunFolder, Path]:
     return folder, ws.root
 
 
+@pytest.mark.process
 def test_run_task_finds_the_workspace_the_run_kept(gym: TaskSpec, tmp: Path,
                                                     tmp_path: Path) -> None:
     folder, root = kept_run(tmp_path, gym)
@@ -148,6 +153,7 @@ def test_run_task_finds_the_workspace_the_run_kept(gym: TaskSpec, tmp: Path,
     assert found.root == root and found.kept
 
 
+@pytest.mark.process
 def test_run_task_refuses_what_the_run_folder_cannot_vouch_for(
         gym: TaskSpec, tmp: Path, tmp_path: Path) -> None:
     folder, root = kept_run(tmp_path, gym)
@@ -180,6 +186,7 @@ def test_run_task_refuses_what_the_run_folder_cannot_vouch_for(
         kept_workspace_of(folder, "gym001")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
 def test_an_interactive_shell_shows_the_marked_prompt(shell: str, tmp_path: Path) -> None:
     """In a real terminal (``script`` gives it a pty): bash's /etc/bash.bashrc must not win."""

@@ -21,6 +21,8 @@ from spider2local.run.folder import RunFolder
 from spider2local.suite.model import Suite
 from tests.run.test_hangs import LeavingAgent, endless_view, run
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def tasks(tiny_dataset: Callable[..., Path], tmp_path: Path) -> list[TaskSpec]:

@@ -63,6 +63,7 @@ def execute(data: Dataset, folder: RunFolder, seen: list[str] | None = None,
     return anyio.run(execute_run, plan, Progress(stream or io.StringIO(), live=False))
 
 
+@pytest.mark.process
 def test_trials_are_interleaved_fresh_and_addressed_by_task_and_trial(data: Dataset,
                                                                      tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -85,6 +86,7 @@ def test_trials_are_interleaved_fresh_and_addressed_by_task_and_trial(data: Data
         ("t2", 1)
 
 
+@pytest.mark.process
 def test_raising_the_trials_runs_only_the_new_ones_and_lowering_is_refused(
         data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -104,6 +106,7 @@ def test_raising_the_trials_runs_only_the_new_ones_and_lowering_is_refused(
     assert again.ran == {} and len(again.already_done) == 6
 
 
+@pytest.mark.process
 def test_a_machine_fault_is_run_again_and_only_that_trial(data: Dataset,
                                                          tmp_path: Path) -> None:
     from spider2local.core.results import ErrorKind, Stage, TaskError
@@ -120,6 +123,7 @@ def test_a_machine_fault_is_run_again_and_only_that_trial(data: Dataset,
     assert list(resumed.ran) == [("t2", 2)] and seen == ["t2"]
 
 
+@pytest.mark.process
 def test_the_budget_stops_new_trials_and_a_higher_cap_continues(data: Dataset,
                                                                 tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -163,6 +167,7 @@ class Spender:
         return AgentOutcome(usage=Usage(turns=1, cost_usd_computed=spent))
 
 
+@pytest.mark.process
 def test_running_trials_share_one_run_budget_and_are_cut_when_it_is_spent(
         data: Dataset, tmp_path: Path) -> None:
     """Two trials at once under a $1 cap: both are cut mid-way (over the cap by at most one
@@ -187,6 +192,7 @@ def test_running_trials_share_one_run_budget_and_are_cut_when_it_is_spent(
                for line in headline_lines(report))
 
 
+@pytest.mark.process
 def test_a_trial_whose_budget_was_spent_while_it_was_prepared_never_starts(
         data: Dataset, tmp_path: Path) -> None:
     """Trials beside it spent the run's budget while its workspace was made: its agent is not
@@ -205,6 +211,7 @@ def test_a_trial_whose_budget_was_spent_while_it_was_prepared_never_starts(
     assert "t1: not started: the run budget of $1 is spent ($1.2500)" in stream.getvalue()
 
 
+@pytest.mark.process
 def test_rerun_moves_the_trials_into_the_history_and_runs_them_again(data: Dataset,
                                                                      tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -305,6 +312,7 @@ def test_a_run_made_before_trials_resumes_and_takes_more_trials(tmp_path: Path) 
     assert all(r.status is Status.PASSED for r in folder.trial_results().values())
 
 
+@pytest.mark.process
 def test_shards_with_trials_merged_are_the_run_one_invocation_makes(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     from spider2local.run.selection import parse_shard

@@ -107,6 +107,7 @@ def inside(launcher: Launcher, ws: Path, script: str,
                           env={"PATH": "/usr/bin:/bin", **env})
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_shows_the_workspace_and_bound_files_and_nothing_else(
         box: tuple[Launcher, Path, Path, Path]) -> None:
@@ -168,6 +169,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.process
 @needs_namespaces
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_attacks_from_inside_fail(attack: str, box: tuple[Launcher, Path, Path, Path]) -> None:
@@ -187,6 +189,7 @@ def test_attacks_from_inside_fail(attack: str, box: tuple[Launcher, Path, Path, 
     assert not (lib / "x").exists()
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_sees_only_its_own_processes_and_they_all_die_with_it(
         box: tuple[Launcher, Path, Path, Path]) -> None:
@@ -230,6 +233,7 @@ def test_the_launcher_is_private_and_removed(tmp_path: Path) -> None:
     assert not launcher.folder.exists()
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_a_service_runs_inside_beside_the_program_and_dies_with_it(tmp_path: Path) -> None:
     """The warm dbt server's way in: started before the program, in the same (nested)
@@ -265,6 +269,7 @@ def test_a_service_runs_inside_beside_the_program_and_dies_with_it(tmp_path: Pat
                    if p.exists())  # died with the sandbox
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_etc_holds_the_allow_list_only_and_opt_is_absent(
         box: tuple[Launcher, Path, Path, Path]) -> None:
@@ -281,6 +286,7 @@ def test_etc_holds_the_allow_list_only_and_opt_is_absent(
     assert done.stdout.split() == ["root", "no-shadow", "no-ssh", "no-opt", "etc-read-only"]
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_every_bind_carries_its_flags(box: tuple[Launcher, Path, Path, Path]) -> None:
     """The binds and their flags (one ``mount --bind -o`` call each on util-linux 2.27+, two
@@ -298,6 +304,7 @@ def test_every_bind_carries_its_flags(box: tuple[Launcher, Path, Path, Path]) ->
     assert "ro" in flags["/"]
 
 
+@pytest.mark.process
 def test_bind_in_one_call_only_where_util_linux_says_so(tmp_path: Path) -> None:
     from spider2local.sandbox.launcher import BIND_IN_ONE, BIND_IN_TWO, bind_function
 
@@ -350,6 +357,7 @@ for port in sys.argv[1:]:
 """
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_a_sealed_sandbox_reaches_the_gateway_socket_through_the_relay_and_nothing_else(
         tmp_path: Path) -> None:
@@ -404,6 +412,7 @@ def test_the_launcher_has_a_death_signal_and_a_sealed_one_its_relay() -> None:
     assert str(RELAY_PORT) not in other
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_a_sealed_sandbox_starts_its_services_after_the_relay_in_the_sealed_network(
         tmp_path: Path) -> None:
@@ -440,6 +449,7 @@ def test_a_sealed_sandbox_starts_its_services_after_the_relay_in_the_sealed_netw
     assert rest[0].strip() == "lo" and rest[1] == f"{RELAY_PORT} GOT FROM-GATEWAY", rest
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_install_layouts_build_and_hide_what_they_must(tmp_path: Path) -> None:
     """The layouts users have (issue 27): a wheel's bundled suite file inside the hidden
@@ -479,6 +489,7 @@ def test_install_layouts_build_and_hide_what_they_must(tmp_path: Path) -> None:
     assert done.stdout.split() == ["shim", "dep", "end"], done.stdout
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_a_mount_that_fails_is_named_and_the_program_never_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -512,6 +523,7 @@ def test_a_mount_that_fails_is_named_and_the_program_never_runs(
         ok.remove()
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_a_hidden_path_gone_since_the_plan_is_no_failure(tmp_path: Path) -> None:
     """Another run's folder on the hidden list, deleted between the plan and the launch (its
@@ -537,6 +549,7 @@ def test_a_hidden_path_gone_since_the_plan_is_no_failure(tmp_path: Path) -> None
     assert done.stdout.split() == ["kept", "0"]
 
 
+@pytest.mark.process
 @needs_namespaces
 def test_the_program_holds_no_descriptor_of_the_launchers_files(tmp_path: Path) -> None:
     """The setup log and the ready file are the runner's: the program (and its services, and

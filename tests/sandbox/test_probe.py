@@ -55,6 +55,7 @@ def broken_mount(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                         functools.cache(launcher.bind_function.__wrapped__))
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: {probe().reason}")
 def test_the_agent_sandbox_check_builds_the_real_thing_and_names_a_failed_mount(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

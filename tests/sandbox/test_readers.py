@@ -20,6 +20,8 @@ from spider2local.sandbox.readers import ReaderFiles, run_reader
 from spider2local.sandbox.scoring import score_sandboxed_sync
 from tests.helpers import host_secrets
 
+pytestmark = pytest.mark.process
+
 SECRET = "HOST-SECRET-91c2"
 needs_namespaces = pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: "
                                                               f"{probe().reason}")

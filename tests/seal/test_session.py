@@ -65,6 +65,7 @@ def test_only_the_namespace_mode_is_sealed() -> None:
     assert not is_sealed(IsolationMode.NONE) and not is_sealed(IsolationMode.NOT_NEEDED)
 
 
+@pytest.mark.process
 @NAMESPACES
 def test_a_sealed_program_sees_its_workspace_and_tools_nothing_off_limits_and_is_swept(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
@@ -101,6 +102,7 @@ def test_a_sealed_program_sees_its_workspace_and_tools_nothing_off_limits_and_is
         cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_unsealed_the_program_dies_with_the_runner_or_runs_as_itself(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     ws, root = _workspace(tmp_path, tiny_dataset)
@@ -144,6 +146,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+@pytest.mark.process
 @NAMESPACES
 def test_a_sandbox_that_cannot_be_built_is_recorded_and_returned_by_finish(
         tmp_path: Path, tiny_dataset: Callable[..., Path], monkeypatch: pytest.MonkeyPatch

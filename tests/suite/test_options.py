@@ -74,6 +74,7 @@ def test_a_setting_added_to_the_table_is_a_suite_key_a_flag_and_a_resume_rule(
     assert differences(older, RunManifest(agent="noop", settings={"warmup_rounds": 4})) == []
 
 
+@pytest.mark.process
 def test_a_setting_added_before_the_cli_loads_is_a_real_flag_of_run() -> None:
     """The real `run` command, built after a table with one more setting: the flag exists,
     and a bad value is one line naming it, exit 2."""

@@ -84,6 +84,7 @@ HOST = {"PATH": "/usr/local/bin:/usr/bin:/bin", "DBT_PROFILES_DIR": "/elsewhere"
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "true", "FAKETIME": "+1d"}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("shell", SHELLS)
 def test_sourcing_gives_dbt_the_tasks_date_and_deactivate_undoes_it(
         shell: str, tmp_path: Path) -> None:
@@ -108,6 +109,7 @@ def test_sourcing_gives_dbt_the_tasks_date_and_deactivate_undoes_it(
     assert out[5:] == [host_line, "true +1d", "gone"]  # sourced twice, one deactivate
 
 
+@pytest.mark.process
 def test_a_prepared_workspace_has_a_marker_and_a_script_with_no_secret(
         gym: tuple[TaskSpec, model_mod.Workspace]) -> None:
     task, ws = gym
@@ -136,6 +138,7 @@ def test_a_prepared_workspace_has_a_marker_and_a_script_with_no_secret(
     assert got["PATH"].split(":")[0] == ws.env["PATH"].split(":")[0]
 
 
+@pytest.mark.process
 def test_keeping_rewrites_what_the_agent_replaced_without_writing_through_links(
         gym: tuple[TaskSpec, model_mod.Workspace], tmp_path: Path) -> None:
     task, ws = gym

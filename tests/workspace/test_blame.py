@@ -62,6 +62,7 @@ def test_a_full_disk_is_read_through_our_wrappers_and_duckdbs_text() -> None:
     assert not is_disk_full(ValueError("No space left on device"))  # the agent's own text
 
 
+@pytest.mark.process
 def test_the_workspace_records_the_room_it_was_made_with(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     from spider2local.dataset.load import load_dataset
@@ -182,6 +183,7 @@ def _hold(db: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+@pytest.mark.process
 def test_a_lock_left_on_the_task_database_after_the_agent_stage_is_the_agents(
         tiny_dataset: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,6 +226,7 @@ def test_a_lock_left_on_the_task_database_after_the_agent_stage_is_the_agents(
     assert "still locked by another process after" in r.error.message
 
 
+@pytest.mark.process
 def test_holders_are_found_by_the_file_they_hold_never_through_a_link(tmp_path: Path) -> None:
     from spider2local.proc.procfs import holding
     from spider2local.workspace.guard import database_ids

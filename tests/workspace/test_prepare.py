@@ -91,6 +91,7 @@ def sample() -> Dataset:
     return load(SAMPLE)
 
 
+@pytest.mark.process
 def test_sample_tasks_get_isolated_copies(sample: Dataset, tmp_path: Path) -> None:
     before = tree_digest(sample.root)
     for task in sample.tasks:
@@ -106,6 +107,7 @@ def test_sample_tasks_get_isolated_copies(sample: Dataset, tmp_path: Path) -> No
     assert tree_digest(sample.root) == before
 
 
+@pytest.mark.process
 def test_real_tasks_get_isolated_copies(shared_dataset: Path, tmp_path: Path) -> None:
     before = tree_digest(shared_dataset)
     dataset = load(shared_dataset)
@@ -122,6 +124,7 @@ def test_real_tasks_get_isolated_copies(shared_dataset: Path, tmp_path: Path) ->
     assert tree_digest(shared_dataset) == before
 
 
+@pytest.mark.process
 def test_copy_skips_build_output_but_keeps_wal_and_packages(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1")
@@ -164,6 +167,7 @@ def test_env_drops_inherited_dbt_paths_and_gold_mentions(sample: Dataset) -> Non
     assert not {"DBT_PROFILES_DIR", "LEAK", "LD_PRELOAD", "FAKETIME", "SSL_CERT_FILE"} & set(env)
 
 
+@pytest.mark.process
 def test_env_is_an_allow_list_with_home_and_temp_inside_the_workspace(
         sample: Dataset, tmp_path: Path) -> None:
     """Only the variables an agent needs pass: the runner's own settings (which name suites,
@@ -186,6 +190,7 @@ def test_env_is_an_allow_list_with_home_and_temp_inside_the_workspace(
         cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_skills_are_installed_and_unknown_ones_refused(sample: Dataset, tmp_path: Path) -> None:
     skills = tmp_path / "skills"
     (skills / "dbt-basics" / "ref").mkdir(parents=True)
@@ -246,6 +251,7 @@ def _tables(ws: model_mod.Workspace) -> list[str]:
     return [t.name for t in DbSnapshot.from_json(ws.snapshot_path.read_text()).tables]
 
 
+@pytest.mark.process
 def test_the_start_snapshot_is_read_once_per_start_database_until_it_changes(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = _count_snapshot_children(monkeypatch)
@@ -271,6 +277,7 @@ def test_the_start_snapshot_is_read_once_per_start_database_until_it_changes(
     assert len(started) == 2
 
 
+@pytest.mark.process
 def test_a_start_database_that_changes_while_copied_is_read_from_its_copy(
         tiny_dataset: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = _count_snapshot_children(monkeypatch)
@@ -291,6 +298,7 @@ def test_a_start_database_that_changes_while_copied_is_read_from_its_copy(
     assert len(started) == 2 and _tables(ws) == ["raw_orders"]  # what the copy holds
 
 
+@pytest.mark.process
 def test_missing_packages_are_recorded(tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", packages_yml="packages:\n  - package: dbt-labs/dbt_utils\n")
     task = load(root).tasks[0]
@@ -301,6 +309,7 @@ def test_missing_packages_are_recorded(tiny_dataset: Callable[..., Path], tmp_pa
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_packages_installed_in_dbt_modules_are_copied_and_found(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", packages_yml="packages:\n  - package: acme/util\n")
@@ -315,6 +324,7 @@ def test_packages_installed_in_dbt_modules_are_copied_and_found(
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_collect_artifacts_copies_text_and_database(sample: Dataset, tmp_path: Path) -> None:
     task = sample.tasks[0]
     ws = prepare_workspace(task, artifacts=tmp_path / "a", parent=tmp_path)
@@ -337,6 +347,7 @@ def test_collect_artifacts_copies_text_and_database(sample: Dataset, tmp_path: P
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_collect_artifacts_keeps_the_projects_dbt_log_without_clobbering(
         sample: Dataset, tmp_path: Path) -> None:
     """An agent that ran dbt itself leaves logs/ and target/ in the project: keep the log and
@@ -361,6 +372,7 @@ def test_collect_artifacts_keeps_the_projects_dbt_log_without_clobbering(
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_cleanup_removes_read_only_content_and_refuses_foreign_folders(
         sample: Dataset, tmp_path: Path) -> None:
     ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
@@ -375,6 +387,7 @@ def test_cleanup_removes_read_only_content_and_refuses_foreign_folders(
     assert foreign.exists()
 
 
+@pytest.mark.process
 def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
     db = tmp_path / "x.duckdb"
     con = duckdb.connect(str(db))
@@ -390,6 +403,7 @@ def test_checkpoint_folds_the_wal(tmp_path: Path) -> None:
     con.close()
 
 
+@pytest.mark.process
 def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path) -> None:
     db = tmp_path / "x.duckdb"
     duckdb.connect(str(db)).close()
@@ -402,6 +416,7 @@ def test_checkpoint_waits_for_a_brief_lock(tmp_path: Path) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.process
 def test_checkpoint_errors(tmp_path: Path) -> None:
     with pytest.raises(ScoringError, match="missing"):
         checkpoint_database(tmp_path / "gone.duckdb", root=tmp_path)
@@ -412,6 +427,7 @@ def test_checkpoint_errors(tmp_path: Path) -> None:
         checkpoint_database(bad, root=tmp_path)
 
 
+@pytest.mark.process
 def test_collect_artifacts_copies_only_plain_files_of_the_workspace(
         sample: Dataset, tmp_path: Path) -> None:
     """What the agent leaves is copied by the runner, outside the sandbox: a symlink to a
@@ -465,6 +481,7 @@ def test_checkpoint_never_opens_a_file_outside_the_workspace(tmp_path: Path) -> 
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.process
 def test_templates_are_written_only_when_asked_and_stay_stubs(shared_dataset: Path,
                                                               tmp_path: Path) -> None:
     task = next(t for t in load(shared_dataset).tasks if t.id == "playbook001")
@@ -512,6 +529,7 @@ def test_each_agent_dbt_call_leaves_its_own_numbered_run_results(
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_dbt_records_are_collected_only_as_plain_files(sample: Dataset, tmp_path: Path) -> None:
     ws = prepare_workspace(sample.tasks[0], artifacts=tmp_path / "a", parent=tmp_path)
     outside = tmp_path / "secret.json"
@@ -535,6 +553,7 @@ def test_dbt_records_are_collected_only_as_plain_files(sample: Dataset, tmp_path
     cleanup_workspace(ws)
 
 
+@pytest.mark.process
 def test_dbt_records_over_the_cap_keep_the_first_calls(sample: Dataset, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the cap the earliest calls are kept, in call order: as text, "1000-run" sorted
@@ -596,6 +615,7 @@ def test_a_huge_dbt_log_makes_a_bounded_text(tmp_path: Path,
     assert len(text) < 10_200 and text.endswith("[the rest of dbt.log is not kept here]\n")
 
 
+@pytest.mark.process
 def test_a_user_site_install_is_found_by_the_agent_despite_its_moved_home(
         sample: Dataset, tmp_path: Path) -> None:
     """A ``pip install --user`` keeps dbt in ~/.local, found through HOME, which the agent's

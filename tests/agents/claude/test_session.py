@@ -72,6 +72,7 @@ def test_credentials_are_required_with_a_one_line_fix() -> None:
     assert capabilities("noop").has_credentials({})
 
 
+@pytest.mark.process
 def test_run_without_credentials_fails_at_once_with_exit_2(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")}
