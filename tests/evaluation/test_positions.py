@@ -36,7 +36,7 @@ POSITIONS = st.lists(st.one_of(st.integers(-8, 8), st.sampled_from(HUGE)), max_s
 VALUES = [0, 1, 2, 10, -3]
 
 
-@settings(max_examples=400 if FULL_PROPERTIES else 100, **SETTINGS)
+@settings(max_examples=400 if FULL_PROPERTIES else 50, **SETTINGS)
 @given(width=st.integers(0, 6), cols=POSITIONS)
 def test_positions_select_what_iloc_selects(width: int, cols: list[int]) -> None:
     """Same columns, same order, repeats kept; an IndexError exactly when iloc raises."""
@@ -78,7 +78,7 @@ def _result_columns(gold: list[list[int]], picks: list[int]) -> list[list[int]]:
     return [gold[p] if p >= 0 else [99] * len(gold[0]) for p in picks]
 
 
-@settings(max_examples=300 if FULL_PROPERTIES else 60, **SETTINGS)
+@settings(max_examples=300 if FULL_PROPERTIES else 30, **SETTINGS)
 @given(case=tables(), ignore_order=st.booleans())
 def test_table_verdicts_with_any_positions_equal_reference(
         case: tuple[list[list[int]], list[int], list[int]], ignore_order: bool) -> None:

@@ -61,7 +61,7 @@ MOMENTS = [*DAYS, dt.datetime(2020, 1, 1, 10, 30), dt.datetime(2020, 1, 1, 0, 0,
 OLD_DAY = dt.datetime(900, 1, 1)
 
 # The full plans (CI) and the quick loop's share of them (see tests/helpers.HYPOTHESIS_PROFILE).
-VERDICT_EXAMPLES = 4000 if FULL_PROPERTIES else 200
+VERDICT_EXAMPLES = 4000 if FULL_PROPERTIES else 100
 VALUE_EXAMPLES = 1000 if FULL_PROPERTIES else 100
 DATABASE_EXAMPLES = 40 if FULL_PROPERTIES else 5
 PLANNED = {"test_fast_column_verdicts_equal_reference": VERDICT_EXAMPLES,
