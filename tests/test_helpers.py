@@ -175,7 +175,7 @@ def test_a_pure_test_that_starts_a_process_fails_naming_the_mark(tmp_path: Path)
     def pytest_in(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "tests.tiers", "-p", "no:cacheprovider",
-             "-p", "no:randomly", "-n", "0", "-rf", "--rootdir", str(tmp_path), *args,
+             "-p", "no:randomly", "-n", "2", "-rf", "--rootdir", str(tmp_path), *args,
              str(tmp_path / "test_tiered.py")],
             cwd=root, capture_output=True, text=True, timeout=300, check=False,
             env={**os.environ, "PYTHONPATH": str(root)})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Generator
 from typing import Any, ClassVar
 
@@ -48,13 +49,17 @@ class _Watch:
     """What the current test started, while it is being watched (pure tier only)."""
 
     watching: ClassVar[bool] = False
+    earlier: ClassVar[frozenset[int]] = frozenset()
+    """Threads (other than the main one) alive before the test began: a thread an earlier test
+    left running that starts a process is not this test's doing."""
     fixtures: ClassVar[list[str]] = []
     """The fixtures being set up, innermost last."""
     seen: ClassVar[list[str]] = []
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event in SPAWN_EVENTS and _Watch.watching:
+    if event in SPAWN_EVENTS and _Watch.watching \
+            and threading.get_ident() not in _Watch.earlier:
         where = f"fixture {_Watch.fixtures[-1]!r}: " if _Watch.fixtures else ""
         _Watch.seen.append(f"{where}{event} {repr(args)[:160]}")
 
@@ -102,6 +107,9 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any],
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _Watch.seen = []
     _Watch.watching = not _tiered(item)
+    main = threading.main_thread().ident
+    _Watch.earlier = frozenset(t.ident for t in threading.enumerate()
+                               if t.ident is not None and t.ident != main)
     # a snapshot cached by an earlier test would hide this test's reader child: the tier of a
     # test must not depend on the order the tests ran in
     forget_snapshots()
