@@ -34,8 +34,13 @@ from pydantic_core import core_schema
 T = TypeVar("T")
 
 closed = with_config(ConfigDict(extra="forbid"))
-"""Class decorator: a key the record does not have is refused (by default unknown keys are
-ignored). For records whose every key was always known to the reader (result.json)."""
+"""Class decorator: a key the record does not have is refused. For records whose every key was
+always known to the reader (result.json). Nested records without a decorator of their own
+inherit it (pydantic applies the enclosing record's config to a plain dataclass)."""
+
+tolerant = with_config(ConfigDict(extra="ignore"))
+"""Class decorator: keys the record does not have are ignored (its derived values, keys an older
+writer wrote), also when it is nested in a :data:`closed` record."""
 
 
 class RecordError(ValueError):

@@ -24,6 +24,7 @@ from typing import Any
 from spider2local.core.codec import RecordError, closed, derived, dump, load
 from spider2local.core.failure import FailureClass, classify
 from spider2local.core.layout import ERROR_TRACEBACK
+from spider2local.core.verdicts import TaskScore
 
 SCHEMA_VERSION = 6
 """6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept);
@@ -182,8 +183,9 @@ class TaskResult:
     passed: bool | None = None
     tables_passed: int = 0
     tables_total: int = 0
-    score: Mapping[str, Any] | None = None
-    """The evaluation's full JSON (per-table verdicts and diagnostics)."""
+    score: TaskScore | None = None
+    """The evaluation's verdict in full (per-table verdicts and diagnostics); ``None`` when
+    the task was not scored."""
     error: TaskError | None = None
     attempts: int = 1
     model: str | None = None

@@ -126,7 +126,7 @@ def sample_score(trial: Trial) -> Score | None:
     if result.passed is None:
         return None
     failing, first, text = failing_tables(result.score)
-    tables = (result.score or {}).get("tables")
+    tables = [] if result.score is None else dump(result.score)["tables"]
     return Score(
         value=CORRECT if result.passed else INCORRECT,
         answer=f"{result.tables_passed}/{result.tables_total} graded tables pass",

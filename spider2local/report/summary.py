@@ -35,11 +35,8 @@ from enum import StrEnum
 from typing import Any
 
 from spider2local.core.results import Integrity, Status, TaskResult
-from spider2local.evaluation.serialize import (
-    failing_tables,
-    from_json,
-)
-from spider2local.evaluation.verdicts import RowDiff, TaskScore
+from spider2local.core.verdicts import RowDiff, TaskScore
+from spider2local.evaluation.serialize import failing_tables
 from spider2local.report.stats import (
     Estimate,
     PassK,
@@ -327,14 +324,9 @@ def _integrity(result: TaskResult) -> str:
 
 
 def score_of(result: TaskResult) -> TaskScore | None:
-    """The per-table score a result holds, or None (none, or a hand-edited one: no detail,
-    the verdict is kept)."""
-    if not isinstance(result.score, Mapping):
-        return None
-    try:
-        return from_json(dict(result.score))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+    """The per-table score a result holds, or None (a result without one; a hand-edited score
+    makes the whole result.json unreadable: the task counts as unfinished)."""
+    return result.score
 
 
 def _note(result: TaskResult, failing: Sequence[str], first: str,

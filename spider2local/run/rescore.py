@@ -36,7 +36,7 @@ from spider2local.run.manifest import RunManifest, now_iso
 from spider2local.run.verdict import Verdict
 
 if TYPE_CHECKING:
-    from spider2local.evaluation.verdicts import TaskScore
+    from spider2local.core.verdicts import TaskScore
 
 
 @dataclass(frozen=True)
