@@ -527,9 +527,11 @@ def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
     ``mode``); ``none`` for runs that recorded nothing, which had no isolation."""
     if isinstance(manifest, RunManifest):
         return manifest.isolation_mode
-    value = manifest.get("isolation") if manifest else None
-    return RunManifest(isolation=value if isinstance(value, (str, Mapping)) else None
-                       ).isolation_mode
+    try:  # run.json's one reading of it, whatever shape a version wrote
+        return RunManifest.from_json({"isolation": manifest.get("isolation")}
+                                     if manifest else {}).isolation_mode
+    except ValueError:
+        return "none"
 
 
 def agent_command_of(manifest: RunManifest | None) -> str | None:

@@ -183,7 +183,7 @@ def _regrade(folder: RunFolder, data: Dataset, scorer: Scorer) -> Regrade:
     results = folder.trial_results()
     taken = guard.take(_tasks(folder, data))
     manifest = folder.read_manifest()
-    recorded = guard.Fingerprints.from_json(manifest.integrity if manifest else None)
+    recorded = manifest.integrity if manifest else None
     changed = guard.differences(recorded, taken, all_recorded=False) if recorded else []
     with owned_tempdir("regrade") as scratch:
         checked = [checked_trial(folder, data.get(task_id), old, scratch)
