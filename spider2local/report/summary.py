@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from spider2local.core.codec import dump
 from spider2local.core.results import Integrity, Status, TaskResult
 from spider2local.core.verdicts import RowDiff, TaskScore
 from spider2local.evaluation.serialize import failing_tables
@@ -375,7 +376,7 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
 def _selection(manifest: RunManifest | None,
                results: Mapping[TrialKey, TaskResult]) -> list[dict[str, Any]]:
     if manifest is not None and manifest.tasks:
-        return [t.to_json() for t in manifest.tasks]
+        return [dump(t) for t in manifest.tasks]
     graded: dict[str, int] = {}
     for (tid, _), r in sorted(results.items()):
         graded.setdefault(tid, r.tables_total)

@@ -88,14 +88,6 @@ class SelectedTask:
     """Whether the untouched start database already passes (measured at the run's start,
     :func:`spider2local.audit.tasks.free_passes`); ``None`` when unknown or not measured."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "fake_date": self.fake_date, "tables": self.tables,
-                "skipped": self.skipped, "free": self.free}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SelectedTask:
-        return cls(str(data["id"]), str(data.get("fake_date") or ""),
-                   int(data.get("tables") or 0), data.get("skipped"), data.get("free"))
 
 
 @dataclass(frozen=True)
@@ -300,7 +292,7 @@ class RunManifest:
             "versions": dict(self.versions),
             "suite": {"path": self.suite_path, "sha256": self.suite_sha256},
             "dataset": self.dataset, "prompts_sha256": self.prompts_sha256,
-            "skills_sha256": self.skills_sha256, "tasks": [t.to_json() for t in self.tasks]}
+            "skills_sha256": self.skills_sha256, "tasks": [dump(t) for t in self.tasks]}
         if self.denominators is not None:
             data["denominators"] = dict(self.denominators)
         data.update(started_at=self.started_at, finished_at=self.finished_at,
@@ -341,6 +333,7 @@ class RunManifest:
         try:
             isolation = _isolation(data.get("isolation"))
             merged_from = tuple(load(MergedSource, m) for m in data.get("merged_from") or ())
+            tasks = tuple(load(SelectedTask, t) for t in data.get("tasks") or ())
             reruns = tuple(load(Rerun, r) for r in data.get("reruns") or ())
         except RecordError as err:
             raise ValueError(str(err)) from None
@@ -352,7 +345,7 @@ class RunManifest:
             dataset=data.get("dataset"), dataset_sha256=_str(data.get("dataset_sha256")),
             prompts_sha256=_str(data.get("prompts_sha256")),
             skills_sha256=_str(data.get("skills_sha256")),
-            tasks=tuple(SelectedTask.from_json(t) for t in data.get("tasks") or ()),
+            tasks=tasks,
             denominators=dict(counts) if isinstance(counts, dict) else None,
             started_at=data.get("started_at"), finished_at=data.get("finished_at"),
             interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), bool)
