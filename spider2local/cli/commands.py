@@ -238,8 +238,9 @@ def task_gold(data: Dataset, task_id: str) -> Gold:
 
 def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) -> int:
     """Score one database against ``gold``, print the verdict; 0 when it passes, else 1."""
+    from spider2local.core.codec import dump
     from spider2local.db.header import duckdb_file_problem
-    from spider2local.evaluation import render_text, to_json
+    from spider2local.evaluation import render_text
     from spider2local.sandbox.scoring import score_sandboxed_sync
 
     problem = duckdb_file_problem(db)  # a typo'd path must not read as a FAIL verdict
@@ -250,6 +251,6 @@ def score_file_command(db: Path, gold: Path, params: EvalParams, as_json: bool) 
         result = score_sandboxed_sync(db, gold, params)
     except ScoringError as exc:
         raise UserError(f"cannot score: {exc}") from None
-    _out(json.dumps(to_json(result), indent=2, default=str, allow_nan=False) if as_json
+    _out(json.dumps(dump(result), indent=2, default=str, allow_nan=False) if as_json
          else render_text(result))
     return OK if result.passed else FAILED

@@ -9,9 +9,10 @@ that has no gold to score against, has no class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+
+from spider2local.core.verdicts import TableScore, TaskScore
 
 
 class FailureClass(StrEnum):
@@ -44,7 +45,7 @@ class FailureClass(StrEnum):
 
 def classify(*, passed: bool | None, status: str, error_kind: str | None,
              error_message: str | None, integrity: str | None, cut_by_budget: bool,
-             score: Mapping[str, Any] | None) -> tuple[FailureClass | None, str]:
+             score: TaskScore | None) -> tuple[FailureClass | None, str]:
     """(class, detail) of a trial, from its result's fields; (None, "") when it passed or
     has nothing to be scored against."""
     if passed or status == "unscored":
@@ -69,21 +70,19 @@ def classify(*, passed: bool | None, status: str, error_kind: str | None,
     return _from_score(score)
 
 
-def _from_score(score: Mapping[str, Any] | None) -> tuple[FailureClass | None, str]:
-    tables = score.get("tables") if isinstance(score, Mapping) else None
-    if not isinstance(score, Mapping) or not isinstance(tables, list):
+def _from_score(score: TaskScore | None) -> tuple[FailureClass | None, str]:
+    if score is None:
         return FailureClass.NO_DATABASE, "no per-table score"
-    if score.get("error"):
-        return FailureClass.NO_DATABASE, str(score["error"])
-    failed = [t for t in tables if isinstance(t, Mapping) and not t.get("passed")]
-    for cls, test in ((FailureClass.TABLE_MISSING, lambda t: bool(t.get("missing"))),
-                      (FailureClass.TABLE_ERROR,
-                       lambda t: t.get("result_rows") is None or bool(t.get("error"))),
-                      (FailureClass.ROW_COUNT,
-                       lambda t: t.get("result_rows") != t.get("gold_rows"))):
-        found = [str(t.get("name")) for t in failed if test(t)]
+    if score.error:
+        return FailureClass.NO_DATABASE, score.error
+    failed = [t for t in score.tables if not t.passed]
+    tests: tuple[tuple[FailureClass, Callable[[TableScore], bool]], ...] = (
+        (FailureClass.TABLE_MISSING, lambda t: t.missing),
+        (FailureClass.TABLE_ERROR, lambda t: t.result_rows is None or bool(t.error)),
+        (FailureClass.ROW_COUNT, lambda t: t.result_rows != t.gold_rows))
+    for cls, test in tests:
+        found = [t.name for t in failed if test(t)]
         if found:
             return cls, ", ".join(found)
-    columns = [f"{t.get('name')}.{c.get('gold_column')}" for t in failed
-               for c in (t.get("columns") or []) if isinstance(c, Mapping)]
-    return FailureClass.WRONG_VALUES, ", ".join(columns)
+    return FailureClass.WRONG_VALUES, ", ".join(f"{t.name}.{c.gold_column}" for t in failed
+                                                for c in t.columns)

@@ -2,8 +2,8 @@
 
 A result file is the unit of progress: ``<run>/<task>/result.json`` exists only once the task is
 finished (it is written atomically), so resume, re-scoring and every report are rebuilt from disk.
-Old runs stay readable: a file of an earlier schema is upgraded as it is read (see
-:meth:`TaskResult.from_json`), so nothing finished is re-run because the format moved on.
+Old runs stay readable: a file of an earlier schema is upgraded as it is read (:func:`upgrade`,
+then the one codec, :mod:`.codec`), so nothing finished is re-run because the format moved on.
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ import os
 import tempfile
 import traceback
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.codec import RecordError, closed, derived, dump, load
 from spider2local.core.failure import FailureClass, classify
 from spider2local.core.layout import ERROR_TRACEBACK
+from spider2local.core.verdicts import TaskScore
 
 SCHEMA_VERSION = 6
 """6: ``graded_sha256`` (absent before, read as ``None``: no graded tables kept);
@@ -57,14 +59,6 @@ class Evidence:
     rule: str
     excerpt: str
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Evidence:
-        return cls(str(data["source"]), data.get("line"), str(data["rule"]),
-                   str(data["excerpt"]))
-
 
 class Status(StrEnum):
     PASSED = "passed"
@@ -88,6 +82,7 @@ class Stage(StrEnum):
     COLLECT = "collect"
 
 
+@closed
 @dataclass(frozen=True)
 class Usage:
     """What the agent consumed. Costs are kept both as reported and as recomputed from a price
@@ -167,15 +162,10 @@ class TaskError:
     stage (kind ``exception``, or ``infrastructure`` for a machine fault): kept apart so code
     asks the kind and people still see the class."""
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], version: int) -> TaskError:
-        """Read either schema; version 1 kept the class name in ``kind`` itself."""
-        kind, exception = data["kind"], data.get("exception")
-        if version == 1 and kind not in {k.value for k in ErrorKind}:
-            kind, exception = ErrorKind.EXCEPTION, kind
-        return cls(Stage(data["stage"]), ErrorKind(kind), data["message"], exception)
 
 
+@closed
+@derived("failure_class", "failure_detail")
 @dataclass(frozen=True)
 class TaskResult:
     task_id: str
@@ -193,8 +183,9 @@ class TaskResult:
     passed: bool | None = None
     tables_passed: int = 0
     tables_total: int = 0
-    score: Mapping[str, Any] | None = None
-    """The evaluation's full JSON (per-table verdicts and diagnostics)."""
+    score: TaskScore | None = None
+    """The evaluation's verdict in full (per-table verdicts and diagnostics); ``None`` when
+    the task was not scored."""
     error: TaskError | None = None
     attempts: int = 1
     model: str | None = None
@@ -239,72 +230,51 @@ class TaskResult:
             integrity=None if self.integrity is None else self.integrity.value,
             cut_by_budget=self.cut_by_budget, score=self.score)
 
+    @property
+    def failure_class(self) -> str | None:
+        """:attr:`failure`'s class as written to result.json (derived: recomputed when read)."""
+        found = self.failure[0]
+        return None if found is None else found.value
+
+    @property
+    def failure_detail(self) -> str:
+        return self.failure[1]
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        failure, detail = self.failure
-        data["failure_class"] = None if failure is None else failure.value
-        data["failure_detail"] = detail
-        data["status"] = self.status.value
-        data["integrity"] = None if self.integrity is None else self.integrity.value
-        data["integrity_evidence"] = [e.to_json() for e in self.integrity_evidence]
-        if self.error is not None:
-            data["error"]["stage"] = self.error.stage.value
-            data["error"]["kind"] = self.error.kind.value
-        return data
+        """result.json's content (:func:`~spider2local.core.codec.dump`)."""
+        return dump(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TaskResult:
+    def from_json(cls, data: Any) -> TaskResult:
         """Read any schema in :data:`READABLE_VERSIONS`; the record returned is always in the
-        current one (so a re-score rewrites an old file in the new layout)."""
-        version = data.get("schema_version")
-        if version not in READABLE_VERSIONS:
-            raise ValueError(f"result schema {version} is not one of {READABLE_VERSIONS}")
-        problem = _result_problem(data)
-        if problem is not None:
-            raise TypeError(f"result.json: {problem}")
-        fields = dict(data)
-        fields.pop("failure_class", None)  # derived: recomputed from the fields below
-        fields.pop("failure_detail", None)
-        fields["schema_version"] = SCHEMA_VERSION
-        fields["status"] = Status(fields["status"])
-        fields["usage"] = Usage(**fields.get("usage", {}))
-        err = fields.get("error")
-        fields["error"] = None if err is None else TaskError.from_json(err, version)
-        found = fields.get("integrity")
-        fields["integrity"] = None if found is None else Integrity(found)
-        fields["integrity_evidence"] = tuple(Evidence.from_json(e) for e in
-                                             fields.get("integrity_evidence") or ())
-        return cls(**fields)
+        current one (so a re-score rewrites an old file in the new layout). Raises
+        :class:`~spider2local.core.codec.RecordError` (a ``ValueError``) with one phrase for a
+        file whose fields have types no reader can use (a hand-edited or corrupt file): such a
+        file counts as unfinished, and resume re-runs the task."""
+        return load(cls, upgrade(data))
 
 
-_NUMBER = (int, float)
-_RESULT_TYPES: dict[str, tuple[type, ...]] = {
-    "task_id": (str,), "agent": (str,), "fake_date": (str,), "started_at": (str,),
-    "finished_at": (str,), "durations": (dict,), "usage": (dict,), "passed": (bool, type(None)),
-    "tables_passed": (int,), "tables_total": (int,), "score": (dict, type(None)),
-    "error": (dict, type(None)), "attempts": (int,), "model": (str, type(None)),
-    "verified": (bool, type(None)), "trial": (int,), "cut_by_budget": (bool,),
-    "graded_sha256": (str, type(None)),
-    "replayed": (dict, type(None)),
-}
-
-
-def _result_problem(data: Mapping[str, Any]) -> str | None:
-    """Why a result file's fields have types no reader can use (a hand-edited or corrupt file);
-    ``None`` when they are fine. Such a file counts as unfinished: resume re-runs the task."""
-    for key, types in _RESULT_TYPES.items():
-        value = data.get(key)
-        if key in data and (not isinstance(value, types)
-                            or (isinstance(value, bool) and bool not in types)):
-            return f"{key} is {type(value).__name__}"
-    if "trial" in data and data["trial"] < 1:
-        return f"trial is {data['trial']} (trials count from 1)"
-    numbers = [*data.get("durations", {}).values(),
-               *(v for k, v in data.get("usage", {}).items() if k != "by_model")]
-    if not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool))
-               for v in numbers):
-        return "durations and usage must hold numbers"
-    return None
+def upgrade(data: Any) -> dict[str, Any]:
+    """result.json of any readable schema rewritten into the current one (what
+    :func:`~spider2local.core.codec.load` then reads). Keys a schema did not write take their
+    defaults; version 1 kept an exception's class name in ``error.kind`` itself."""
+    if not isinstance(data, dict):
+        raise RecordError(f"not a JSON object but {type(data).__name__}")
+    version = data.get("schema_version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise RecordError(f"result schema {version} is not one of {READABLE_VERSIONS}")
+    fields = dict(data)
+    fields.pop("failure_class", None)  # derived: recomputed from the fields
+    fields.pop("failure_detail", None)
+    fields["schema_version"] = SCHEMA_VERSION
+    err = fields.get("error")
+    if version == 1 and isinstance(err, dict) \
+            and err.get("kind") not in {k.value for k in ErrorKind}:
+        fields["error"] = {**err, "kind": ErrorKind.EXCEPTION.value, "exception": err["kind"]}
+    trial = fields.get("trial")
+    if isinstance(trial, int) and not isinstance(trial, bool) and trial < 1:
+        raise RecordError(f"trial is {trial} (trials count from 1)")
+    return fields
 
 
 def write_text_atomic(path: Path, text: str, mode: int | None = 0o644) -> None:
@@ -348,7 +318,7 @@ def load_result(path: Path) -> TaskResult | None:
         return TaskResult.from_json(json.loads(path.read_text(encoding="utf-8"),
                                                parse_constant=_not_json,
                                                parse_float=_finite))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):  # RecordError is a ValueError: a corrupt or edited file
         return None
 
 

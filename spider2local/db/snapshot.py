@@ -13,12 +13,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import duckdb
 
+from spider2local.core.codec import dump, load
 from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
@@ -60,17 +61,14 @@ class DbSnapshot:
         return None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, allow_nan=False)
+        """The snapshot as JSON text (:mod:`spider2local.core.codec`)."""
+        return json.dumps(dump(self), indent=2, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> DbSnapshot:
-        data = json.loads(text)
-        tables = tuple(
-            TableInfo(schema=t["schema"], name=t["name"], kind=t["kind"], rows=t["rows"],
-                      columns=tuple(ColumnInfo(**c) for c in t["columns"]))
-            for t in data["tables"])
-        return cls(database=data["database"], tables=tables,
-                   read_from_copy=bool(data.get("read_from_copy", False)))
+        """Raises :class:`~spider2local.core.codec.RecordError` (a ``ValueError``) naming the
+        field of a snapshot no reader can use."""
+        return load(cls, json.loads(text))
 
 
 FileIdentity = tuple[tuple[str, int, int, int, int, int] | None, ...]

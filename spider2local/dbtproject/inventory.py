@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from spider2local.core.codec import dump, load
 from spider2local.dbtproject.docblocks import DocIndex, doc_index, inside
 from spider2local.dbtproject.files import load_yaml, project_config
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
@@ -132,27 +133,15 @@ class ProjectScan:
         return tuple(m for m in self.models if m.status is not ModelStatus.COMPLETE)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, allow_nan=False)
+        """The scan as JSON text (:mod:`spider2local.core.codec`): the workspace keeps it for
+        the prompt."""
+        return json.dumps(dump(self), indent=2, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> ProjectScan:
-        data = json.loads(text)
-        return cls(
-            models=tuple(ModelDecl(**{**m, "status": ModelStatus(m["status"]),
-                                      "columns": tuple(m["columns"]),
-                                      "description_docs": tuple(m.get("description_docs", ())),
-                                      "column_docs": tuple(
-                                          ColumnDoc(**{**c, "docs": tuple(c.get("docs", ()))})
-                                          for c in m.get("column_docs", ()))})
-                         for m in data["models"]),
-            undeclared=tuple(data["undeclared"]),
-            sources=tuple(SourceDecl(**{**s, "tables": tuple(s["tables"])})
-                          for s in data["sources"]),
-            macros=tuple(MacroDecl(**m) for m in data["macros"]),
-            problems=tuple(data.get("problems", ())),
-            edges=tuple((str(a), str(b)) for a, b in data.get("edges", ())),
-            vars=tuple((str(a), str(b)) for a, b in data.get("vars", ())),
-        )
+        """Raises :class:`~spider2local.core.codec.RecordError` (a ``ValueError``) naming the
+        field of a scan no reader can use."""
+        return load(cls, json.loads(text))
 
 
 def scan_project(project_dir: Path) -> ProjectScan:

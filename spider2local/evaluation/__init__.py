@@ -13,22 +13,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from spider2local.core.verdicts import ColumnDiagnostic, TableScore, TaskScore
     from spider2local.evaluation.score import score_database
-    from spider2local.evaluation.serialize import from_json, render_text, to_json
-    from spider2local.evaluation.verdicts import ColumnDiagnostic, TableScore, TaskScore
+    from spider2local.evaluation.serialize import render_text
 
 _HOMES = {
     "score_database": "spider2local.evaluation.score",
-    "from_json": "spider2local.evaluation.serialize",
     "render_text": "spider2local.evaluation.serialize",
-    "to_json": "spider2local.evaluation.serialize",
-    "ColumnDiagnostic": "spider2local.evaluation.verdicts",
-    "TableScore": "spider2local.evaluation.verdicts",
-    "TaskScore": "spider2local.evaluation.verdicts",
+    "ColumnDiagnostic": "spider2local.core.verdicts",
+    "TableScore": "spider2local.core.verdicts",
+    "TaskScore": "spider2local.core.verdicts",
 }
 
-__all__ = ["ColumnDiagnostic", "TableScore", "TaskScore", "from_json", "render_text",
-           "score_database", "to_json"]
+__all__ = ["ColumnDiagnostic", "TableScore", "TaskScore", "render_text", "score_database"]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from spider2local.core.verdicts import ColumnDiagnostic
 from spider2local.evaluation.column_types import (
     Array,
     Column,
@@ -28,7 +29,6 @@ from spider2local.evaluation.compare import (
     isclose,
     official_sequence,
 )
-from spider2local.evaluation.verdicts import ColumnDiagnostic
 
 _FAMILY_WORDS = {"num": "numbers", "str": "strings", "time": "timestamps", "obj": "other values"}
 _DATE_LIKE = re.compile(r"^\d{4}-\d{2}-\d{2}")

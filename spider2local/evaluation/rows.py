@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from spider2local.core.verdicts import DiffRow, RowDiff
 from spider2local.evaluation import official
 from spider2local.evaluation.column_types import (
     Array,
@@ -44,7 +45,6 @@ from spider2local.evaluation.column_types import (
     TimeColumn,
 )
 from spider2local.evaluation.compare import columns_match, isclose
-from spider2local.evaluation.verdicts import DiffRow, RowDiff
 
 MAX_MAPPINGS = 256
 """Column assignments tried before the check is called undecided (each costs one row match)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spider2local.core.verdicts import ColumnDiagnostic, RowDiff, TableScore, TaskScore
 from spider2local.evaluation import diagnostics, rows
 from spider2local.evaluation.column_types import Column
 from spider2local.evaluation.columns import frame_columns
@@ -22,7 +23,6 @@ from spider2local.evaluation.compare import columns_match
 from spider2local.evaluation.params import EvalParams, gold_positions
 from spider2local.evaluation.reader import Database, TableRead
 from spider2local.evaluation.refstack import reading_note
-from spider2local.evaluation.verdicts import ColumnDiagnostic, RowDiff, TableScore, TaskScore
 from spider2local.exceptions import ScoringError
 
 

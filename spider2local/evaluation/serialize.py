@@ -1,97 +1,18 @@
-"""Scores as JSON (how the runner stores them) and as text (what a person reads).
+"""Scores as text (what a person reads).
 
-``from_json(to_json(score)) == score`` holds for every score: results written by one run can be
-reloaded and re-rendered later without scoring again.
+As JSON they go through the one codec (:mod:`spider2local.core.codec`): ``load(TaskScore,
+dump(score)) == score`` holds for every score, so results written by one run can be reloaded
+and re-rendered later without scoring again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from spider2local.evaluation.verdicts import (
+from spider2local.core.verdicts import (
     ColumnDiagnostic,
-    DiffRow,
     RowDiff,
     TableScore,
     TaskScore,
 )
-
-
-def to_json(score: TaskScore) -> dict[str, Any]:
-    """A JSON-ready dict (plain types only). Derived counts are included for readers of the file
-    and ignored by :func:`from_json`."""
-    return {
-        "passed": score.passed,
-        "error": score.error,
-        "tables_passed": score.tables_passed,
-        "tables_total": score.tables_total,
-        "row_aligned": score.row_aligned,
-        "lenient": score.lenient,
-        "tables": [_table_json(table) for table in score.tables],
-    }
-
-
-def _table_json(table: TableScore) -> dict[str, Any]:
-    return {
-        "name": table.name,
-        "passed": table.passed,
-        "gold_rows": table.gold_rows,
-        "result_rows": table.result_rows,
-        "missing": table.missing,
-        "error": table.error,
-        "notes": list(table.notes),
-        "columns": [vars(column).copy() for column in table.columns],
-        "row_aligned": table.row_aligned,
-        "row_aligned_note": table.row_aligned_note,
-        "lenient": table.lenient,
-        "row_diff": None if table.row_diff is None else _diff_json(table.row_diff),
-    }
-
-
-def _diff_json(diff: RowDiff) -> dict[str, Any]:
-    return {
-        "columns": list(diff.columns),
-        "result_columns": list(diff.result_columns),
-        "missing_total": diff.missing_total,
-        "extra_total": diff.extra_total,
-        "missing": [_row_json(row) for row in diff.missing],
-        "extra": [_row_json(row) for row in diff.extra],
-        "note": diff.note,
-    }
-
-
-def _row_json(row: DiffRow) -> dict[str, Any]:
-    return {"values": list(row.values), "count": row.count, "marked": list(row.marked)}
-
-
-def _diff_from_json(data: Any) -> RowDiff | None:
-    if not isinstance(data, dict):
-        return None
-    return RowDiff(
-        tuple(data["columns"]), tuple(data["result_columns"]),
-        tuple(_row_from_json(r) for r in data["missing"]),
-        tuple(_row_from_json(r) for r in data["extra"]),
-        data["missing_total"], data["extra_total"], data.get("note"))
-
-
-def _row_from_json(data: dict[str, Any]) -> DiffRow:
-    return DiffRow(tuple(data["values"]), data["count"], tuple(data.get("marked", ())))
-
-
-def from_json(data: dict[str, Any]) -> TaskScore:
-    """The inverse of :func:`to_json`."""
-    tables = tuple(
-        TableScore(
-            name=t["name"], passed=t["passed"], gold_rows=t["gold_rows"],
-            result_rows=t["result_rows"], missing=t["missing"],
-            columns=tuple(ColumnDiagnostic(**c) for c in t["columns"]),
-            notes=tuple(t["notes"]), error=t["error"],
-            # Scores written before the row-aligned check have none of these (None: unknown).
-            row_aligned=t.get("row_aligned"), row_aligned_note=t.get("row_aligned_note"),
-            row_diff=_diff_from_json(t.get("row_diff")))
-        for t in data["tables"])
-    return TaskScore(passed=data["passed"], tables=tables, error=data["error"])
 
 
 def render_text(score: TaskScore) -> str:
@@ -185,17 +106,12 @@ def column_line(column: ColumnDiagnostic) -> str:
     return text
 
 
-def failing_tables(score: Mapping[str, Any] | None) -> tuple[tuple[str, ...], str, str]:
+def failing_tables(score: TaskScore | None) -> tuple[tuple[str, ...], str, str]:
     """The names of the graded tables that failed, the first diagnostic among them, and the
-    whole per-table text, from a result's stored ``score`` (all empty when it holds no usable
-    per-table score). The one reading of a stored score's failures: the live progress display
-    and every report ask it."""
-    if not isinstance(score, Mapping):
+    whole per-table text, from a result's stored score (all empty when it holds none). The one
+    reading of a stored score's failures: the live progress display and every report ask it."""
+    if score is None:
         return (), "", ""
-    try:
-        parsed = from_json(dict(score))
-    except (KeyError, TypeError, ValueError):  # a hand-edited score: no detail, verdict kept
-        return (), "", ""
-    failed = [t for t in parsed.tables if not t.passed]
-    first = first_diagnostic(failed[0]) if failed else (parsed.error or "")
-    return tuple(t.name for t in failed), first, render_text(parsed)
+    failed = [t for t in score.tables if not t.passed]
+    first = first_diagnostic(failed[0]) if failed else (score.error or "")
+    return tuple(t.name for t in failed), first, render_text(score)

@@ -66,6 +66,7 @@ from inspect_ai.scorer import CORRECT, INCORRECT, Score
 from inspect_ai.tool import ToolCall, ToolCallError
 
 from spider2local import __version__
+from spider2local.core.codec import dump
 from spider2local.core.results import Status, Usage
 from spider2local.evaluation.serialize import failing_tables
 from spider2local.export.records import Message, Role, RunRecords, Subagent, Trial
@@ -125,7 +126,7 @@ def sample_score(trial: Trial) -> Score | None:
     if result.passed is None:
         return None
     failing, first, text = failing_tables(result.score)
-    tables = (result.score or {}).get("tables")
+    tables = [] if result.score is None else dump(result.score)["tables"]
     return Score(
         value=CORRECT if result.passed else INCORRECT,
         answer=f"{result.tables_passed}/{result.tables_total} graded tables pass",
@@ -215,7 +216,7 @@ def sample(trial: Trial, model: str) -> EvalSample:
         "status": result.status.value, "trial": result.trial, "agent": result.agent,
         "fake_date": result.fake_date, "verified": result.verified,
         "integrity": None if result.integrity is None else result.integrity.value,
-        "integrity_evidence": [e.to_json() for e in result.integrity_evidence],
+        "integrity_evidence": [dump(e) for e in result.integrity_evidence],
         "error": None if result.error is None else {
             "stage": result.error.stage.value, "kind": result.error.kind.value,
             "message": result.error.message},

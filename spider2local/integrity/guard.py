@@ -36,11 +36,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import spider2local
+from spider2local.core.codec import RecordError, dump, load
 from spider2local.dataset import known
 from spider2local.dataset.load import read_evals
 from spider2local.dataset.sample import default_cache_dir
@@ -100,10 +101,6 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
-def _file_from_json(data: Any) -> FileFingerprint | None:
-    return None if data is None else FileFingerprint(**data)
-
-
 @dataclass(frozen=True)
 class TaskFingerprint:
     gold: str
@@ -124,9 +121,15 @@ class Fingerprints:
     tasks: Mapping[str, TaskFingerprint] = field(default_factory=dict)
     version: int = FINGERPRINTS_VERSION
 
+    accepted_changes_at: str | None = None
+    """When ``score --accept-changes`` made today's fingerprints the run's reference."""
+
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "sources": dict(self.sources),
-                "tasks": {tid: dataclasses.asdict(fp) for tid, fp in sorted(self.tasks.items())}}
+        """run.json's ``integrity`` (:func:`~spider2local.core.codec.dump`; tasks by id)."""
+        data = dump(replace(self, tasks=dict(sorted(self.tasks.items()))))
+        if self.accepted_changes_at is None:
+            del data["accepted_changes_at"]
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> Fingerprints | None:
@@ -134,11 +137,8 @@ class Fingerprints:
         if not isinstance(data, Mapping) or data.get("version") != FINGERPRINTS_VERSION:
             return None
         try:
-            tasks = {tid: TaskFingerprint(t["gold"], _file_from_json(t["db"]),
-                                          _file_from_json(t["wal"]), t["eval_record"])
-                     for tid, t in data["tasks"].items()}
-            return cls(dict(data["sources"]), tasks)
-        except (KeyError, TypeError, AttributeError):
+            return load(cls, data)
+        except RecordError:
             return None
 
     def merged(self, newer: Fingerprints) -> Fingerprints:

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 
 from spider2local.core.results import Status
-from spider2local.evaluation.verdicts import DiffRow, RowDiff
+from spider2local.core.verdicts import DiffRow, RowDiff
 from spider2local.report.conversation import transcript_html
 from spider2local.report.details import Entry, TaskDetails, load_details
 from spider2local.report.htmlcode import FOLD_LINES, code_html, diff_counts, diff_html, folded

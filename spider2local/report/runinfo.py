@@ -94,9 +94,8 @@ def _groups(manifest: RunManifest, agent_command: str | None) -> tuple[
     if command:
         agent.append(("command", str(command)))
     agent += [(f"option {k}", v) for k, v in sorted(manifest.agent_options.items())]
-    isolation: Any = manifest.isolation
     mode = manifest.isolation_mode
-    reason = isolation.get("reason") if isinstance(isolation, dict) else None
+    reason = manifest.isolation.reason if manifest.isolation is not None else None
     agent.append(("isolation", mode + (f" ({reason})" if reason else "")))
     witnessed = [s.witness for s in manifest.sessions if s.witness is not None]
     if witnessed:  # --isolation none: each invocation's unsealed witness, on or off and why

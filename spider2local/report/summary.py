@@ -34,12 +34,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from spider2local.core.codec import dump
 from spider2local.core.results import Integrity, Status, TaskResult
-from spider2local.evaluation.serialize import (
-    failing_tables,
-    from_json,
-)
-from spider2local.evaluation.verdicts import RowDiff, TaskScore
+from spider2local.core.verdicts import RowDiff, TaskScore
+from spider2local.evaluation.serialize import failing_tables
 from spider2local.report.stats import (
     Estimate,
     PassK,
@@ -327,14 +325,9 @@ def _integrity(result: TaskResult) -> str:
 
 
 def score_of(result: TaskResult) -> TaskScore | None:
-    """The per-table score a result holds, or None (none, or a hand-edited one: no detail,
-    the verdict is kept)."""
-    if not isinstance(result.score, Mapping):
-        return None
-    try:
-        return from_json(dict(result.score))
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+    """The per-table score a result holds, or None (a result without one; a hand-edited score
+    makes the whole result.json unreadable: the task counts as unfinished)."""
+    return result.score
 
 
 def _note(result: TaskResult, failing: Sequence[str], first: str,
@@ -383,7 +376,7 @@ def _row(result: TaskResult, graded: int, free: bool | None) -> Row:
 def _selection(manifest: RunManifest | None,
                results: Mapping[TrialKey, TaskResult]) -> list[dict[str, Any]]:
     if manifest is not None and manifest.tasks:
-        return [t.to_json() for t in manifest.tasks]
+        return [dump(t) for t in manifest.tasks]
     graded: dict[str, int] = {}
     for (tid, _), r in sorted(results.items()):
         graded.setdefault(tid, r.tables_total)
@@ -535,9 +528,11 @@ def isolation_of(manifest: RunManifest | Mapping[str, Any] | None) -> str:
     ``mode``); ``none`` for runs that recorded nothing, which had no isolation."""
     if isinstance(manifest, RunManifest):
         return manifest.isolation_mode
-    value = manifest.get("isolation") if manifest else None
-    return RunManifest(isolation=value if isinstance(value, (str, Mapping)) else None
-                       ).isolation_mode
+    try:  # run.json's one reading of it, whatever shape a version wrote
+        return RunManifest.from_json({"isolation": manifest.get("isolation")}
+                                     if manifest else {}).isolation_mode
+    except ValueError:
+        return "none"
 
 
 def agent_command_of(manifest: RunManifest | None) -> str | None:

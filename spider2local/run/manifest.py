@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from spider2local import __version__, resources
+from spider2local.core.codec import RecordError, dump, load
+from spider2local.integrity.guard import Fingerprints
 from spider2local.safepath import name_problem
+from spider2local.sandbox.isolation import IsolationRecord
 
 MANIFEST_VERSION = 3
 """3: trials (``settings.trials``; results addressed by task and trial), the run's budget
@@ -85,14 +88,6 @@ class SelectedTask:
     """Whether the untouched start database already passes (measured at the run's start,
     :func:`spider2local.audit.tasks.free_passes`); ``None`` when unknown or not measured."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "fake_date": self.fake_date, "tables": self.tables,
-                "skipped": self.skipped, "free": self.free}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SelectedTask:
-        return cls(str(data["id"]), str(data.get("fake_date") or ""),
-                   int(data.get("tables") or 0), data.get("skipped"), data.get("free"))
 
 
 @dataclass(frozen=True)
@@ -128,6 +123,26 @@ class Session:
                    data.get("interrupted") if isinstance(data.get("interrupted"), bool) else None,
                    tuple(str(a) for a in argv) if isinstance(argv, list) else None,
                    _str(data.get("run")), dict(witness) if isinstance(witness, dict) else None)
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """One ``run --rerun``: when, what was asked, which tasks, and the ``_history/<n>`` folder
+    their earlier trials went to (``None``: nothing was kept)."""
+
+    at: str
+    history: str | None
+    tasks: tuple[str, ...]
+    request: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MergedSource:
+    """One source of a merged run: its folder, its id, and the trials taken from it."""
+
+    path: str
+    run_id: str
+    kept: tuple[str, ...] = ()
 
 
 def _count(value: Any) -> int | None:
@@ -166,22 +181,25 @@ class RunManifest:
     """``None`` while an invocation runs, or after one was killed."""
     interrupted: bool | None = None
     sessions: tuple[Session, ...] = ()
-    isolation: Mapping[str, Any] | str | None = None
-    """How the agent was isolated (``requested``, ``mode``, ``reason``)."""
+    isolation: IsolationRecord | None = None
+    """How the agent was isolated (``requested``, ``mode``, ``reason``): recorded once, here
+    (older runs also wrote the mode under ``settings``: see :meth:`setting`); ``None`` for a
+    run that recorded nothing, which had no isolation. Whether a run was sealed is read as
+    :attr:`isolation_mode` only."""
     selection: Mapping[str, Any] | None = None
     """How the tasks were chosen (``ids``, ``subset``, ``shard``, ``limit``)."""
     agent_options: Mapping[str, str] = field(default_factory=dict)
-    integrity: Mapping[str, Any] | None = None
-    """The fingerprints taken before any agent started (:class:`~spider2local.integrity.
-    guard.Fingerprints`)."""
+    integrity: Fingerprints | None = None
+    """The fingerprints taken before any agent started; ``None`` for a run made before they
+    existed (or an entry no reader can use: :meth:`Fingerprints.from_json`)."""
     merged_at: str | None = None
-    merged_from: tuple[Mapping[str, Any], ...] = ()
+    merged_from: tuple[MergedSource, ...] = ()
     merge_differences: tuple[str, ...] = ()
     not_run_for_budget: int | None = None
     """Trials the last invocation left unstarted because the budget was reached."""
     spent_usd: float | None = None
     """What the run's finished trials cost, as the last invocation counted it."""
-    reruns: tuple[Mapping[str, Any], ...] = ()
+    reruns: tuple[Rerun, ...] = ()
     """Each ``run --rerun``: when, which tasks, and the ``_history/<n>`` their trials went to."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not know (a newer writer's), kept as they were."""
@@ -190,9 +208,14 @@ class RunManifest:
     # -- reading -----------------------------------------------------------------------------
     def setting(self, name: str) -> Any:
         """The recorded value of run setting ``name``: under ``settings``, else the manifest's
-        own field of that name (``agent``, ``model``); ``None`` when absent."""
+        own field of that name (``agent``, ``model``); ``None`` when absent. ``isolation``:
+        runs written now record it once, as :attr:`isolation`, and its mode answers; older
+        runs also kept the mode under ``settings``, which answers for them as it always did
+        (a resume compares what the run was made with)."""
         if name in self.settings:
             return self.settings[name]
+        if name == "isolation":
+            return None if self.isolation is None else self.isolation.mode.value
         return getattr(self, name, None) if name in _FIELD_NAMES else None
 
     @property
@@ -213,10 +236,7 @@ class RunManifest:
     def isolation_mode(self) -> str:
         """The isolation mode the run recorded; ``none`` for runs that recorded nothing, which
         had no isolation."""
-        value: Any = self.isolation
-        if isinstance(value, Mapping):
-            value = value.get("mode")
-        return str(value) if value else "none"
+        return "none" if self.isolation is None else self.isolation.mode.value
 
     @property
     def was_interrupted(self) -> bool:
@@ -272,22 +292,24 @@ class RunManifest:
             "versions": dict(self.versions),
             "suite": {"path": self.suite_path, "sha256": self.suite_sha256},
             "dataset": self.dataset, "prompts_sha256": self.prompts_sha256,
-            "skills_sha256": self.skills_sha256, "tasks": [t.to_json() for t in self.tasks]}
+            "skills_sha256": self.skills_sha256, "tasks": [dump(t) for t in self.tasks]}
         if self.denominators is not None:
             data["denominators"] = dict(self.denominators)
         data.update(started_at=self.started_at, finished_at=self.finished_at,
                     sessions=[s.to_json() for s in self.sessions])
-        optional = {"interrupted": self.interrupted, "isolation": _plain(self.isolation),
+        optional = {"interrupted": self.interrupted,
+                    "isolation": None if self.isolation is None else dump(self.isolation),
                     "dataset_sha256": self.dataset_sha256,
-                    "selection": _plain(self.selection),
+                    "selection": None if self.selection is None else dict(self.selection),
                     "agent_options": dict(self.agent_options) if self.agent_options else None,
-                    "integrity": _plain(self.integrity), "merged_at": self.merged_at,
+                    "integrity": None if self.integrity is None else self.integrity.to_json(),
+                    "merged_at": self.merged_at,
                     "not_run_for_budget": self.not_run_for_budget,
                     "spent_usd": self.spent_usd,
-                    "reruns": [dict(r) for r in self.reruns] if self.reruns else None}
+                    "reruns": [dump(r) for r in self.reruns] if self.reruns else None}
         data.update({k: v for k, v in optional.items() if v is not None})
         if self.merged_at is not None:
-            data["merged_from"] = [dict(m) for m in self.merged_from]
+            data["merged_from"] = [dump(m) for m in self.merged_from]
             data["merge_differences"] = list(self.merge_differences)
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
@@ -307,33 +329,40 @@ class RunManifest:
                  "merged_at", "merged_from", "merge_differences", "not_run_for_budget",
                  "spent_usd", "reruns"}
         counts = data.get("denominators")
+        settings = dict(data.get("settings") or {})
+        try:
+            isolation = _isolation(data.get("isolation"))
+            merged_from = tuple(load(MergedSource, m) for m in data.get("merged_from") or ())
+            tasks = tuple(load(SelectedTask, t) for t in data.get("tasks") or ())
+            reruns = tuple(load(Rerun, r) for r in data.get("reruns") or ())
+        except RecordError as err:
+            raise ValueError(str(err)) from None
         return cls(
             run_id=str(data.get("run_id") or ""), agent=data.get("agent"),
-            model=data.get("model"), settings=dict(data.get("settings") or {}),
+            model=data.get("model"), settings=settings,
             versions=dict(data.get("versions") or {}),
             suite_path=_str(suite.get("path")), suite_sha256=_str(suite.get("sha256")),
             dataset=data.get("dataset"), dataset_sha256=_str(data.get("dataset_sha256")),
             prompts_sha256=_str(data.get("prompts_sha256")),
             skills_sha256=_str(data.get("skills_sha256")),
-            tasks=tuple(SelectedTask.from_json(t) for t in data.get("tasks") or ()),
+            tasks=tasks,
             denominators=dict(counts) if isinstance(counts, dict) else None,
             started_at=data.get("started_at"), finished_at=data.get("finished_at"),
             interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), bool)
             else None,
             sessions=tuple(Session.from_json(s) for s in data.get("sessions") or ()),
-            isolation=data.get("isolation") if isinstance(data.get("isolation"), (dict, str))
-            else None,
+            isolation=isolation,
             selection=data.get("selection") if isinstance(data.get("selection"), dict) else None,
             agent_options={str(k): str(v) for k, v in (data.get("agent_options") or {}).items()}
             if isinstance(data.get("agent_options"), dict) else {},
-            integrity=data.get("integrity") if isinstance(data.get("integrity"), dict) else None,
+            integrity=Fingerprints.from_json(data.get("integrity")),
             merged_at=_str(data.get("merged_at")),
-            merged_from=tuple(m for m in data.get("merged_from") or () if isinstance(m, dict)),
+            merged_from=merged_from,
             merge_differences=tuple(str(d) for d in data.get("merge_differences") or ()),
             not_run_for_budget=_count(data.get("not_run_for_budget")),
             spent_usd=float(data["spent_usd"]) if isinstance(data.get("spent_usd"), (int, float))
             and not isinstance(data.get("spent_usd"), bool) else None,
-            reruns=tuple(r for r in data.get("reruns") or () if isinstance(r, dict)),
+            reruns=reruns,
             extra={k: v for k, v in data.items() if k not in known},
             manifest_version=MANIFEST_VERSION)
 
@@ -341,8 +370,19 @@ class RunManifest:
 _FIELD_NAMES = frozenset(f.name for f in fields(RunManifest))
 
 
-def _plain(value: Any) -> Any:
-    return dict(value) if isinstance(value, Mapping) else value
+def _isolation(recorded: Any) -> IsolationRecord | None:
+    """run.json's isolation in any shape a version wrote: the record, or a bare mode (early
+    files). The mode older versions also wrote under ``settings`` does not make a record: a
+    run that recorded no ``isolation`` had none (its report has always said so, and merge
+    agrees)."""
+    if recorded is None:
+        return None
+    if isinstance(recorded, str):
+        recorded = {"mode": recorded}
+    try:
+        return load(IsolationRecord, recorded)
+    except RecordError as err:
+        raise RecordError(f"isolation: {err}") from None
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {

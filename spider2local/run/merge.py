@@ -29,7 +29,7 @@ from spider2local.integrity import guard
 from spider2local.run import cut
 from spider2local.run.folder import RunFolder
 from spider2local.run.lock import in_use, reading, run_lock
-from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
+from spider2local.run.manifest import MergedSource, RunManifest, SelectedTask, now_iso
 from spider2local.run.resume import same_experiment
 
 
@@ -43,7 +43,7 @@ class Merged:
 
 
 def _scorer(manifest: RunManifest) -> Mapping[str, str] | None:
-    found = guard.Fingerprints.from_json(manifest.integrity)
+    found = manifest.integrity
     return None if found is None else found.sources
 
 
@@ -69,11 +69,11 @@ def _unsealed(manifest: RunManifest) -> bool:
 
 
 def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
-               kept: Mapping[str, set[str]]) -> dict[str, Any] | None:
+               kept: Mapping[str, set[str]]) -> guard.Fingerprints | None:
     """The guard's fingerprints of every task (``score RUN_DIR`` checks each task's gold
     against them), each from the source whose result was kept; ``None`` when a source has
     none (a run made before fingerprints existed)."""
-    recorded = [guard.Fingerprints.from_json(m.integrity) for m in manifests]
+    recorded = [m.integrity for m in manifests]
     if any(r is None for r in recorded):
         return None
     tasks: dict[str, guard.TaskFingerprint] = {}
@@ -84,7 +84,7 @@ def _integrity(manifests: Sequence[RunManifest], sources: Sequence[RunFolder],
                 tasks[tid] = fingerprint
     first = recorded[0]
     assert first is not None
-    return guard.Fingerprints(first.sources, tasks).to_json()
+    return guard.Fingerprints(first.sources, tasks)
 
 
 def _when(result: TaskResult) -> dt.datetime:
@@ -199,9 +199,9 @@ def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolde
         finished_at=max(e for e in ends if e) if ends and all(ends) else None,
         interrupted=any(m.interrupted for m in manifests), sessions=tuple(sessions),
         selection={**request, "shard": None}, merged_at=now_iso(),
-        merged_from=tuple({"path": str(f.root), "run_id": f.run_id,
-                           "kept": [_name(k) for k, src in sorted(kept.items())
-                                    if src == str(f.root)]}
+        merged_from=tuple(MergedSource(str(f.root), f.run_id,
+                                       tuple(_name(k) for k, src in sorted(kept.items())
+                                             if src == str(f.root)))
                           for f in sources),
         merge_differences=tuple(forced), integrity=_integrity(manifests, sources, by_task))
 

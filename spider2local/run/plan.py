@@ -43,7 +43,7 @@ from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id, open_run_dir, resolve_run
 from spider2local.run.lock import run_lock
-from spider2local.run.manifest import RunManifest, SelectedTask, now_iso
+from spider2local.run.manifest import Rerun, RunManifest, SelectedTask, now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.resume import (
     check_resumable,
@@ -242,10 +242,10 @@ async def execute_run(plan: RunPlan, progress: Progress) -> RunOutcome:
         manifest, fingerprints = _start_manifest(plan, taken, free)
         if discard:
             entry = await anyio.to_thread.run_sync(folder.discard, discard)
-            manifest = replace(manifest, reruns=(*manifest.reruns, {
-                "at": now_iso(), "history": entry.name if entry else None,
-                "tasks": sorted({tid for tid, _ in discard}),
-                "request": list(plan.rerun)}))
+            manifest = replace(manifest, reruns=(*manifest.reruns, Rerun(
+                at=now_iso(), history=entry.name if entry else None,
+                tasks=tuple(sorted({tid for tid, _ in discard})),
+                request=tuple(plan.rerun))))
             folder.write_manifest(manifest)
         witness = await _witness(plan, todo, progress)
         if witness is not None:
@@ -360,15 +360,15 @@ def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str,
         argv=plan.argv, prompts_dir=settings.prompts_dir, skills_dir=settings.skills_dir,
         denominators=counts)
     manifest = replace(
-        manifest, isolation=plan.isolation.to_json() if plan.isolation is not None else None,
+        manifest, isolation=plan.isolation.record if plan.isolation is not None else None,
         dataset_sha256=dataset_fingerprint(plan.dataset_root),
         selection=dict(plan.request) if plan.request is not None else None,
         agent_options={k: str(v) for k, v in plan.agent_options.items()})
     check_resumable(previous, manifest, folder)
-    recorded = guard.Fingerprints.from_json(previous.integrity if previous else None)
+    recorded = previous.integrity if previous else None
     fingerprints = taken if recorded is None else _resumed(recorded, taken, folder)
     manifest = replace(manifest, tasks=merged_tasks(previous, manifest.tasks),
-                       integrity=fingerprints.to_json())
+                       integrity=fingerprints)
     folder.write_manifest(manifest)
     return manifest, fingerprints
 

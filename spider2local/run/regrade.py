@@ -27,9 +27,9 @@ from pathlib import Path
 
 from spider2local.core.layout import GRADED_DB
 from spider2local.core.results import TaskResult, save_result
+from spider2local.core.verdicts import TaskScore
 from spider2local.dataset.task import Dataset, TaskSpec
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.verdicts import TaskScore
 from spider2local.integrity import guard
 from spider2local.proc.tempdirs import owned_tempdir
 from spider2local.run.folder import RunFolder
@@ -115,8 +115,7 @@ def verdict_key(result: TaskResult) -> tuple[object, ...]:
 
 
 def _table_passes(result: TaskResult) -> dict[str, bool]:
-    tables = (result.score or {}).get("tables") or []
-    return {str(t.get("name")): bool(t.get("passed")) for t in tables if isinstance(t, dict)}
+    return {} if result.score is None else {t.name: t.passed for t in result.score.tables}
 
 
 def checked_trial(folder: RunFolder, task: TaskSpec | None, old: TaskResult,
@@ -184,7 +183,7 @@ def _regrade(folder: RunFolder, data: Dataset, scorer: Scorer) -> Regrade:
     results = folder.trial_results()
     taken = guard.take(_tasks(folder, data))
     manifest = folder.read_manifest()
-    recorded = guard.Fingerprints.from_json(manifest.integrity if manifest else None)
+    recorded = manifest.integrity if manifest else None
     changed = guard.differences(recorded, taken, all_recorded=False) if recorded else []
     with owned_tempdir("regrade") as scratch:
         checked = [checked_trial(folder, data.get(task_id), old, scratch)

@@ -36,7 +36,7 @@ from spider2local.run.manifest import RunManifest, now_iso
 from spider2local.run.verdict import Verdict
 
 if TYPE_CHECKING:
-    from spider2local.evaluation.verdicts import TaskScore
+    from spider2local.core.verdicts import TaskScore
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _refuse_tampered(folder: RunFolder, results: Mapping[tuple[str, int], TaskRe
                         f"{f'; +{len(tampered) - 1} more' if len(tampered) > 1 else ''})",
                         path=folder.root, fix=fix)
     manifest = folder.read_manifest()
-    recorded = guard.Fingerprints.from_json(manifest.integrity if manifest else None)
+    recorded = manifest.integrity if manifest else None
     if recorded is None:
         return
     changed = guard.differences(recorded, taken, all_recorded=True)
@@ -143,8 +143,8 @@ def _refuse_tampered(folder: RunFolder, results: Mapping[tuple[str, int], TaskRe
 def record_fingerprints(folder: RunFolder, taken: guard.Fingerprints) -> None:
     """Today's fingerprints become the run's reference, with when that was decided."""
     manifest = folder.read_manifest() or RunManifest(run_id=folder.run_id)
-    folder.write_manifest(replace(manifest, integrity={**taken.to_json(),
-                                                       "accepted_changes_at": now_iso()}))
+    folder.write_manifest(replace(manifest, integrity=replace(taken,
+                                                              accepted_changes_at=now_iso())))
 
 
 def run_dataset_source(folder: RunFolder) -> tuple[Path | None, str | None]:

@@ -107,7 +107,7 @@ class RunSettings:
                 if f.name not in ("capabilities", "extra")}
         data.update(self.extra)
         data["skills"] = list(self.skills)
-        data["isolation"] = self.isolation.value
+        data.pop("isolation")  # recorded once, as run.json's ``isolation`` record
         for key in ("workspace_parent", "prompts_dir", "skills_dir"):
             data[key] = None if data[key] is None else str(data[key])
         if self.replay is not None:

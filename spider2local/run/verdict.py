@@ -10,14 +10,11 @@ timeout). An error before any score is ``error`` with its :class:`TaskError`; no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spider2local.core.results import ErrorKind, Stage, Status, TaskError
-
-if TYPE_CHECKING:
-    from spider2local.evaluation.verdicts import TaskScore
+from spider2local.core.verdicts import TaskScore
 
 
 @dataclass(frozen=True)
@@ -28,18 +25,16 @@ class Verdict:
     passed: bool | None = None
     tables_passed: int = 0
     tables_total: int = 0
-    score: Mapping[str, Any] | None = None
-    """The evaluation's full JSON (per-table verdicts and diagnostics)."""
+    score: TaskScore | None = None
+    """The evaluation's verdict in full (per-table verdicts and diagnostics)."""
     error: TaskError | None = None
 
     @classmethod
     def scored(cls, score: TaskScore, *, timed_out: bool = False,
                error: TaskError | None = None) -> Verdict:
         """The verdict of a scored database (see the module docstring for the rule)."""
-        from spider2local.evaluation import to_json
-
         verdict = cls(Status.PASSED if score.passed else Status.FAILED, score.passed,
-                      score.tables_passed, score.tables_total, to_json(score), error)
+                      score.tables_passed, score.tables_total, score, error)
         return verdict.timed_out() if timed_out else verdict
 
     @classmethod

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from spider2local.exceptions import UserError
 from spider2local.sandbox.probe import Probe, probe
@@ -32,6 +31,21 @@ class IsolationMode(StrEnum):
 
 
 @dataclass(frozen=True)
+class IsolationRecord:
+    """The isolation a run used, as run.json records it (``isolation``): the one record of it.
+    Every reader asks :attr:`spider2local.run.manifest.RunManifest.isolation_mode`; a run that
+    recorded none had no isolation. (A result's ``isolation`` is its trial's own: a merged run
+    can join a sealed and an unsealed source.)"""
+
+    requested: Isolation | None = None
+    """What was asked for (``--isolation``, ``[run] isolation``); ``None`` in runs that only
+    recorded the mode."""
+    mode: IsolationMode = IsolationMode.NONE
+    reason: str | None = None
+    """Why this mode (the probe's finding, or ``isolation none was asked for``)."""
+
+
+@dataclass(frozen=True)
 class IsolationChoice:
     requested: Isolation
     mode: IsolationMode
@@ -39,9 +53,10 @@ class IsolationChoice:
     warning: str | None = None
     """One line to print at the start of the run (``auto`` fell back to ``none``)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"requested": self.requested.value, "mode": self.mode.value,
-                "reason": self.reason}
+    @property
+    def record(self) -> IsolationRecord:
+        """What run.json keeps of the choice (the warning is printed, not recorded)."""
+        return IsolationRecord(self.requested, self.mode, self.reason)
 
 
 def choose_isolation(requested: Isolation, *, sandboxed: bool, agent: str,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spider2local.core.codec import dump, load
+from spider2local.core.verdicts import TaskScore
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.verdicts import TaskScore
 
 MODULE = "spider2local.sandbox.scoring"
 SCORE_TIMEOUT: float | None = None
@@ -47,12 +48,11 @@ def _files_of(paths: Iterable[Path], hidden: Iterable[Path]) -> Any:
 
 
 def _verdict(answer: dict[str, Any]) -> TaskScore:
-    from spider2local.evaluation.serialize import from_json
     from spider2local.sandbox.reply import result_of
 
     data = result_of(answer)
     assert isinstance(data, dict)
-    return from_json(data)
+    return load(TaskScore, data)
 
 
 async def score_sandboxed(result: Path, gold: Path, params: EvalParams, *,
@@ -164,14 +164,13 @@ def _label(db: Path) -> str:
 
 def _score(request: dict[str, Any]) -> dict[str, Any]:
     from spider2local.evaluation.score import score_database
-    from spider2local.evaluation.serialize import to_json
 
     raw = request["params"]
     params = EvalParams(gold=str(raw["gold"]),
                         condition_tabs=tuple(raw["condition_tabs"]),
                         condition_cols=tuple(tuple(c) for c in raw["condition_cols"]),
                         ignore_orders=tuple(bool(i) for i in raw["ignore_orders"]))
-    return to_json(score_database(Path(request["result"]), Path(request["gold"]), params))
+    return dump(score_database(Path(request["result"]), Path(request["gold"]), params))
 
 
 def _start(request: dict[str, Any]) -> dict[str, Any]:

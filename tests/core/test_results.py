@@ -23,6 +23,7 @@ from spider2local.core.results import (
     load_result,
     save_result,
 )
+from spider2local.core.verdicts import ColumnDiagnostic, TableScore, TaskScore
 
 # Written by spider2local's result.json code at schema 1 (commit 366b058), verbatim.
 V1_SCORING_ERROR = """{
@@ -179,18 +180,18 @@ def test_results_before_trials_are_trial_1_and_a_trial_below_1_is_unreadable(
     ({"status": Status.FAILED, "passed": False, "cut_by_budget": True}, ("budget", "")),
     ({"status": Status.FAILED, "passed": False, "integrity": Integrity.SUSPECT},
      ("suspect", "")),
-    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
-        {"name": "a", "passed": False, "missing": True, "result_rows": None, "gold_rows": 3},
-        {"name": "b", "passed": False, "missing": False, "result_rows": 2, "gold_rows": 3}]}},
+    ({"status": Status.FAILED, "passed": False, "score": TaskScore(False, (
+        TableScore("a", False, 3, None, missing=True), TableScore("b", False, 3, 2)))},
      ("table_missing", "a")),
-    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
-        {"name": "b", "passed": False, "missing": False, "result_rows": 2, "gold_rows": 3}]}},
+    ({"status": Status.FAILED, "passed": False,
+      "score": TaskScore(False, (TableScore("b", False, 3, 2),))},
      ("row_count", "b")),
-    ({"status": Status.FAILED, "passed": False, "score": {"error": None, "tables": [
-        {"name": "b", "passed": False, "missing": False, "result_rows": 3, "gold_rows": 3,
-         "columns": [{"gold_column": "x"}, {"gold_column": "y"}]}]}},
+    ({"status": Status.FAILED, "passed": False, "score": TaskScore(False, (
+        TableScore("b", False, 3, 3, columns=(ColumnDiagnostic("x", 0, "differs"),
+                                              ColumnDiagnostic("y", 1, "differs"))),))},
      ("wrong_values", "b.x, b.y")),
-    ({"status": Status.FAILED, "passed": False, "score": {"error": "cannot open", "tables": []}},
+    ({"status": Status.FAILED, "passed": False,
+      "score": TaskScore(False, (), error="cannot open")},
      ("no_database", "cannot open")),
 ])
 def test_failure_class_is_derived_from_the_record(tmp_path: Path, fields: dict[str, Any],

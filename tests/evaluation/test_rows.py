@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spider2local.evaluation import from_json, render_text, score_database, to_json
+from spider2local.core.codec import dump, load
+from spider2local.core.verdicts import TaskScore
+from spider2local.evaluation import render_text, score_database
 from spider2local.evaluation import rows as rows_module
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.reader import TableRead
@@ -101,7 +103,7 @@ def test_mrr001_one_changed_cell_is_one_missing_and_one_extra_row(shared_dataset
     text = render_text(score)
     assert "1 gold row(s) missing from the result, 1 result row(s) not in gold" in text
     assert f"*{extra.values[1]}*" in text and f"*{missing.values[1]}*" in text
-    assert from_json(json.loads(json.dumps(to_json(score)))) == score
+    assert load(TaskScore, json.loads(json.dumps(dump(score)))) == score
 
 
 def _table(gold: pd.DataFrame, pred: pd.DataFrame, ignore: bool = True,
@@ -170,5 +172,5 @@ def test_old_records_without_the_check_still_read() -> None:
     record = {"passed": True, "error": None, "tables": [
         {"name": "t", "passed": True, "gold_rows": 1, "result_rows": 1, "missing": False,
          "error": None, "notes": [], "columns": []}]}
-    score = from_json(record)
+    score = load(TaskScore, record)
     assert score.passed and score.tables[0].row_aligned is None and not score.lenient

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spider2local.core.codec import dump, load
 from spider2local.evaluation import (
     ColumnDiagnostic,
     TableScore,
     TaskScore,
-    from_json,
     render_text,
     score_database,
-    to_json,
 )
 from spider2local.evaluation.params import EvalParams
 from tests.helpers import make_duckdb
@@ -34,8 +33,8 @@ def _failing_score(tmp_path: Path) -> TaskScore:
 
 def test_json_round_trip_of_a_real_failing_score(tmp_path: Path) -> None:
     score = _failing_score(tmp_path)
-    data = json.loads(json.dumps(to_json(score)))
-    assert from_json(data) == score
+    data = json.loads(json.dumps(dump(score)))
+    assert load(TaskScore, data) == score
     assert data["tables_passed"] == 0 and data["tables_total"] == 2
     orders = score.tables[0]
     assert {c.gold_column for c in orders.columns} == {"amount", "d"}
@@ -50,7 +49,7 @@ def test_json_round_trip_of_error_and_passing_scores() -> None:
             ColumnDiagnostic("c", 4, "1 of 2 values differ", "c", 1, "1.5", "2.5"),),
             notes=("note",)),)),
     ):
-        assert from_json(json.loads(json.dumps(to_json(score)))) == score
+        assert load(TaskScore, json.loads(json.dumps(dump(score)))) == score
 
 
 def test_render_text_names_each_failure(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import duckdb
 
-from spider2local.evaluation import score_database, to_json
+from spider2local.core.codec import dump
+from spider2local.evaluation import score_database
 from spider2local.evaluation.params import EvalParams
 from spider2local.report.compare import compare_json, compare_reports, render_compare
 from spider2local.report.html import render_html
@@ -33,7 +34,7 @@ def _score(folder: Path, select: str) -> dict[str, object]:
             con.execute(f"CREATE TABLE t AS {GOLD}")
     with duckdb.connect(str(result)) as con:
         con.execute(f"CREATE TABLE t AS {select}")
-    return to_json(score_database(result, gold, PARAMS))
+    return dump(score_database(result, gold, PARAMS))
 
 
 def _with_scores(folder: RunFolder, scores: dict[str, dict[str, object]]) -> RunFolder:

@@ -214,6 +214,7 @@ def test_suspect_is_read_defensively_and_counted_apart(tmp_path: Path) -> None:
 
 def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
         tmp_path: Path) -> None:
+    from spider2local.core.codec import dump
     from spider2local.core.results import Evidence, Integrity
     from spider2local.report.summary import isolation_of
 
@@ -222,7 +223,7 @@ def test_suspect_tasks_are_counted_apart_and_the_isolation_mode_is_named(
         path = folder.result_path(tid)
         data = json.loads(path.read_text())
         data.update(integrity="suspect", integrity_evidence=[
-            Evidence("transcript.jsonl", 4, "dataset root", "ls /data").to_json()])
+            dump(Evidence("transcript.jsonl", 4, "dataset root", "ls /data"))])
         path.write_text(json.dumps(data))
     report = load_report(folder)
     k = report.rates

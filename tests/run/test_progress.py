@@ -11,6 +11,7 @@ import pytest
 
 from spider2local.agents.contract import UsageMeter
 from spider2local.core.results import ErrorKind, Stage, Status, TaskError, TaskResult, Usage
+from spider2local.core.verdicts import TableScore, TaskScore
 from spider2local.run.progress import Progress, eta, shorten
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -19,7 +20,7 @@ COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|9[0-7]|38;[0-9;]+)m")
 
 def result(task_id: str, status: Status, *, seconds: float = 10.0, cost: float | None = None,
            error: str | None = None, tokens: int = 0, passed: bool | None = None,
-           score: dict[str, object] | None = None) -> TaskResult:
+           score: TaskScore | None = None) -> TaskResult:
     return TaskResult(
         task_id=task_id, status=status, agent="noop", fake_date="2024-01-01",
         started_at="", finished_at="", durations={"total": seconds},
@@ -53,11 +54,8 @@ def test_plain_lines_keep_their_format_and_carry_no_control_code() -> None:
 
 
 def test_a_failed_verdict_names_the_first_failing_table() -> None:
-    table = {"gold_rows": 1, "result_rows": 1, "missing": False, "error": None, "notes": [],
-             "columns": []}
-    score = {"passed": False, "error": None, "tables": [
-        {**table, "name": "orders", "passed": True},
-        {**table, "name": "daily", "passed": False, "missing": True, "result_rows": None}]}
+    score = TaskScore(False, (TableScore("orders", True, 1, 1),
+                              TableScore("daily", False, 1, None, missing=True)))
     out = io.StringIO()
     Progress(out, live=False).task_finished(result("t1", Status.FAILED, score=score))
     assert "t1: failed 0/1 tables in 10.0s [failed daily: daily: missing" in out.getvalue()

@@ -18,11 +18,11 @@ import pytest
 from spider2local.agents.contract import AgentContext, AgentOutcome
 from spider2local.core.layout import GRADED_DB, RESULT, TRANSCRIPT
 from spider2local.core.results import Status, TaskResult, Usage
+from spider2local.core.verdicts import TaskScore
 from spider2local.dataset.load import load_dataset
 from spider2local.dataset.task import Dataset
 from spider2local.evaluation import official, score_database
 from spider2local.evaluation.params import EvalParams
-from spider2local.evaluation.verdicts import TaskScore
 from spider2local.run.folder import RunFolder
 from spider2local.run.progress import Progress
 from spider2local.run.regrade import regrade_run

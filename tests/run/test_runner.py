@@ -101,10 +101,10 @@ def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path:
     assert (task_dir / "result.duckdb").is_file() and (task_dir / "transcript.jsonl").is_file()
     bad = run(tasks[1:2], folder, lambda: WriterAgent(value=7))["t2"]
     assert bad.status is Status.FAILED and bad.passed is False
-    assert bad.score is not None and bad.score["tables"][0]["name"] == "orders"
+    assert bad.score is not None and bad.score.tables[0].name == "orders"
     assert not (folder.task_dir("t2") / "result.duckdb").exists()  # only with keep_db
     noop = run(tasks[2:3], folder, NoopAgent)["t3"]
-    assert noop.status is Status.FAILED and noop.score["tables"][0]["missing"]  # type: ignore[index]
+    assert noop.status is Status.FAILED and noop.score is not None and noop.score.tables[0].missing
 
 
 def test_each_trial_starts_one_checkpoint_one_scorer_one_graded_child_and_each_task_one_snapshot(

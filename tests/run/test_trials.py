@@ -228,8 +228,8 @@ def test_rerun_moves_the_trials_into_the_history_and_runs_them_again(data: Datas
     assert (kept / "t1" / "result.json").is_file()
     assert len(folder.trial_results()) == 4  # the history is never counted
     manifest = folder.read_manifest()
-    assert manifest is not None and manifest.reruns[0]["tasks"] == ["t1"]
-    assert manifest.reruns[0]["history"] == "1"
+    assert manifest is not None and manifest.reruns[0].tasks == ("t1",)
+    assert manifest.reruns[0].history == "1"
     # `--rerun failed`: only tasks with a trial that did not pass
     for key, result in folder.trial_results().items():
         verdict = key != ("t2", 2)

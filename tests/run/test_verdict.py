@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spider2local.core.results import ErrorKind, Stage, Status, TaskError
-from spider2local.evaluation.verdicts import TableScore, TaskScore
+from spider2local.core.verdicts import TableScore, TaskScore
 from spider2local.run.verdict import Verdict
 
 

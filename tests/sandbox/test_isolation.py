@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from spider2local.core.codec import dump
 from spider2local.exceptions import UserError
 from spider2local.sandbox import probe as probe_mod
 from spider2local.sandbox.isolation import IsolationMode, choose_isolation
@@ -22,7 +23,7 @@ def test_auto_falls_back_to_none_with_a_one_line_warning() -> None:
     assert choice.mode is IsolationMode.NONE and choice.reason == BROKEN.reason
     assert choice.warning is not None and "\n" not in choice.warning
     assert "apparmor_restrict_unprivileged_userns=0" in choice.warning
-    assert choice.to_json() == {"requested": "auto", "mode": "none", "reason": BROKEN.reason}
+    assert dump(choice.record) == {"requested": "auto", "mode": "none", "reason": BROKEN.reason}
     ok = choose_isolation(Isolation.AUTO, sandboxed=True, agent="claude",
                           check=lambda: Probe(True))
     assert ok.mode is IsolationMode.NAMESPACE and ok.warning is None

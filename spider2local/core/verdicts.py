@@ -1,5 +1,11 @@
 """Result types of scoring: plain frozen data, so the runner can store them as JSON and reload them.
 
+They live in core (not in :mod:`spider2local.evaluation`, which computes them) because a
+result record holds its task's score typed (:attr:`spider2local.core.results.TaskResult.score`)
+and core is below every stage. As JSON they go through :mod:`.codec`; the derived properties
+(``tables_passed``, ``lenient``...) are written beside the fields for readers of the file and
+recomputed when read.
+
 A verdict (``passed``) is always the official one. Everything else here (diagnostics, notes) is
 explanation for a human and never changes a verdict.
 """
@@ -8,7 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spider2local.core.codec import derived, tolerant
 
+
+@tolerant
 @dataclass(frozen=True)
 class ColumnDiagnostic:
     """Why one graded gold column found no equal result column."""
@@ -27,6 +36,7 @@ class ColumnDiagnostic:
     result_value: str | None = None
 
 
+@tolerant
 @dataclass(frozen=True)
 class DiffRow:
     """One distinct row of a row diff: its values as text, over the graded gold columns."""
@@ -38,6 +48,7 @@ class DiffRow:
     """Cells that differ from the closest row on the other side of the diff."""
 
 
+@tolerant
 @dataclass(frozen=True)
 class RowDiff:
     """Gold rows missing from the result and result rows not in gold, as multisets over the
@@ -57,6 +68,8 @@ class RowDiff:
     """Why the diff could not be computed (then both sides are empty)."""
 
 
+@derived("lenient")
+@tolerant
 @dataclass(frozen=True)
 class TableScore:
     """The verdict on one graded table, with enough detail to see why it failed."""
@@ -90,6 +103,8 @@ class TableScore:
         return self.passed and self.row_aligned is False
 
 
+@derived("tables_passed", "tables_total", "row_aligned", "lenient")
+@tolerant
 @dataclass(frozen=True)
 class TaskScore:
     """The official verdict on one task: it passes only when every graded table passes."""
