@@ -124,7 +124,7 @@ def _groups(manifest: RunManifest, agent_command: str | None) -> tuple[
         run.append(("command line", "spider2local " + " ".join(first)))
     if manifest.not_run_for_budget:
         run.append(("not run for the budget", str(manifest.not_run_for_budget)))
-    selection = manifest.selection or {}
+    selection = manifest.selection.options() if manifest.selection is not None else {}
     dataset: list[Fact] = [
         ("dataset", _text(manifest.dataset)),
         ("dataset files", _short(manifest.dataset_sha256)),

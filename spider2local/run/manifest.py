@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spider2local import __version__, resources
-from spider2local.core.codec import RecordError, dump, load
+from spider2local.core.codec import RecordError, dump, load, tolerant
 from spider2local.integrity.guard import Fingerprints
 from spider2local.safepath import name_problem
 from spider2local.sandbox.isolation import IsolationRecord
@@ -88,6 +88,26 @@ class SelectedTask:
     """Whether the untouched start database already passes (measured at the run's start,
     :func:`spider2local.audit.tasks.free_passes`); ``None`` when unknown or not measured."""
 
+
+
+@tolerant
+@dataclass(frozen=True)
+class SelectionRequest:
+    """How the tasks were chosen: the ``run`` options that choose them, as given
+    (:data:`spider2local.run.resume.SELECTION_OPTIONS`); a resume re-applies them to an empty
+    run, a merge keeps what its sources share."""
+
+    ids: tuple[str, ...] | None = None
+    """The task ids named on the command line (``None``: none named)."""
+    subset: str | None = None
+    shard: str | None = None
+    """``K/N``."""
+    limit: int | None = None
+
+    def options(self) -> dict[str, Any]:
+        """By option name, as the command line gives them (ids a list)."""
+        return {"ids": None if self.ids is None else list(self.ids), "subset": self.subset,
+                "shard": self.shard, "limit": self.limit}
 
 
 @dataclass(frozen=True)
@@ -186,7 +206,7 @@ class RunManifest:
     (older runs also wrote the mode under ``settings``: see :meth:`setting`); ``None`` for a
     run that recorded nothing, which had no isolation. Whether a run was sealed is read as
     :attr:`isolation_mode` only."""
-    selection: Mapping[str, Any] | None = None
+    selection: SelectionRequest | None = None
     """How the tasks were chosen (``ids``, ``subset``, ``shard``, ``limit``)."""
     agent_options: Mapping[str, str] = field(default_factory=dict)
     integrity: Fingerprints | None = None
@@ -300,7 +320,7 @@ class RunManifest:
         optional = {"interrupted": self.interrupted,
                     "isolation": None if self.isolation is None else dump(self.isolation),
                     "dataset_sha256": self.dataset_sha256,
-                    "selection": None if self.selection is None else dict(self.selection),
+                    "selection": None if self.selection is None else dump(self.selection),
                     "agent_options": dict(self.agent_options) if self.agent_options else None,
                     "integrity": None if self.integrity is None else self.integrity.to_json(),
                     "merged_at": self.merged_at,
@@ -335,6 +355,8 @@ class RunManifest:
             merged_from = tuple(load(MergedSource, m) for m in data.get("merged_from") or ())
             tasks = tuple(load(SelectedTask, t) for t in data.get("tasks") or ())
             reruns = tuple(load(Rerun, r) for r in data.get("reruns") or ())
+            recorded = data.get("selection")
+            selection = load(SelectionRequest, recorded) if isinstance(recorded, dict) else None
         except RecordError as err:
             raise ValueError(str(err)) from None
         return cls(
@@ -352,7 +374,7 @@ class RunManifest:
             else None,
             sessions=tuple(Session.from_json(s) for s in data.get("sessions") or ()),
             isolation=isolation,
-            selection=data.get("selection") if isinstance(data.get("selection"), dict) else None,
+            selection=selection,
             agent_options={str(k): str(v) for k, v in (data.get("agent_options") or {}).items()}
             if isinstance(data.get("agent_options"), dict) else {},
             integrity=Fingerprints.from_json(data.get("integrity")),

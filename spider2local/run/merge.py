@@ -29,7 +29,13 @@ from spider2local.integrity import guard
 from spider2local.run import cut
 from spider2local.run.folder import RunFolder
 from spider2local.run.lock import in_use, reading, run_lock
-from spider2local.run.manifest import MergedSource, RunManifest, SelectedTask, now_iso
+from spider2local.run.manifest import (
+    MergedSource,
+    RunManifest,
+    SelectedTask,
+    SelectionRequest,
+    now_iso,
+)
 from spider2local.run.resume import same_experiment
 
 
@@ -186,9 +192,10 @@ def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolde
     sessions = sorted((replace(s, run=str(f.root)) for f, m in zip(sources, manifests,
                                                                    strict=True)
                        for s in m.sessions), key=lambda s: str(s.started_at))
-    requests = [m.selection or {} for m in manifests]
-    request = {key: _common([r.get(key) for r in requests])
-               for key in ("ids", "subset", "limit")}
+    requests = [m.selection or SelectionRequest() for m in manifests]
+    request = SelectionRequest(ids=_common([r.ids for r in requests]),
+                               subset=_common([r.subset for r in requests]),
+                               limit=_common([r.limit for r in requests]))  # shard: none
     trials = max(m.trials for m in manifests)
     return replace(
         manifests[0], run_id=into.run_id, tasks=tuple(tasks[tid] for tid in sorted(tasks)),
@@ -198,7 +205,7 @@ def merged_manifest(manifests: Sequence[RunManifest], sources: Sequence[RunFolde
         started_at=min(starts) if starts else None,
         finished_at=max(e for e in ends if e) if ends and all(ends) else None,
         interrupted=any(m.interrupted for m in manifests), sessions=tuple(sessions),
-        selection={**request, "shard": None}, merged_at=now_iso(),
+        selection=request, merged_at=now_iso(),
         merged_from=tuple(MergedSource(str(f.root), f.run_id,
                                        tuple(_name(k) for k, src in sorted(kept.items())
                                              if src == str(f.root)))

@@ -43,7 +43,7 @@ from spider2local.run import cut
 from spider2local.run.deadlines import CHECKPOINT, SCORE, StageCosts
 from spider2local.run.folder import RunFolder, claim_run_id, new_run_id, open_run_dir, resolve_run
 from spider2local.run.lock import run_lock
-from spider2local.run.manifest import Rerun, RunManifest, SelectedTask, now_iso
+from spider2local.run.manifest import Rerun, RunManifest, SelectedTask, SelectionRequest, now_iso
 from spider2local.run.progress import Progress
 from spider2local.run.resume import (
     check_resumable,
@@ -135,7 +135,7 @@ class RunPlan:
     argv: list[str] | None = None
     isolation: IsolationChoice | None = None
     """How the agent is isolated, resolved once (``settings.isolation`` is its mode)."""
-    request: Mapping[str, Any] | None = None
+    request: SelectionRequest | None = None
     """How the tasks were chosen (:func:`.resume.selection_request`), recorded in run.json."""
     agent_options: Mapping[str, Any] = field(default_factory=dict)
     """The agent's own options (``replay_dir``), recorded so a resume can reuse them."""
@@ -362,7 +362,7 @@ def _start_manifest(plan: RunPlan, taken: guard.Fingerprints, free: Mapping[str,
     manifest = replace(
         manifest, isolation=plan.isolation.record if plan.isolation is not None else None,
         dataset_sha256=dataset_fingerprint(plan.dataset_root),
-        selection=dict(plan.request) if plan.request is not None else None,
+        selection=plan.request,
         agent_options={k: str(v) for k, v in plan.agent_options.items()})
     check_resumable(previous, manifest, folder)
     recorded = previous.integrity if previous else None

@@ -18,7 +18,7 @@ from typing import Any
 from spider2local.core.results import ErrorKind, Status, TaskResult
 from spider2local.exceptions import UserError
 from spider2local.run.folder import RunFolder
-from spider2local.run.manifest import RunManifest, SelectedTask
+from spider2local.run.manifest import RunManifest, SelectedTask, SelectionRequest
 from spider2local.suite import options
 
 _Getter = Callable[[RunManifest], Any]
@@ -130,9 +130,9 @@ def remembered_settings() -> tuple[options.Setting, ...]:
 
 
 def selection_request(ids: Iterable[str], subset: str | None, shard: str | None,
-                      limit: int | None) -> dict[str, Any]:
+                      limit: int | None) -> SelectionRequest:
     """How the tasks were chosen, as run.json records it (``selection``)."""
-    return {"ids": list(ids) or None, "subset": subset, "shard": shard, "limit": limit}
+    return SelectionRequest(tuple(ids) or None, subset, shard, limit)
 
 
 def remembered(previous: RunManifest | None) -> dict[str, Any]:
@@ -147,8 +147,8 @@ def remembered(previous: RunManifest | None) -> dict[str, Any]:
     if previous is None:
         return {}
     tasks = sorted(previous.task_ids)
-    request = previous.selection or {}
+    request = (previous.selection or SelectionRequest()).options()
     selection = ({"ids": tasks, "subset": None, "shard": None, "limit": None} if tasks else
-                 {k: request.get(k) for k in SELECTION_OPTIONS})
+                 {k: request[k] for k in SELECTION_OPTIONS})
     kept = {s.name: s.resume_value(previous.setting(s.name)) for s in remembered_settings()}
     return {**selection, **kept, "replay_dir": previous.agent_options.get("replay_dir")}

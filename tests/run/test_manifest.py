@@ -16,6 +16,7 @@ from spider2local.run.manifest import (
     Rerun,
     RunManifest,
     SelectedTask,
+    SelectionRequest,
     Session,
 )
 from spider2local.sandbox.isolation import IsolationMode, IsolationRecord
@@ -111,11 +112,25 @@ def test_reruns_and_merge_sources_are_typed_records() -> None:
     assert RunManifest.from_json(data) == manifest
 
 
+def test_the_selection_is_a_typed_record_and_old_ones_read() -> None:
+    data = json.loads((OLD_RUN / "run.json").read_text())
+    assert RunManifest.from_json(data).selection == SelectionRequest()  # every key null
+    chosen = SelectionRequest(("t1", "t3"), "smoke", "1/2", 5)
+    written = json.loads(json.dumps(RunManifest(run_id="r", selection=chosen).to_json()))
+    assert written["selection"] == {"ids": ["t1", "t3"], "subset": "smoke", "shard": "1/2",
+                                    "limit": 5} == chosen.options()
+    assert RunManifest.from_json({**VERSION_1, "selection": written["selection"]}).selection \
+        == chosen
+    assert RunManifest.from_json({**VERSION_1, "selection": "all"}).selection is None
+
+
 @pytest.mark.parametrize(("edit", "phrase"), [
     ({"isolation": {"mode": "docker"}}, "isolation: mode: Input should be"),
     ({"isolation": 5}, "isolation: Input should be an object"),
     ({"reruns": [5]}, "Input should be an object"),
     ({"merged_from": [{"path": "/a"}]}, "run_id: Field required"),
+    ({"selection": {"ids": "t1", "limit": None}}, "ids: Input should be"),
+    ({"selection": {"ids": None, "limit": "5"}}, "limit: Input should be"),
 ])
 def test_a_hand_edited_record_in_run_json_is_one_phrase(edit: dict[str, Any],
                                                         phrase: str) -> None:

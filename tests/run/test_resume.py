@@ -231,7 +231,9 @@ def test_plan_takes_the_replay_dir_and_selection_the_run_recorded(
     replay.mkdir()
     first = plan_run(data.suite, data, agent="replay", replay_dir=replay, shard="2/2",
                      runs_dir=tmp_path / "runs", run_id="r", timeout=5.0)
-    assert first.request == {"ids": None, "subset": None, "shard": "2/2", "limit": None}
+    assert first.request is not None
+    assert first.request.options() == {"ids": None, "subset": None, "shard": "2/2",
+                                       "limit": None}
     first.folder.create()
     first.folder.write_manifest({"agent": "replay", "tasks": [{"id": "t2"}],
                                  "agent_options": {"replay_dir": str(replay)},
