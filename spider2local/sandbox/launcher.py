@@ -303,7 +303,8 @@ spot() { if [ -d "$1" ]; then made "$1"; else made "${1%%/*}"; : > "$R$1"; fi; }
 ro() { spot "$1"; bind "$1" "$R$1" ro,nosuid,nodev; }
 rw() { spot "$1"; bind "$1" "$R$1" nosuid,nodev; }
 tmp() { made "$1"; $MOUNT -t tmpfs -o mode=1777,nosuid,nodev spider2local-tmp "$R$1"; }
-hide() { made "$1"; $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; }
+hide() { { made "$1" && $MOUNT -t tmpfs -o mode=0755,size=64k spider2local-hidden "$R$1"; } \
+    || [ ! -d "$R$1" ]; }
 hidefile() { $MOUNT --bind /dev/null "$R$1"; }
 etc() { made /etc; bind "$1" "$R/etc" ro,nosuid,nodev; }
 link() { ln -s "$2" "$R$1"; }
@@ -453,7 +454,8 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
     for m in mounts:
         path = q(str(m.path))
         if m.kind is Kind.HIDDEN:  # gone since the plan (another run's folder deleted): there
-            # is nothing to hide, and its mount point cannot be made in a read-only bind
+            # is nothing to hide, and its mount point cannot be made in a read-only bind; gone
+            # while it is being hidden: the same (``hide`` and its remount say so)
             lines.append(f'if [ -d "$R"{path} ]; then hide {path}; H{hidden.index(m)}=1; fi')
         elif m.kind is Kind.HIDDEN_FILE:
             lines.append(f'if [ -f "$R"{path} ]; then hidefile {path}; fi')
@@ -464,8 +466,11 @@ def launcher_script(spec: SandboxSpec, root: Path, paths: dict[str, str] | None 
     names = [n for n in spec.unset_env if _ENV_NAME.fullmatch(n)]
     lines.append(_FINISH % {
         "devices": " ".join(DEVICES),
+        # a hidden folder removed on the host meanwhile (another run's, deleted by its user or
+        # test) takes its mount with it here too: nothing is left to hide, no failure
         "hidden_ro": "\n".join(f'if [ -n "${{H{i}-}}" ]; then $MOUNT -o remount,bind,ro '
-                               f'"$R"{q(str(m.path))}; fi' for i, m in enumerate(hidden)),
+                               f'"$R"{q(str(m.path))} || [ ! -d "$R"{q(str(m.path))} ]; fi'
+                               for i, m in enumerate(hidden)),
         "pivot_root": q(paths["pivot_root"]), "umount": q(paths["umount"]),
         # the relay outlives this script: it keeps no descriptor of a host file
         "relay": start_relay(spec.network) + (" 7>&- 8>&-" if spec.network else ""),

@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from spider2local.proc.run import pdeathsig_wrapper
-from spider2local.sandbox.launcher import Kind, Launcher, Mount, SandboxSpec, Service, plan_mounts
+from spider2local.sandbox.launcher import (
+    ROOT_NAME,
+    Kind,
+    Launcher,
+    Mount,
+    SandboxSpec,
+    Service,
+    launcher_script,
+    plan_mounts,
+    tools,
+)
 from spider2local.sandbox.network import RELAY_PORT, NetworkSeal
 from spider2local.sandbox.probe import probe
 
@@ -547,6 +557,76 @@ def test_a_hidden_path_gone_since_the_plan_is_no_failure(tmp_path: Path) -> None
         launcher.remove()
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["kept", "0"]
+
+
+REMOVING_MOUNT = """#!/bin/sh
+# mount, except that where the launcher hides {folder}/early (its tmpfs) or makes {folder}/late
+# read-only (the remount), the test's own process first removes that folder on the host
+case "$*" in
+    *spider2local-hidden*/early) want=early ;;
+    *remount,bind,ro*/late) want=late ;;
+    *) want= ;;
+esac
+if [ -n "$want" ]; then
+    : > {signals}/want-$want
+    while [ ! -e {signals}/gone-$want ]; do sleep 0.01; done
+fi
+exec {mount} "$@"
+"""
+
+
+@pytest.mark.process
+@needs_namespaces
+def test_a_hidden_folder_removed_while_the_sandbox_is_built_is_no_failure(
+        tmp_path: Path) -> None:
+    """The windows after the check of :func:`test_a_hidden_path_gone_since_the_plan_is_no_
+    failure`: a hidden folder removed on the host between the check and its tmpfs, and one
+    removed after its tmpfs (the kernel detaches that mount in the sandbox too) before the
+    read-only remount. Seen in CI: one test's old runs folder, removed by that test while
+    another test's sandbox was being built, cost the other trial ("mount point does not
+    exist", a fault of the machine). Each removal happens exactly there: a ``mount`` in front
+    of the real one asks this test to remove the folder and waits until it has (the removal
+    must come from outside: in the sandbox's own namespace a mount point cannot be removed)."""
+    lib, ws, signals = tmp_path / "lib", tmp_path / "ws", tmp_path / "signals"
+    for name in ("early", "late", "kept"):
+        (lib / name).mkdir(parents=True)
+    (lib / "kept" / "secret.txt").write_text("s")
+    ws.mkdir()
+    signals.mkdir()
+    wrapper = tmp_path / "mount"
+    wrapper.write_text(REMOVING_MOUNT.format(folder=lib, signals=signals,
+                                             mount=tools()["mount"]))
+    wrapper.chmod(0o755)
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(lib,), writable=(ws,),
+                                    hidden=(lib / "early", lib / "late", lib / "kept")))
+    launcher.path.write_text(launcher_script(launcher.spec, launcher.folder / ROOT_NAME,
+                                             {**tools(), "mount": str(wrapper)}))
+    stop = threading.Event()
+
+    def remove_when_asked() -> None:
+        pending = {"early", "late"}
+        while pending and not stop.is_set():
+            for name in sorted(pending):
+                if (signals / f"want-{name}").exists():
+                    (lib / name).rmdir()
+                    (signals / f"gone-{name}").touch()
+                    pending.discard(name)
+            time.sleep(0.01)
+
+    remover = threading.Thread(target=remove_when_asked, daemon=True)
+    remover.start()
+    try:
+        done = inside(launcher, ws, f"ls -A {lib}; ls -A {lib}/kept | wc -l")
+        failure = launcher.failure()
+    finally:
+        stop.set()
+        remover.join()
+        launcher.remove()
+    assert sorted(p.name for p in signals.iterdir()) == [
+        "gone-early", "gone-late", "want-early", "want-late"]  # both windows were reached
+    assert failure is None, failure
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["kept", "0"]  # what stays is still hidden
 
 
 @pytest.mark.process
