@@ -377,10 +377,3 @@ def host_secrets(root: Path, secret: str) -> dict[str, Path]:
     return {p.name: p for p in outside.iterdir()}
 
 
-SYSTEM_WIDE = "system-wide-files"
-"""The xdist group of the tests that put gold where the whole machine sees it (``/opt``,
-``/usr/local``, the venv: tests/agents/claude/test_hide_by_real_path.py) and of the tests whose
-attack searches the whole file system for databases (``find / -name '*.duckdb'``): one worker
-runs them one after another, so an attack never finds another test's gold, which belongs to no
-dataset of its run (measured: CI, mini-swe-agent's attack test found the venv test's gold)."""
-

@@ -190,3 +190,64 @@ def test_a_pure_test_that_starts_a_process_fails_naming_the_mark(tmp_path: Path)
     assert "first: fixture 'child': subprocess.Popen" in full.stdout
     quick = pytest_in()
     assert "2 failed, 1 passed" in quick.stdout, quick.stdout[-3000:]  # the marked one: not run
+
+
+SYSTEM_WIDE_TESTS = """
+import os, time
+import pytest
+
+def _span(name):
+    start = time.time()
+    time.sleep(1.0)
+    with open(os.environ["SPANS"], "a") as fh:
+        fh.write(f"{name} {start} {time.time()}\\n")
+
+@pytest.mark.system_wide("writes")
+def test_writer_a():
+    _span("writes")
+
+@pytest.mark.system_wide("writes")
+def test_writer_b():
+    _span("writes")
+
+@pytest.mark.system_wide("searches")
+def test_search_a():
+    _span("searches")
+
+@pytest.mark.system_wide("searches")
+def test_search_b():
+    _span("searches")
+"""
+
+
+@pytest.mark.process
+def test_system_wide_writers_never_run_beside_another_marked_test(tmp_path: Path) -> None:
+    """Four marked tests on four xdist workers: a writer's span overlaps no other marked test's
+    (xdist's own grouping does not hold with pytest 9.2, so the lock is what keeps them apart);
+    a mark with a mode other than the two is refused."""
+    (tmp_path / "test_marked.py").write_text(SYSTEM_WIDE_TESTS)
+    root = Path(__file__).resolve().parents[1]
+    spans = tmp_path / "spans.txt"
+
+    def pytest_in(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.system_wide", "-p", "no:cacheprovider",
+             "-p", "no:randomly", "-n", "4", "-rf", "--rootdir", str(tmp_path), str(path)],
+            cwd=root, capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "PYTHONPATH": str(root), "SPANS": str(spans),
+                 "SPIDER2LOCAL_TESTS_SYSTEM_WIDE_LOCK": str(tmp_path / "lock")})
+
+    done = pytest_in(tmp_path / "test_marked.py")
+    assert "4 passed" in done.stdout, done.stdout[-3000:]
+    found = [(kind, float(a), float(b)) for kind, a, b in
+             (line.split() for line in spans.read_text().splitlines())]
+    assert len(found) == 4
+    for i, (kind, start, end) in enumerate(found):
+        for j, (other, start2, end2) in enumerate(found):
+            if i != j and "writes" in (kind, other):
+                assert end <= start2 or end2 <= start, found  # disjoint
+    (tmp_path / "test_bad.py").write_text(
+        "import pytest\n@pytest.mark.system_wide('reads')\ndef test_x():\n    pass\n")
+    bad = pytest_in(tmp_path / "test_bad.py")
+    assert "1 error" in bad.stdout and "takes 'writes' or 'searches', not 'reads'" \
+        in bad.stdout, bad.stdout[-3000:]

@@ -36,7 +36,7 @@ from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path
 from spider2local.testing import FakeOpenAI, HttpError, reply, tool
 from tests.agents.claude.test_sandbox import GOLD_VALUE, SCORER, attack_script, digest
-from tests.helpers import SYSTEM_WIDE, VenvUnavailable, cached_venv
+from tests.helpers import VenvUnavailable, cached_venv
 from tests.integrity.test_attacks import copy_dataset
 
 pytestmark = [pytest.mark.slow,
@@ -243,7 +243,7 @@ def by_task(ids: list[str]) -> Callable[[Mapping[str, Any]], str | None]:
     return route
 
 
-@pytest.mark.xdist_group(SYSTEM_WIDE)
+@pytest.mark.system_wide("searches")
 def test_mini_swe_agent_attacks_fail_in_the_sandbox_and_the_scan_flags_them(
         mini_venv: Path, tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     """The Claude sandbox test's attacks, made by mini-swe-agent's bash tool on two tasks run

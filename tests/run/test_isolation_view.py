@@ -23,6 +23,7 @@ LOOK = ("sleep 6; echo \"== tmp $(ls -A /tmp | tr '\\n' ' ')\"; "
 
 
 @pytest.mark.slow
+@pytest.mark.system_wide("searches")  # its find / sees names under /opt, /usr/local
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not probe().ok,
                     reason=f"no namespace sandbox here: {probe().reason}")
 def test_two_agents_at_once_see_nothing_of_each_other(tmp_path: Path) -> None:

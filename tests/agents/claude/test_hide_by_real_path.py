@@ -25,7 +25,6 @@ from spider2local.dataset import known
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.agents.claude.test_sandbox import digest, sandboxed_run
-from tests.helpers import SYSTEM_WIDE
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: "
@@ -48,7 +47,7 @@ def base(request: pytest.FixtureRequest) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.xdist_group(SYSTEM_WIDE)
+@pytest.mark.system_wide("writes")
 def test_gold_elsewhere_by_symlink_zip_or_old_run_stays_out_of_reach(
         base: Path, tiny_dataset: Callable[..., Path], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

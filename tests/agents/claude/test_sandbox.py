@@ -25,7 +25,6 @@ from spider2local.run.progress import Progress
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import bundled_suite_path, load_suite
 from spider2local.testing import FakeAnthropic, reply, route_by_system, tool
-from tests.helpers import SYSTEM_WIDE
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox: "
@@ -73,7 +72,7 @@ def hostile_dataset(tiny_dataset: Callable[..., Path]) -> Path:
                         gold_tables={"orders": f"SELECT {GOLD_VALUE} AS id"})
 
 
-@pytest.mark.xdist_group(SYSTEM_WIDE)
+@pytest.mark.system_wide("searches")
 def test_every_attack_fails_in_the_sandbox_and_the_task_does_not_pass(
         hostile_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = hostile_dataset
