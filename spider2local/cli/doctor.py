@@ -25,6 +25,7 @@ from spider2local.agents.registry import (
     is_agent_name,
     tool_version,
 )
+from spider2local.dataset.task import Dataset
 from spider2local.exceptions import Spider2LocalError
 from spider2local.safepath import is_within
 from spider2local.suite.model import Suite
@@ -58,8 +59,9 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
     if clock_selftest and checks[-1].ok:
         checks += [*_clock_selftest(), _warm_dbt(suite)]
     checks.append(_pdeathsig())
-    checks += [*_agent_checks(agent), *_command_agents(suite, agent), _isolation(suite, agent),
-               _dataset(suite)]
+    data = _load(suite)  # once: the isolation check builds a sandbox for its first task
+    checks += [*_agent_checks(agent), *_command_agents(suite, agent),
+               _isolation(suite, agent, data), _dataset(data)]
     if check_api:
         checks.append(api_check(suite, os.environ, api_timeout, agent))
     return checks
@@ -216,7 +218,7 @@ def _command_agents(suite: Suite, chosen: str) -> list[Check]:
     return checks
 
 
-def _isolation(suite: Suite, agent: str) -> Check:
+def _isolation(suite: Suite, agent: str, data: Dataset | Spider2LocalError) -> Check:
     """Which isolation a run of the suite's agent gets here, and why: the same resolution as
     ``run``, so the line cannot disagree with what a run does. A failure is required only when
     the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
@@ -238,7 +240,7 @@ def _isolation(suite: Suite, agent: str) -> Check:
     if not found.ok and requested is not Isolation.NONE:
         detail += f"; to isolate: {found.fix}"
     if choice.mode is IsolationMode.NAMESPACE and _sandboxed(agent):
-        built = check_agent_sandbox(_run_hides(suite), START_DIR)
+        built = check_agent_sandbox(_run_hides(suite, data), START_DIR)
         if not built.ok:  # every trial of a run would be infrastructure: never "ok"
             return Check("isolation", False, f"namespace: {built.reason} (fix: {built.fix})")
         detail += "; an agent's sandbox was built and reached its gateway, hiding what it must"
@@ -246,16 +248,13 @@ def _isolation(suite: Suite, agent: str) -> Check:
                  required=requested is Isolation.NAMESPACE)
 
 
-def _run_hides(suite: Suite) -> tuple[Path, ...]:
+def _run_hides(suite: Suite, data: Dataset | Spider2LocalError) -> tuple[Path, ...]:
     """What a run of ``suite`` hides from its first runnable task's agent (the same
     :meth:`~spider2local.integrity.guard.Watch.off_limits`), or nothing when the dataset
     cannot be loaded (its own check line says why)."""
-    from spider2local.dataset.load import load_dataset
     from spider2local.integrity.guard import Fingerprints, Watch
 
-    try:
-        data = load_dataset(suite)
-    except Spider2LocalError:
+    if isinstance(data, Spider2LocalError):
         return ()
     task = next((t for t in data.tasks if t.runnable), None)
     if task is None:
@@ -271,13 +270,19 @@ def _sandboxed(agent: str) -> bool:
         return True  # reported by its own check line
 
 
-def _dataset(suite: Suite) -> Check:
+def _load(suite: Suite) -> Dataset | Spider2LocalError:
+    """The suite's dataset, or why it cannot be loaded (for the dataset line to say)."""
     from spider2local.dataset.load import load_dataset
 
     try:
-        data = load_dataset(suite)
+        return load_dataset(suite)
     except Spider2LocalError as exc:
-        return Check("dataset", False, str(exc))
+        return exc
+
+
+def _dataset(data: Dataset | Spider2LocalError) -> Check:
+    if isinstance(data, Spider2LocalError):
+        return Check("dataset", False, str(data))
     runnable = sum(t.runnable for t in data.tasks)
     return Check("dataset", True, f"{data.root}: {len(data.tasks)} tasks, {runnable} runnable")
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import anyio
 
-import spider2local
 from spider2local.core.faults import died_of_memory
 from spider2local.exceptions import SandboxFailed
 from spider2local.proc.run import ProcessResult, run_process
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.probe import probe
+from spider2local.sandbox.spec import always_hidden, installed_package, runtime_paths
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,9 @@ class ReaderFiles:
     """What must stay absent where it lies under a bound folder (the run's off-limits list)."""
 
 
-def package_root() -> Path:
-    return Path(spider2local.__file__).resolve().parent
-
-
 def reader_spec(program: Path, files: ReaderFiles) -> SandboxSpec:
     """The sandbox of one reader: the runtime and the package read-only, then its files."""
-    from spider2local.sandbox.spec import always_hidden, runtime_paths
-
-    package = package_root()
+    package = installed_package()
     hidden = [p for p in (*always_hidden(), *files.hidden) if p != package]
     return SandboxSpec(program=program,
                        read_only=(*runtime_paths(), package, *files.read_only),
@@ -87,7 +81,7 @@ def unsandboxed_reason() -> str | None:
 def import_root() -> Path:
     """The ``sys.path`` entry this process imported spider2local from (a checkout's root for an
     editable install, site-packages for a wheel)."""
-    return package_root().parent
+    return installed_package().parent
 
 
 _RUN_MODULE = ("import runpy, sys; sys.path.insert(0, {root!r}); "

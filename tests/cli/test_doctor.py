@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -51,3 +52,40 @@ def test_a_command_agents_executable_is_checked(tmp_path: Path) -> None:
     assert not checks["agent mine"].ok and not checks["agent mine"].required
     assert "read_only" in checks["agent mine"].detail  # found, but the sandbox hides it
     assert checks["agent shown"].ok and checks["agent shell"].ok
+
+
+@pytest.mark.process  # the checks run tools (the probe, --version)
+def test_the_dataset_is_read_once_and_a_broken_one_is_its_lines_failure(
+        tmp_path: Path, tiny_dataset: Callable[..., Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor's dataset line and its isolation check (which hides what a run of the first task
+    would) share one reading of the dataset; a dataset that cannot be read fails the dataset
+    line, naming why, and the isolation check still answers. The agent is a command agent:
+    sandboxed, so where namespaces work the isolation check builds its sandbox for real."""
+    from spider2local.dataset import load as dataset_load
+    from spider2local.sandbox.probe import probe
+    from spider2local.suite.load import load_suite
+
+    calls: list[object] = []
+    real = dataset_load.load_dataset
+    monkeypatch.setattr(dataset_load, "load_dataset",
+                        lambda suite: calls.append(suite) or real(suite))
+    root = tiny_dataset("t1", "t2")
+    suite = tmp_path / "tasks.toml"
+    suite.write_text(f'[dataset]\nroot = "{root}"\n\n[run]\nagent = "shell"\n\n'
+                     '[agents.shell]\ncommand = "sh -c true"\n')
+    checks = {c.name: c for c in doctor.run_checks(load_suite(suite), clock_selftest=False)}
+    assert len(calls) == 1
+    assert checks["dataset"].ok and "2 tasks, 2 runnable" in checks["dataset"].detail
+    assert checks["isolation"].ok, checks["isolation"].detail
+    if probe().ok:
+        assert "an agent's sandbox was built" in checks["isolation"].detail
+
+    broken = tmp_path / "tasks-broken.toml"
+    broken.write_text(f'[dataset]\nroot = "{tmp_path / "nowhere"}"\n\n[run]\nagent = "shell"\n\n'
+                      '[agents.shell]\ncommand = "sh -c true"\n')
+    calls.clear()
+    checks = {c.name: c for c in doctor.run_checks(load_suite(broken), clock_selftest=False)}
+    assert len(calls) == 1
+    assert not checks["dataset"].ok and "dataset root not found" in checks["dataset"].detail
+    assert "isolation" in checks
