@@ -408,7 +408,7 @@ def _isolation(recorded: Any) -> IsolationRecord | None:
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "agent": (str,), "model": (str, type(None)),
+    "run_id": (str,), "agent": (str, type(None)), "model": (str, type(None)),
     "settings": (dict,), "versions": (dict,), "suite": (dict,), "dataset": (str, type(None)),
     "tasks": (list,), "sessions": (list,), "started_at": (str, type(None)),
     "finished_at": (str, type(None)), "denominators": (dict,),

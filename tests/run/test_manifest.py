@@ -137,3 +137,18 @@ def test_a_hand_edited_record_in_run_json_is_one_phrase(edit: dict[str, Any],
     with pytest.raises(ValueError) as refused:
         RunManifest.from_json({**VERSION_1, **edit})
     assert phrase in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_every_manifest_written_reads_back_and_a_null_agent_is_one_of_them(
+        tmp_path: Path) -> None:
+    """What the writer may write, the reader takes: a manifest with its defaults (no agent
+    recorded, as a run that stopped before choosing one) was written as ``"agent": null``
+    and then refused by its own reader ("'agent' is NoneType, not str"). A wrong type still
+    is refused."""
+    folder = RunFolder(tmp_path)
+    folder.write_manifest(RunManifest(run_id="r"))
+    assert json.loads(folder.manifest_path.read_text())["agent"] is None
+    back = folder.read_manifest()
+    assert back is not None and back.agent is None and back.run_id == "r"
+    with pytest.raises(ValueError, match="'agent' is int"):
+        RunManifest.from_json({**VERSION_1, "agent": 3})
