@@ -38,7 +38,7 @@ from spider2local.run.folder import RunFolder
 
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#6a1b9a", "timeout": "#ef6c00",
            "unscored": "#9e9e9e", "skipped": "#bdbdbd", "interrupted": "#f9a825",
-           "not run": "#e0e0e0"}
+           "not run": "#e0e0e0", "not needed": "#eceff1"}
 STAGE_COLOURS = ("#1565c0", "#00838f", "#558b2f", "#f9a825", "#6d4c41", "#8e24aa", "#546e7a")
 
 SCRIPT = """

@@ -43,7 +43,8 @@ def _outcome(row: Row) -> tuple[str, str, str, str] | None:
             row.diagnostics or message
     if row.status is NotAttempted.INTERRUPTED:
         return "error", "interrupted", row.note, row.note
-    if row.status in (NotAttempted.SKIPPED, NotAttempted.NOT_RUN, Status.UNSCORED):
+    if row.status in (NotAttempted.SKIPPED, NotAttempted.NOT_RUN, NotAttempted.NOT_NEEDED,
+                      Status.UNSCORED):
         return "skipped", str(row.status), row.note or str(row.status), ""
     stage = row.error_stage or "run"
     message = f"{stage}: {row.error_message or row.status}"

@@ -66,6 +66,9 @@ class NotAttempted(StrEnum):
     runs it again."""
     NOT_RUN = "not run"
     """It could run but has no result yet (never started; a resume runs it)."""
+    NOT_NEEDED = "not needed"
+    """A trial a sequential run (``run --until-decided``) never needed: the comparison was
+    decided, or the task was pruned, before it. Saved, not missing: no resume runs it."""
 
 
 class Verdict(StrEnum):
@@ -558,10 +561,23 @@ def _started(folder: RunFolder, task_id: str, trial: int = 1) -> bool:
 
 def load_report(folder: RunFolder) -> RunReport:
     """The report of the run in ``folder`` (needs nothing else: no dataset, no credentials)."""
-    return replace(build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
-                                started=lambda tid: _started(folder, tid),
-                                cut_attempts=cut_record.read(folder.root)),
-                   sequential=read_record(folder.root))
+    report = build_report(folder.run_id, folder.read_manifest(), folder.trial_results(),
+                          started=lambda tid: _started(folder, tid),
+                          cut_attempts=cut_record.read(folder.root))
+    record = read_record(folder.root)
+    return replace(report, rows=unneeded(report.rows, record), sequential=record)
+
+
+def unneeded(rows: tuple[Row, ...], record: SequentialRecord | None) -> tuple[Row, ...]:
+    """The trials a finished sequential run never ran are *not needed*, not "not run" (which
+    says a resume would run them): its decision, or the pruning before it, made them
+    unnecessary. The counts are the same either way (neither is attempted)."""
+    if record is None or not record.decision.final:
+        return rows
+    note = (f"not needed: the sequential comparison against run {record.against_id} ended "
+            f"({record.decision.value})")
+    return tuple(replace(r, status=NotAttempted.NOT_NEEDED, note=note)
+                 if r.status is NotAttempted.NOT_RUN else r for r in rows)
 
 
 def build_report(run_id: str, manifest: RunManifest | None,

@@ -5,6 +5,7 @@ record as one line."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -16,6 +17,7 @@ import pytest
 from spider2local.core.results import ErrorKind, Stage, Status, TaskError, TaskResult, save_result
 from spider2local.dataset.task import TaskSpec
 from spider2local.exceptions import UserError
+from spider2local.report.summary import NotAttempted, load_report
 from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import RunManifest, SelectedTask
 from spider2local.run.runner import Trial
@@ -41,12 +43,14 @@ def result(tid: str, trial: int, status: Status, *, infrastructure: bool = False
                       tables_passed=0, tables_total=1, trial=trial, error=error)
 
 
-def make_run(root: Path, run_id: str, trials: dict[tuple[str, int], Status]) -> RunFolder:
+def make_run(root: Path, run_id: str, trials: dict[tuple[str, int], Status], *,
+             tasks: Sequence[str] = (), planned: int | None = None) -> RunFolder:
     folder = RunFolder.at(root, run_id)
     folder.create()
-    tasks = sorted({tid for tid, _ in trials})
+    tasks = sorted({tid for tid, _ in trials} | set(tasks))
     folder.write_manifest(RunManifest.begin(
-        run_id=run_id, agent="noop", settings={}, suite_path=root / "tasks.toml",
+        run_id=run_id, agent="noop", settings={} if planned is None else {"trials": planned},
+        suite_path=root / "tasks.toml",
         suite_sha256="x", dataset_root=root,
         tasks=[SelectedTask(t, "2024-09-15", 1) for t in tasks], previous=None))
     for (tid, trial), status in trials.items():
@@ -150,3 +154,28 @@ def test_a_round_that_cannot_finish_stops_undecided_and_a_resume_continues(
     resumed = anyio.run(run_rounds, spec, b, specs, run_trials, lambda: 3.0, notes.append)
     assert calls[2] == [(t, 1) for t in tasks[3:]]  # only the missing trials of round 1
     assert resumed.decision is Decision.B_BETTER and resumed.decided_round == 2
+
+
+def test_trials_a_decided_run_never_needed_are_not_needed_not_not_run(tmp_path: Path) -> None:
+    """The report of a sequential run: while undecided, a trial without a result is "not run"
+    (a resume runs it); once decided, the trials the decision made unnecessary are "not
+    needed", naming the comparison, and count as before (neither is attempted)."""
+    tasks = [f"t{i}" for i in range(6)]
+    a = make_run(tmp_path, "a", {(t, r): Status.FAILED for t in tasks for r in (1, 2, 3)})
+    b = make_run(tmp_path, "b", {(t, 1): Status.PASSED for t in tasks}, planned=3)
+    spec = SequentialSpec(a, Design(max_rounds=3), tuple(tasks))
+    analyse_run(spec, b, 0.0)
+    undecided = load_report(b)
+    assert {r.status for r in undecided.rows if r.trial > 1} == {NotAttempted.NOT_RUN}
+    for t in tasks:
+        path = b.result_path(t, 2)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_result(path, result(t, 2, Status.PASSED))
+    decided, _ = analyse_run(spec, b, 0.0)
+    assert decided.decision is Decision.B_BETTER
+    report = load_report(b)
+    third = [r for r in report.rows if r.trial == 3]
+    assert len(third) == 6 and {r.status for r in third} == {NotAttempted.NOT_NEEDED}
+    assert all("sequential comparison against run a ended (b-better)" in r.note for r in third)
+    assert report.rates.tasks_total == undecided.rates.tasks_total == 18
+    assert report.rates.tasks_attempted == 12 and report.rates.tasks_passed == 12
