@@ -52,6 +52,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
                    "cut": report.cut_by_budget, "not_started": report.not_run_for_budget},
         "stats": stats_json(report.stats),
         "sequential": report.sequential.to_json() if report.sequential is not None else None,
+        "replay": report.replay.to_json() if report.replay is not None else None,
         "tasks": [{**asdict(r), "tokens": {**asdict(r.tokens), "total": r.tokens.total},
                    "lenient": r.lenient,
                    "row_diffs": [{"table": name, **asdict(diff)} for name, diff in r.row_diffs]}

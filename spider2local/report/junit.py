@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 
 from spider2local.core.results import Status
 from spider2local.report.summary import SUSPECT, NotAttempted, Row, RunReport, Verdict
-from spider2local.report.text import interval_text, percent, sequential_line
+from spider2local.report.text import interval_text, percent, replay_line, sequential_line
 
 CLASSNAME = "spider2local"
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -103,3 +103,5 @@ def _suite_properties(props: ET.Element, report: RunReport) -> None:
         add("flaky", ", ".join(report.stats.flaky) or "none")
     if report.sequential is not None:
         add("sequential", sequential_line(report.sequential))
+    if report.replay is not None:
+        add("replay", replay_line(report.replay))

@@ -266,6 +266,43 @@ class Headline:
 
 
 @dataclass(frozen=True)
+class ReplaySummary:
+    """What ``run --replay`` made of the run: which recorded run its trials replayed, and
+    which of them stopped at a divergence (the agent asked something its recording never
+    answered), with the divergence's message, named as the table names them."""
+
+    run: str
+    trials: int
+    lenient: bool
+    stopped: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "trials": self.trials, "lenient": self.lenient,
+                "stopped": [{"trial": name, "message": message}
+                            for name, message in self.stopped]}
+
+
+def replay_summary(rows: Sequence[Row], results: Mapping[TrialKey, TaskResult],
+                   trials: int) -> ReplaySummary | None:
+    """The :class:`ReplaySummary` of a replayed run's results (None: no trial was replayed).
+    A result's ``replayed`` record is read defensively: the file is the agent's neighbour."""
+    names = {(r.task_id, r.trial): r.name if trials > 1 else r.task_id for r in rows}
+    runs, lenient, stopped, count = set(), False, [], 0
+    for (tid, trial), result in sorted(results.items()):
+        record = result.replayed
+        if not isinstance(record, Mapping):
+            continue
+        count += 1
+        runs.add(str(record.get("run")))
+        lenient = lenient or record.get("lenient") is True
+        if isinstance(record.get("stopped"), str):
+            stopped.append((names.get((tid, trial), tid), str(record["stopped"])))
+    if not count:
+        return None
+    return ReplaySummary(", ".join(sorted(runs)), count, lenient, tuple(stopped))
+
+
+@dataclass(frozen=True)
 class RunReport:
     run_id: str
     rows: tuple[Row, ...]
@@ -302,6 +339,8 @@ class RunReport:
     """What the run's budget counted as spent (run.json), cut attempts included."""
     sequential: SequentialRecord | None = None
     """The answer of a ``run --against RUN_A --until-decided`` (its ``sequential.json``)."""
+    replay: ReplaySummary | None = None
+    """What a ``run --replay`` replayed (None: not a replay)."""
 
     @property
     def cut_by_budget(self) -> int:
@@ -609,7 +648,8 @@ def build_report(run_id: str, manifest: RunManifest | None,
         stats=compute_stats(rows, headline, trials),
         not_run_for_budget=(manifest.not_run_for_budget or 0) if manifest else 0,
         max_cost_usd=_number(manifest.setting("max_cost_usd")) if manifest else None,
-        spent_usd=manifest.spent_usd if manifest else None)
+        spent_usd=manifest.spent_usd if manifest else None,
+        replay=replay_summary(rows, results, trials))
 
 
 def _number(value: object) -> float | None:

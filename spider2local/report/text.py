@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
 from spider2local.report.stats import Estimate
-from spider2local.report.summary import Headline, Rates, RunReport
+from spider2local.report.summary import Headline, Rates, ReplaySummary, RunReport
 from spider2local.sequential.record import SequentialRecord
 
 _K = TypeVar("_K", bound=Hashable)
@@ -268,7 +268,21 @@ def headline_lines(report: RunReport) -> list[str]:
                      "and a higher --max-cost-usd")
     if report.sequential is not None:
         lines.append(sequential_line(report.sequential))
+    if report.replay is not None:
+        lines.append(replay_line(report.replay))
     return lines
+
+
+def replay_line(replay: ReplaySummary) -> str:
+    """A replayed run says so, and which trials left their recording: a verdict of a trial
+    stopped at a divergence is of what the agent did up to there, not of the recorded run."""
+    mode = " (lenient)" if replay.lenient else ""
+    head = f"replayed from run {replay.run}{mode}: {replay.trials} trial(s)"
+    if not replay.stopped:
+        return f"{head}, every one within its recording"
+    first_name, first = replay.stopped[0]
+    return (f"{head}, {len(replay.stopped)} stopped at a divergence (first: {first_name}: "
+            f"{first})")
 
 
 def sequential_line(record: SequentialRecord) -> str:

@@ -270,3 +270,36 @@ def test_a_run_records_the_audits_denominators_and_free_passes(
     h = load_report(plan.folder).headline
     assert (h.passed, h.official, h.with_gold, h.runnable, h.free_passes) == (1, 3, 2, 2, 1)
     assert "free passes: 1 of the 1 passes" in render_report(load_report(plan.folder))
+
+
+def test_a_replayed_run_says_so_and_names_the_trials_that_diverged(tmp_path: Path) -> None:
+    """A run made with ``--replay`` says, in every format, which run it replayed and which
+    trials stopped at a divergence (their verdicts are of the agent up to there); a damaged
+    ``replayed`` record in a result is read as far as it goes; a live run says nothing."""
+    folder = RunFolder.at(tmp_path, "rep")
+    tasks = [SelectedTask(t, "2024-09-15", 1) for t in ("a", "b", "c")]
+    folder.write_manifest(RunManifest.begin(
+        run_id="rep", agent="claude", settings={}, suite_path=tmp_path / "tasks.toml",
+        suite_sha256="x", dataset_root=tmp_path, tasks=tasks, previous=None))
+    replayed = {"run": "rec", "trial": 1, "lenient": False, "recorded": 3, "served": 3,
+                "diverged": None, "until": None, "stopped": None, "unverified_from": None}
+    stop = "diverged at exchange 2: the result of tool mcp__spider2__query differs"
+    for tid, record, status in (("a", replayed, Status.PASSED),
+                                ("b", {**replayed, "served": 1, "stopped": stop}, Status.ERROR),
+                                ("c", {"run": "rec", "stopped": 7}, Status.FAILED)):
+        save_result(folder.result_path(tid), TaskResult(
+            task_id=tid, status=status, agent="claude", fake_date="2024-09-15",
+            started_at="s", finished_at="f", passed=status is Status.PASSED, tables_passed=0,
+            tables_total=1, replayed=record,
+            error=TaskError(Stage.AGENT, ErrorKind.AGENT, stop, "Diverged")
+            if status is Status.ERROR else None))
+    report = load_report(folder)
+    assert report.replay is not None
+    assert (report.replay.run, report.replay.trials, report.replay.lenient) == ("rec", 3, False)
+    assert report.replay.stopped == (("b", stop),)
+    assert f"replayed from run rec: 3 trial(s), 1 stopped at a divergence (first: b: {stop})" \
+        in render_report(report, width=400)
+    assert report_json(report)["replay"] == {"run": "rec", "trials": 3, "lenient": False,
+                                             "stopped": [{"trial": "b", "message": stop}]}
+    live = load_report(write_run(tmp_path / "live"))
+    assert live.replay is None and report_json(live)["replay"] is None

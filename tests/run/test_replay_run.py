@@ -132,6 +132,9 @@ def test_a_changed_source_table_stops_the_replay_at_the_tool_that_read_it(
     assert "-1" in message and "+2" in message and found["error"]["kind"] == "agent"
     assert found["replayed"]["served"] == 1 and found["replayed"]["unverified_from"] is None
     assert "orders.sql" not in "".join(files(tmp_path, "div"))  # stopped before the build
+    shown = cli("report", "div", "--runs-dir", "runs", cwd=tmp_path, env=offline_env())
+    assert "replayed from run rec: 1 trial(s), 1 stopped at a divergence (first: t1: " \
+           "diverged at exchange 2" in " ".join(shown.stdout.split()), shown.stdout
     lenient = cli(*base, "--replay", "rec", "--replay-lenient", "--run-id", "len",
                   cwd=tmp_path, env=offline_env(), timeout=600)
     assert lenient.returncode == 0, lenient.stderr[-3000:]
