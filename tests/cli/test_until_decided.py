@@ -81,7 +81,11 @@ def test_b_better_stops_early_and_an_interrupted_round_resumes_with_its_record(
     assert "B is better in round 2" in resumed.stdout
 
     report = cli("report", "runs/b", "--format", "json", cwd=tmp_path)
-    assert json.loads(report.stdout)["sequential"]["decision"] == "b-better"
+    shown = json.loads(report.stdout)
+    assert shown["sequential"]["decision"] == "b-better"
+    # round 3 was never needed: not "not run", which a resume would run
+    assert sorted((t["task_id"], t["status"]) for t in shown["tasks"] if t["trial"] == 3) == [
+        (t, "not needed") for t in FOUR]
     compared = cli("compare", "a", "b", "--runs-dir", "runs", "--format", "json",
                    cwd=tmp_path)
     data = json.loads(compared.stdout)
