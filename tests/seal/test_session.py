@@ -119,7 +119,15 @@ def test_unsealed_the_program_dies_with_the_runner_or_runs_as_itself(
             # a process of the session left behind (in a session of its own, out of the
             # process group its starter kills) is swept when the seal closes
             env = {**os.environ, MARKER_ENV: seal.marker}
-            await run_process(["setsid", "-f", "sleep", "300"], env=env, timeout=30)
+            # the starter waits for the child's own pid file, written after its setsid(): a
+            # starter that returned at once had its group killed by run_process while the
+            # forked child was still in it (measured in CI under load: nothing left to find);
+            # the child keeps none of the starter's pipes (run_process waited 30 s for them)
+            left = tmp_path / "left.pid"
+            await run_process(["sh", "-c", 'setsid -f sh -c \'echo $$ > "$0"; exec sleep 300\' '
+                               '"$0" </dev/null >/dev/null 2>&1; '
+                               'while [ ! -s "$0" ]; do sleep 0.01; done', str(left)],
+                              env=env, timeout=30)
             found: list[int] = []
             for _ in range(600):  # the detached child may not be listed at once (30 s at most)
                 found = carrying_env(MARKER_ENV, seal.marker)
