@@ -251,3 +251,47 @@ def test_system_wide_writers_never_run_beside_another_marked_test(tmp_path: Path
     bad = pytest_in(tmp_path / "test_bad.py")
     assert "1 error" in bad.stdout and "takes 'writes' or 'searches', not 'reads'" \
         in bad.stdout, bad.stdout[-3000:]
+
+
+SCHEDULED = {
+    "test_quick.py": "def test_q1():\n    pass\n\ndef test_q2():\n    pass\n",
+    "test_long.py": (
+        "import os\nimport pytest\n\n"
+        "@pytest.fixture(scope='module')\n"
+        "def built():\n"
+        "    with open(os.environ['BUILDS'], 'a') as fh:\n"
+        "        fh.write(f'{os.getpid()}\\n')\n\n"
+        + "".join(f"@pytest.mark.slow\ndef test_l{i}(built):\n    pass\n\n" for i in (3, 1, 2))),
+    "test_middle.py": "import pytest\n\n@pytest.mark.process\ndef test_m():\n    pass\n",
+}
+
+
+@pytest.mark.process
+def test_the_costliest_files_come_first_and_a_module_fixture_is_built_once(
+        tmp_path: Path) -> None:
+    """The order xdist hands files out in: by their tiers' cost, a file's own tests in their
+    order; and under the suite's ``--dist`` a module fixture is built by one worker, however
+    many workers there are (tests/schedule.py)."""
+    for name, text in SCHEDULED.items():
+        (tmp_path / name).write_text(text)
+    builds = tmp_path / "builds.txt"
+    addopts = next(line for line in (REPO / "pyproject.toml").read_text().splitlines()
+                   if line.startswith("addopts"))
+    dist = re.findall(r"--dist \S+|--no-loadscope-reorder", addopts)
+    assert dist, addopts
+
+    def pytest_in(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.tiers", "-p", "tests.schedule",
+             "-p", "no:cacheprovider", "--full", "--rootdir", str(tmp_path), *args,
+             *(str(tmp_path / name) for name in SCHEDULED)],
+            cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO), "BUILDS": str(builds)})
+
+    listed = pytest_in("--collect-only", "-q", "-p", "no:xdist")
+    order = [line.split("::")[1] for line in listed.stdout.splitlines() if "::" in line]
+    assert order == ["test_l3", "test_l1", "test_l2", "test_m", "test_q1", "test_q2"], \
+        listed.stdout[-3000:]
+    done = pytest_in("-n", "3", *" ".join(dist).split())
+    assert "6 passed" in done.stdout, done.stdout[-3000:]
+    assert len(builds.read_text().splitlines()) == 1  # not once per worker that got a test

@@ -38,7 +38,6 @@ SOLUTION = (Path(sample_build.__file__).resolve().parent / "solutions" / "gym001
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("install"),  # one worker builds the venv once for the module
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's"),
     pytest.mark.skipif(not probe().ok, reason=f"no namespace sandbox here: {probe().reason}"),
 ]

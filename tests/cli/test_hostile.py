@@ -83,11 +83,27 @@ def test_positive_finite_refuses_nan_inf_and_non_positive(value: str) -> None:
     assert timeout.convert("2.5", None, None) == 2.5
 
 
-@pytest.fixture
-def finished_run(tiny_dataset: Build, tmp_path: Path) -> tuple[Path, Path]:
-    root = tiny_dataset("a001", "b001")
-    code, stderr, run_dir = noop_run(root, tmp_path)
+@pytest.fixture(scope="module")
+def finished_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One noop run of a two-task dataset for the whole module: each test gets its own copy
+    of the run folder (7 s a run on busy cores, against milliseconds a copy). The dataset is
+    shared as it is: these tests only read it, and the run folder records its path."""
+    home = tmp_path_factory.mktemp("finished")
+    root = home / "spider2-dbt"
+    (root / "examples").mkdir(parents=True)
+    for tid in ("a001", "b001"):
+        write_task(root, tid)
+    code, stderr, run_dir = noop_run(root, home)
     assert code == 0, stderr
+    return root, run_dir
+
+
+@pytest.fixture
+def finished_run(finished_template: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A finished noop run of its own, in ``tmp_path/runs/r1`` (a copy of the module's)."""
+    root, template = finished_template
+    run_dir = tmp_path / "runs" / "r1"
+    shutil.copytree(template, run_dir, symlinks=True)
     return root, run_dir
 
 
