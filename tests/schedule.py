@@ -60,7 +60,9 @@ def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)
+# optional: a hook of xdist's, unknown (and refused at collection) when xdist is not loaded,
+# as under ``-p no:xdist``
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScheduling | None:
     """Single tests for the quick tier alone; otherwise xdist's own choice (pyproject's
     ``--dist loadfile``, or whatever ``--dist`` the command line gives)."""

@@ -199,7 +199,9 @@ def writer(tmp_path: Path) -> Path:
         f"#!{sys.executable}\n"
         "import json, os, pathlib, sys, time\n"
         "command = [a for a in sys.argv[1:] if not a.startswith('-') and a != 'debug'][0]\n"
-        "pathlib.Path('pid').write_text(str(os.getpid()))\n"
+        # written whole, then renamed: a reader polling for ``pid`` never sees it empty
+        "pathlib.Path('pid.tmp').write_text(str(os.getpid()))\n"
+        "os.replace('pid.tmp', 'pid')\n"
         "print('pid=' + str(os.getpid()))\n"
         "print('stdin=' + sys.stdin.read().strip())\n"
         "if command == 'sleep':\n"
