@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from spider2local.sandbox.readers import IN_PROCESS, IN_PROCESS_ENV
 from tests.helpers import (
     HYPOTHESIS_PROFILE,
     ReferenceRun,
@@ -53,6 +54,24 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     cpus = os.cpu_count() or 1
     everything = config.getoption("--full") or config.option.markexpr
     return cpus + 1 if everything else cpus
+
+
+@pytest.fixture(scope="module", autouse=True)
+def in_process_readers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked ``in_process_readers`` runs every run of its tests (in the test's own
+    process and in the CLI processes it starts, which inherit the environment) with the
+    readers in-process (``SPIDER2LOCAL_READERS``, spider2local/sandbox/readers.py): for
+    modules whose subject is the run's bookkeeping (trials, rounds, merges, reports), where
+    three reader children per trial were most of the CPU of a trial (a noop run of the four
+    sample tasks: 7.7 s of CPU with them, 2.1 s without, measured together). Module-scoped
+    and autouse, so it is set before the module's own fixtures build their runs. Never for a
+    module whose subject is a reader, its sandbox, a hang or a deadline of the stages."""
+    if request.node.get_closest_marker("in_process_readers") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+        yield
 
 
 settings.register_profile("dev", max_examples=25, print_blob=True)

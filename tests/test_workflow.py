@@ -20,6 +20,9 @@ from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
 from tests.helpers import ReferenceRun
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the workflow's steps (tests/conftest.py)."""
+
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / ".github" / "workflows" / "spider2-dbt.yml"
 LOCAL_ONLY_SKIPPED = {"install", "dataset-build", "userns"}

@@ -28,6 +28,7 @@ from spider2local.agents.registry import (
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import Spider2LocalError
 from spider2local.safepath import is_within
+from spider2local.sandbox.readers import IN_PROCESS, IN_PROCESS_ENV
 from spider2local.suite.model import Suite
 
 
@@ -62,9 +63,21 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
     data = _load(suite)  # once: the isolation check builds a sandbox for its first task
     checks += [*_agent_checks(agent), *_command_agents(suite, agent),
                _isolation(suite, agent, data), _dataset(data)]
+    if os.environ.get(IN_PROCESS_ENV):
+        checks.append(_readers(os.environ[IN_PROCESS_ENV]))
     if check_api:
         checks.append(api_check(suite, os.environ, api_timeout, agent))
     return checks
+
+
+def _readers(value: str) -> Check:
+    """Only when the test suite's reader mode is set: a real run must not keep it."""
+    if value == IN_PROCESS:
+        return Check("readers", False, f"run in the runner's process ({IN_PROCESS_ENV}="
+                                       f"{value}, a mode for the test suite): agent SQL is not "
+                                       f"sandboxed; unset {IN_PROCESS_ENV} for a real run")
+    return Check("readers", False, f"{IN_PROCESS_ENV}={value!r} is not a mode and is ignored "
+                                   "(readers stay sandboxed); unset it", required=False)
 
 
 def api_check(suite: Suite, env: Mapping[str, str], timeout: float,

@@ -20,7 +20,9 @@ alone, and the first one says so on stderr: visibly, never silently.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import json
 import logging
 import os
@@ -37,6 +39,7 @@ from spider2local.exceptions import SandboxFailed
 from spider2local.proc.run import ProcessResult, run_process
 from spider2local.sandbox.launcher import Launcher, SandboxSpec
 from spider2local.sandbox.probe import probe
+from spider2local.sandbox.reply import answer_of
 from spider2local.sandbox.spec import always_hidden, installed_package, runtime_paths
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,42 @@ READER_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTE
               "HOME": "/nonexistent"}
 """A reader's whole environment unless the caller gives one (the query tool gives the task's
 clock): nothing of the runner's (API keys, tokens) reaches a process that runs agent SQL."""
+
+
+IN_PROCESS_ENV = "SPIDER2LOCAL_READERS"
+"""Set to ``in-process`` by the test suite, never by a user: the readers of the ``sandbox``
+package (checkpoint, snapshot, graded copy, scorer) then do their job in a worker thread of
+the runner instead of a sandboxed child. Why it exists: a trial starts three reader children,
+each a fresh interpreter importing duckdb (the scorer pandas too); for a test's trial that
+builds a three-model project or nothing at all they cost more CPU than the trial itself
+(measured: a noop trial of the sample suite, 1.5 s of CPU, nearly all of it in them), and the
+suite runs hundreds of trials whose subject is neither the readers nor their sandbox. What it
+gives up, which is why it is for tests only: agent SQL runs in the runner's own process with
+its rights, its environment and its memory, and a reader stuck in a system call can only be
+abandoned, not killed. Said on stderr once, as the fallback without namespaces is."""
+IN_PROCESS = "in-process"
+
+
+def in_process() -> bool:
+    """Whether :data:`IN_PROCESS_ENV` asks for in-process readers (read at each call: a test
+    sets it for itself alone); any other value is refused aloud and the readers stay in their
+    sandboxes."""
+    value = os.environ.get(IN_PROCESS_ENV, "")
+    if value:
+        _say_mode(value)
+    return value == IN_PROCESS
+
+
+@functools.cache
+def _say_mode(value: str) -> None:
+    """On stderr, once per process and value: what :data:`IN_PROCESS_ENV` did."""
+    if value == IN_PROCESS:
+        print(f"warning: DuckDB readers run IN THE RUNNER'S PROCESS ({IN_PROCESS_ENV}="
+              f"{IN_PROCESS}, a mode for the test suite): agent SQL is not sandboxed",
+              file=sys.stderr)
+    else:
+        print(f"warning: {IN_PROCESS_ENV}={value!r} is not a mode (only {IN_PROCESS!r}, for "
+              "tests); DuckDB readers stay in their sandboxes", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -131,6 +170,8 @@ async def ask_reader(module: str, request: Mapping[str, Any], files: ReaderFiles
                      timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
     """Send ``request`` as JSON to ``python -I -m module`` in its sandbox and return the one
     JSON object it prints last. Raises :class:`ReaderFailed` when there is none."""
+    if in_process() and module.startswith(f"{__package__}."):
+        return await _ask_in_process(module, request, timeout=timeout)
     done = await run_reader(python_module(module), files, input=json.dumps(request).encode(),
                             timeout=timeout)
     if done.timed_out:
@@ -149,6 +190,25 @@ async def ask_reader(module: str, request: Mapping[str, Any], files: ReaderFiles
             raise failed from MemoryError(tail)
         raise failed
     return answer
+
+
+async def _ask_in_process(module: str, request: Mapping[str, Any], *,
+                          timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
+    """:func:`ask_reader`'s answer from the module's ``_job`` run in a worker thread (see
+    :data:`IN_PROCESS_ENV`): the request and the answer go through JSON as the child's do, so
+    the caller reads exactly what a child would have printed. A job past ``timeout`` (or
+    cancelled by the caller's deadline) is abandoned to finish on its own."""
+    job = importlib.import_module(module)._job  # each reader module's handler
+    sent = json.loads(json.dumps(request))
+    scope = anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext()
+    try:
+        with scope:
+            answer = await anyio.to_thread.run_sync(answer_of, job, sent,
+                                                    abandon_on_cancel=True)
+    except TimeoutError:
+        raise ReaderFailed(f"{module} ran longer than {timeout:g} s and was stopped") from None
+    read: dict[str, Any] = json.loads(json.dumps(answer, default=str))
+    return read
 
 
 def ask_reader_sync(module: str, request: Mapping[str, Any], files: ReaderFiles, *,

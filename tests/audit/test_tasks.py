@@ -22,6 +22,9 @@ from spider2local.suite.load import load_suite
 from spider2local.suite.model import Suite
 from tests.helpers import make_duckdb
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is audit's answers (tests/conftest.py)."""
+
 
 def test_negative_positions_name_columns_as_iloc_does(tiny_dataset: Callable[..., Path]) -> None:
     """-1 is the last gold column (upstream's iloc); -3 of two columns is listed as bad, like 7."""

@@ -16,7 +16,7 @@ from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
 from tests.cli.test_run_command import cli
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.in_process_readers]
 
 SOLUTION = Path(sample_build.__file__).resolve().parent / "solutions" / "fleet001"
 

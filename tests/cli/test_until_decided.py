@@ -16,7 +16,7 @@ import pytest
 
 from tests.cli.test_run_command import SAMPLE_SOURCES, cli, spawn, wait_for
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.in_process_readers]
 
 FOUR = ("bakery001", "fleet001", "gym001", "library001")
 

@@ -32,6 +32,9 @@ from spider2local.testing.script import system_text
 from tests.agents.test_mini_swe_agent import mini_venv  # noqa: F401  (a fixture)
 from tests.cli.test_run_command import cli
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
+
 inspect_log = pytest.importorskip("inspect_ai.log", reason="the [export] extra is not installed")
 
 SOLUTION = Path(sample_build.__file__).resolve().parent / "solutions" / "fleet001"

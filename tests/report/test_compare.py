@@ -24,6 +24,9 @@ from spider2local.run.folder import RunFolder
 from tests.helpers import ReferenceRun
 from tests.run.test_merge import make_run
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
+
 
 def test_flips_status_changes_and_deltas(tmp_path: Path) -> None:
     t = "2026-01-01T00:10:00+00:00"

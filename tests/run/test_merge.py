@@ -20,6 +20,9 @@ from spider2local.run.merge import merge_runs
 from spider2local.run.resume import remembered
 from tests.helpers import ReferenceRun, by_task, manifest_json
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
+
 MANIFEST: dict[str, Any] = {
     "run_id": "r", "agent": "claude", "model": "m1", "suite": {"path": "/s", "sha256": "s"},
     "prompts_sha256": "p", "skills_sha256": "k", "dataset": "/d", "dataset_sha256": "D",

@@ -19,7 +19,7 @@ from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, FakeOpenAI, reply, tool
 from tests.cli.test_run_command import cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.in_process_readers]
 
 NO_API = "http://127.0.0.1:9"
 """The discard port: nothing answers there."""

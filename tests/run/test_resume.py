@@ -26,6 +26,9 @@ from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
 from tests.helpers import by_task, manifest_json
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
+
 M = RunManifest.from_json
 
 BASE: dict[str, Any] = {"agent": "claude", "model": "m1", "suite": {"sha256": "s"},

@@ -31,6 +31,9 @@ from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
+
 PRE_TRIALS = Path(__file__).parent / "data" / "pre-trials-run"
 
 

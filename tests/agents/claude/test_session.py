@@ -50,6 +50,9 @@ from spider2local.workspace.model import Workspace
 from spider2local.workspace.prepare import cleanup_workspace, prepare_workspace
 from tests.agents.test_kit import kit_files, tool_mentions
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the Claude session (tests/conftest.py)."""
+
 MODEL = "claude-sonnet-4-5"
 SONNET = {"input": 3.0, "output": 15.0, "cache_read": 0.30, "cache_write": 3.75}
 """Public list prices per million tokens, written out here so the check does not reuse the
