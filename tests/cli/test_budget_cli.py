@@ -18,6 +18,9 @@ from spider2local.testing.script import system_text
 from tests.cli.test_run_command import cli
 from tests.cli.test_trials_cli import trial_results
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the run's cost cap (tests/conftest.py)."""
+
 TASKS = ("bakery001", "fleet001", "gym001")
 CALLS = 25
 CALL_TOKENS = 106_667

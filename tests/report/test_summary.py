@@ -33,6 +33,9 @@ from spider2local.run.selection import select_tasks
 from spider2local.run.settings import RunSettings
 from spider2local.suite.model import Suite, TaskSettings
 
+pytestmark = pytest.mark.in_process_readers
+"""Runs here score in-process: their subject is the report's tables (tests/conftest.py)."""
+
 
 def write_run(root: Path) -> RunFolder:
     folder = RunFolder.at(root, "r1")
