@@ -74,6 +74,19 @@ def in_process_readers(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def in_process_readers_here(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The same for one test marked ``in_process_readers`` in a module of mixed subjects
+    (tests/cli/test_run_command.py: its kill -9 at the scoring stage needs the children, its
+    noop and reference runs do not)."""
+    if request.node.get_closest_marker("in_process_readers") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+        yield
+
+
 settings.register_profile("dev", max_examples=25, print_blob=True)
 settings.register_profile("ci", max_examples=100, print_blob=True)
 settings.load_profile(HYPOTHESIS_PROFILE)

@@ -157,6 +157,7 @@ CONTRACT = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_the_contract_the_output_and_the_exit_status(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
@@ -201,6 +202,7 @@ MINI_TRAJECTORY = {"info": {"model_stats": {"instance_cost": 0.0, "api_calls": 3
                        "usage": {"prompt_tokens": 40, "completion_tokens": 6}}}}]}
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_the_trajectory_is_kept_and_links_to_files_outside_are_never_read(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
@@ -236,6 +238,7 @@ def test_the_trajectory_is_kept_and_links_to_files_outside_are_never_read(
     assert json.loads(kept.read_text()) == MINI_TRAJECTORY
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_pass_env_names_what_gets_through_and_the_suite_form_records_its_command(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
@@ -334,6 +337,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_huge_output_is_capped(tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     root = tiny_dataset("t1")
@@ -519,6 +523,7 @@ CHAT_PROBE = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_agent_api_serves_the_command_its_api_and_is_recorded_and_kept_on_resume(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
@@ -596,6 +601,7 @@ def test_only_an_api_that_failed_every_call_makes_it_the_machines_fault() -> Non
         "every call to the model API failed (429, 502, 503 x2)"
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_a_command_whose_api_failed_every_call_is_an_infrastructure_error_and_retried(
         tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:

@@ -136,6 +136,7 @@ def wait_for(predicate: object, limit: float, what: str, poll: float = 0.1) -> N
 
 
 # -- fast: no dbt ---------------------------------------------------------------------------
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_noop_fails_every_sample_task_that_needs_work(tmp_path: Path) -> None:
     proc = cli("run", "--agent", "noop", "--runs-dir", "runs", "--run-id", "n", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -151,6 +152,7 @@ def test_noop_fails_every_sample_task_that_needs_work(tmp_path: Path) -> None:
     assert manifest["interrupted"] is False
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_noop_passes_both_real_tasks(shared_dataset: Path, tmp_path: Path) -> None:
     # Both real tasks are "free": their start databases already hold gold-equal tables.
     proc = cli("run", "--dataset", str(shared_dataset), "--agent", "noop", "--runs-dir", "runs",
@@ -287,6 +289,7 @@ def test_shell_command_runs_in_the_agents_environment(tmp_path: Path) -> None:
     assert workspace.name == "gym001" and not workspace.exists()  # removed afterwards
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow  # four CLI runs (~4 s)
 def test_score_run_dir_exits_1_when_nothing_could_be_rescored(tmp_path: Path) -> None:
     for run_id, keep in (("plain", ()), ("kept", ("--keep-db",))):
@@ -317,6 +320,7 @@ def test_shell_gets_the_tasks_own_skills(tmp_path: Path) -> None:
 
 
 # -- slow: real dbt -------------------------------------------------------------------------
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(
         reference_run: ReferenceRun, tmp_path: Path) -> None:
@@ -365,6 +369,7 @@ def test_reference_passes_every_sample_task_and_score_rebuilds_verdicts(
     assert one.returncode == 0, one.stdout + one.stderr
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_sabotage_replay_fails_with_the_column_diagnostic(tmp_path: Path) -> None:
     solution = SAMPLE_SOURCES / "solutions" / "fleet001" / "models"
@@ -382,6 +387,7 @@ def test_sabotage_replay_fails_with_the_column_diagnostic(tmp_path: Path) -> Non
     assert [c["gold_column"] for c in table["columns"]] == ["fare_per_km"]
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_sabotage_replay_on_a_real_task(shared_dataset: Path, tmp_path: Path) -> None:
     model = shared_dataset / "examples" / "playbook001" / "models" / "attribution_touches.sql"
@@ -600,6 +606,7 @@ def test_sigterm_during_the_free_passes_is_one_clean_shutdown_and_the_run_resume
                                                                     "fleet001": "passed"}
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_run_id_alone_resumes_with_the_options_the_run_recorded(tmp_path: Path) -> None:
     """`run --run-id X` with no other option: the run's dataset, suite, agent, shard, limits
