@@ -87,6 +87,7 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_verdicts_artifacts_and_stage_durations(tasks: list[TaskSpec], tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path, "r")
     good = run(tasks[:1], folder, WriterAgent, keep_db=True)["t1"]
@@ -143,6 +144,7 @@ def test_each_trial_starts_one_checkpoint_one_scorer_one_graded_child_and_each_t
             assert con.execute("SELECT id FROM orders").fetchall() == [(1,)]
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_workspaces_are_removed_unless_kept(tasks: list[TaskSpec], tmp_path: Path) -> None:
     parent = tmp_path / "ws"
     parent.mkdir()
@@ -346,12 +348,14 @@ class CountingAgent:
         return AgentOutcome()
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_jobs_limit_concurrency(tasks: list[TaskSpec], tmp_path: Path) -> None:
     CountingAgent.peak = 0
     results = run(tasks, RunFolder.at(tmp_path, "r"), CountingAgent, jobs=2)
     assert len(results) == 4 and CountingAgent.peak == 2
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_execute_run_resumes_without_redoing_finished_tasks(
         tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
     root = tiny_dataset("t1", "t2", "t3")
@@ -429,6 +433,7 @@ def test_claude_agent_hung_api_stopped_at_deadline_nothing_survives(
     assert survivors == []
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_claude_agent_overloaded_api_is_retried_with_usage_summed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
