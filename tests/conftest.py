@@ -4,6 +4,7 @@ session."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -56,6 +57,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cpus + 1 if everything else cpus
 
 
+@contextlib.contextmanager
+def _in_process_if_marked(node: pytest.Item | pytest.Collector) -> Iterator[None]:
+    """The readers in-process for as long as it lasts, when ``node`` is marked
+    ``in_process_readers`` (itself or its module)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if node.get_closest_marker("in_process_readers") is not None:
+            patch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+        yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def in_process_readers(request: pytest.FixtureRequest) -> Iterator[None]:
     """A module marked ``in_process_readers`` runs every run of its tests (in the test's own
@@ -66,11 +77,7 @@ def in_process_readers(request: pytest.FixtureRequest) -> Iterator[None]:
     sample tasks: 7.7 s of CPU with them, 2.1 s without, measured together). Module-scoped
     and autouse, so it is set before the module's own fixtures build their runs. Never for a
     module whose subject is a reader, its sandbox, a hang or a deadline of the stages."""
-    if request.node.get_closest_marker("in_process_readers") is None:
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+    with _in_process_if_marked(request.node):
         yield
 
 
@@ -79,11 +86,7 @@ def in_process_readers_here(request: pytest.FixtureRequest) -> Iterator[None]:
     """The same for one test marked ``in_process_readers`` in a module of mixed subjects
     (tests/cli/test_run_command.py: its kill -9 at the scoring stage needs the children, its
     noop and reference runs do not)."""
-    if request.node.get_closest_marker("in_process_readers") is None:
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+    with _in_process_if_marked(request.node):
         yield
 
 

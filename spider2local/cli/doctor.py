@@ -28,7 +28,7 @@ from spider2local.agents.registry import (
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import Spider2LocalError
 from spider2local.safepath import is_within
-from spider2local.sandbox.readers import IN_PROCESS, IN_PROCESS_ENV
+from spider2local.sandbox.readers import IN_PROCESS_ENV, reader_mode
 from spider2local.suite.model import Suite
 
 
@@ -63,21 +63,22 @@ def run_checks(suite: Suite, *, clock_selftest: bool = True, check_api: bool = F
     data = _load(suite)  # once: the isolation check builds a sandbox for its first task
     checks += [*_agent_checks(agent), *_command_agents(suite, agent),
                _isolation(suite, agent, data), _dataset(data)]
-    if os.environ.get(IN_PROCESS_ENV):
-        checks.append(_readers(os.environ[IN_PROCESS_ENV]))
+    readers = _readers()
+    if readers is not None:
+        checks.append(readers)
     if check_api:
         checks.append(api_check(suite, os.environ, api_timeout, agent))
     return checks
 
 
-def _readers(value: str) -> Check:
+def _readers() -> Check | None:
     """Only when the test suite's reader mode is set: a real run must not keep it."""
-    if value == IN_PROCESS:
-        return Check("readers", False, f"run in the runner's process ({IN_PROCESS_ENV}="
-                                       f"{value}, a mode for the test suite): agent SQL is not "
-                                       f"sandboxed; unset {IN_PROCESS_ENV} for a real run")
-    return Check("readers", False, f"{IN_PROCESS_ENV}={value!r} is not a mode and is ignored "
-                                   "(readers stay sandboxed); unset it", required=False)
+    mode = reader_mode()
+    if mode is None:
+        return None
+    in_process, said = mode
+    fix = f"unset {IN_PROCESS_ENV} for a real run" if in_process else "unset it"
+    return Check("readers", False, f"{said}; {fix}", required=in_process)
 
 
 def api_check(suite: Suite, env: Mapping[str, str], timeout: float,

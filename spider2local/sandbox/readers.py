@@ -64,26 +64,34 @@ abandoned, not killed. Said on stderr once, as the fallback without namespaces i
 IN_PROCESS = "in-process"
 
 
-def in_process() -> bool:
-    """Whether :data:`IN_PROCESS_ENV` asks for in-process readers (read at each call: a test
-    sets it for itself alone); any other value is refused aloud and the readers stay in their
-    sandboxes."""
+def reader_mode() -> tuple[bool, str] | None:
+    """What :data:`IN_PROCESS_ENV` asks for: ``None`` when unset, else whether the readers run
+    in-process and the one line that says so (read at each call: a test sets it for itself
+    alone). The one owner of the rule: the runner's warning and doctor's check both read it.
+    Any value but ``in-process`` is refused aloud and the readers stay in their sandboxes."""
     value = os.environ.get(IN_PROCESS_ENV, "")
-    if value:
-        _say_mode(value)
-    return value == IN_PROCESS
+    if not value:
+        return None
+    if value == IN_PROCESS:
+        return True, (f"DuckDB readers run IN THE RUNNER'S PROCESS ({IN_PROCESS_ENV}="
+                      f"{IN_PROCESS}, a mode for the test suite): agent SQL is not sandboxed")
+    return False, (f"{IN_PROCESS_ENV}={value!r} is not a mode (only {IN_PROCESS!r}, for "
+                   "tests); DuckDB readers stay in their sandboxes")
+
+
+def in_process() -> bool:
+    """Whether the readers run in-process (:func:`reader_mode`), said on stderr once."""
+    mode = reader_mode()
+    if mode is None:
+        return False
+    _say_mode(mode[1])
+    return mode[0]
 
 
 @functools.cache
-def _say_mode(value: str) -> None:
-    """On stderr, once per process and value: what :data:`IN_PROCESS_ENV` did."""
-    if value == IN_PROCESS:
-        print(f"warning: DuckDB readers run IN THE RUNNER'S PROCESS ({IN_PROCESS_ENV}="
-              f"{IN_PROCESS}, a mode for the test suite): agent SQL is not sandboxed",
-              file=sys.stderr)
-    else:
-        print(f"warning: {IN_PROCESS_ENV}={value!r} is not a mode (only {IN_PROCESS!r}, for "
-              "tests); DuckDB readers stay in their sandboxes", file=sys.stderr)
+def _say_mode(line: str) -> None:
+    """On stderr, once per process and line."""
+    print(f"warning: {line}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,8 @@ class ReaderFailed(Exception):
 async def ask_reader(module: str, request: Mapping[str, Any], files: ReaderFiles, *,
                      timeout: float | None) -> dict[str, Any]:  # noqa: ASYNC109
     """Send ``request`` as JSON to ``python -I -m module`` in its sandbox and return the one
-    JSON object it prints last. Raises :class:`ReaderFailed` when there is none."""
+    JSON object it prints last. Raises :class:`ReaderFailed` when there is none. In the test
+    suite's mode (:data:`IN_PROCESS_ENV`) a reader of this package answers in-process."""
     if in_process() and module.startswith(f"{__package__}."):
         return await _ask_in_process(module, request, timeout=timeout)
     done = await run_reader(python_module(module), files, input=json.dumps(request).encode(),

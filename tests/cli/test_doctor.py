@@ -91,14 +91,19 @@ def test_the_dataset_is_read_once_and_a_broken_one_is_its_lines_failure(
     assert "isolation" in checks
 
 
-def test_the_test_suites_reader_mode_fails_doctor_and_says_how_to_leave_it() -> None:
+def test_the_test_suites_reader_mode_fails_doctor_and_says_how_to_leave_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A real run must not keep ``SPIDER2LOCAL_READERS=in-process`` (agent SQL would run in
     the runner): doctor fails on it, naming the variable; a value that is no mode is a
     warning, since readers ignore it."""
     from spider2local.sandbox.readers import IN_PROCESS, IN_PROCESS_ENV
 
-    kept = doctor._readers(IN_PROCESS)
-    assert not kept.ok and kept.required
+    monkeypatch.delenv(IN_PROCESS_ENV, raising=False)
+    assert doctor._readers() is None  # no line at all when unset
+    monkeypatch.setenv(IN_PROCESS_ENV, IN_PROCESS)
+    kept = doctor._readers()
+    assert kept is not None and not kept.ok and kept.required
     assert f"unset {IN_PROCESS_ENV}" in kept.detail and "not sandboxed" in kept.detail
-    odd = doctor._readers("yes")
-    assert not odd.ok and not odd.required and "is not a mode" in odd.detail
+    monkeypatch.setenv(IN_PROCESS_ENV, "yes")
+    odd = doctor._readers()
+    assert odd is not None and not odd.ok and not odd.required and "is not a mode" in odd.detail
