@@ -1,7 +1,12 @@
-"""``run --against RUN_A --until-decided`` end to end on the sample suite: the real CLI, real
-dbt, the reference, noop and command agents. B passing everything A fails stops early (and a
-run interrupted in the middle of a round resumes with its record); the same flaky agent on
-both sides runs every round and claims nothing; bad options are one line."""
+"""``run --against RUN_A --until-decided`` end to end: the real CLI on tasks in upstream's
+layout, the noop and command agents. B passing everything A fails stops early (and a run
+interrupted in the middle of a round resumes with its record); the same flaky agent on both
+sides runs every round and claims nothing; bad options are one line.
+
+The subject is the sequential decision, not the build: the tasks are tiny ones
+(tests.helpers.write_task) that a command agent solves without dbt (TINY_SOLVE), a fraction
+of a second a trial where the sample's reference build costs 4 s of CPU; the reference
+agent's own tests keep real dbt."""
 
 from __future__ import annotations
 
@@ -9,16 +14,18 @@ import json
 import os
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli.test_run_command import SAMPLE_SOURCES, cli, spawn, wait_for
+from tests.cli.test_run_command import cli, spawn, wait_for
+from tests.helpers import TINY_SOLVE
 
 pytestmark = [pytest.mark.process, pytest.mark.in_process_readers]
 
-FOUR = ("bakery001", "fleet001", "gym001", "library001")
+FOUR = ("t1", "t2", "t3", "t4")
 
 
 def record(run_dir: Path) -> dict[str, Any]:
@@ -32,26 +39,39 @@ def b_trials(run_dir: Path) -> set[tuple[str, int]]:
                     for p in run_dir.glob("_trials/*/*/result.json")}
 
 
+def _count(counter: Path) -> str:
+    """Shell that sets ``n`` to how many trials of this task began before this one (kept
+    per task in ``counter``; a task's trials start in order)."""
+    d = shlex.quote(str(counter))
+    return f'c={d}/"$SPIDER2_TASK_ID"; mkdir -p "$c"; n=$(ls "$c" | wc -l); mkdir "$c/$n"; '
+
+
 def alternating(counter: Path) -> str:
     """A command agent that solves a task on its 1st, 3rd, ... trial and does nothing on the
-    others: a flaky kit whose trials are known in advance (the count is per task, kept in
-    ``counter``; a task's trials start in order)."""
-    solutions = SAMPLE_SOURCES / "solutions"
-    d = shlex.quote(str(counter))
-    return (f'c={d}/"$SPIDER2_TASK_ID"; mkdir -p "$c"; n=$(ls "$c" | wc -l); mkdir "$c/$n"; '
-            f'if [ $((n % 2)) -eq 0 ]; then cp -r {shlex.quote(str(solutions))}/'
-            f'"$SPIDER2_TASK_ID"/. . && dbt run; fi')
+    others: a flaky kit whose trials are known in advance."""
+    return _count(counter) + f"if [ $((n % 2)) -eq 0 ]; then {TINY_SOLVE}; fi"
+
+
+def held(counter: Path, hold: Path) -> str:
+    """A command agent that solves every trial, but whose later trials of a task wait while
+    ``hold`` exists: round 2 is still running when the test interrupts it, however fast the
+    machine (the wait costs no CPU)."""
+    return (_count(counter) + f'if [ "$n" -gt 0 ]; then while [ -e {shlex.quote(str(hold))} ]; '
+            f"do sleep 0.05; done; fi; {TINY_SOLVE}")
 
 
 @pytest.mark.slow
 def test_b_better_stops_early_and_an_interrupted_round_resumes_with_its_record(
-        tmp_path: Path) -> None:
-    base = ("--dataset", "sample", "run", *FOUR, "--isolation", "none", "--jobs", "2",
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    dataset = str(tiny_dataset(*FOUR))
+    base = ("--dataset", dataset, "run", *FOUR, "--isolation", "none", "--jobs", "2",
             "--runs-dir", "runs")
     a = cli(*base, "--agent", "noop", "--trials", "3", "--run-id", "a", cwd=tmp_path)
     assert a.returncode == 0, a.stderr
-    args = (*base, "--agent", "reference", "--run-id", "b", "--against", "a",
-            "--until-decided", "--max-trials", "3")
+    hold = tmp_path / "hold"
+    hold.touch()
+    args = (*base, "--agent", "command", "--agent-command", held(tmp_path / "count", hold),
+            "--run-id", "b", "--against", "a", "--until-decided", "--max-trials", "3")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     runner = spawn(*args, cwd=tmp_path, env=env)
     run_dir = tmp_path / "runs" / "b"
@@ -65,12 +85,13 @@ def test_b_better_stops_early_and_an_interrupted_round_resumes_with_its_record(
     finally:
         if runner.poll() is None:
             runner.kill()
+    hold.unlink()
     stopped = record(run_dir)
     assert stopped["decision"] == "undecided" and stopped["next_round"] == 2
     first_look = stopped["looks"][0]
     assert first_look["discordant"] == 4 and first_look["lead"] == 4
 
-    resumed = cli("--dataset", "sample", "run", "--runs-dir", "runs", "--run-id", "b",
+    resumed = cli("--dataset", dataset, "run", "--runs-dir", "runs", "--run-id", "b",
                   "--jobs", "2", cwd=tmp_path, timeout=900)
     assert resumed.returncode == 0, resumed.stderr
     done = record(run_dir)
@@ -97,8 +118,8 @@ def test_b_better_stops_early_and_an_interrupted_round_resumes_with_its_record(
 
 @pytest.mark.slow
 def test_the_same_flaky_agent_on_both_sides_runs_every_round_and_claims_nothing(
-        tmp_path: Path) -> None:
-    base = ("--dataset", "sample", "run", "bakery001", "fleet001", "--isolation", "none",
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    base = ("--dataset", str(tiny_dataset("t1", "t2")), "run", "t1", "t2", "--isolation", "none",
             "--jobs", "1", "--runs-dir", "runs", "--agent", "command")
     a = cli(*base, "--agent-command", alternating(tmp_path / "count-a"), "--trials", "3",
             "--run-id", "a", cwd=tmp_path, timeout=900)
