@@ -86,6 +86,23 @@ For tests whose subject is what happens around passing trials (trials, rounds, r
 merges), not the build; the reference agent's own tests keep real dbt."""
 
 
+def count_trial(counter: Path) -> str:
+    """Shell for a command agent that sets ``n`` to how many trials of this task began before
+    this one: each trial leaves ``counter/<task id>/<n>`` (a task's trials start in order)."""
+    return (f'c={shlex.quote(str(counter))}/"$SPIDER2_TASK_ID"; mkdir -p "$c"; '
+            'n=$(ls "$c" | wc -l); mkdir "$c/$n"; ')
+
+
+def held_solve(counter: Path, hold: Path, task: str | None = None) -> str:
+    """A command agent's command that solves like :data:`TINY_SOLVE`, except that a task's
+    second and later trials (only ``task``'s, when given) wait while ``hold`` exists: a test
+    stops a run mid-trial with no race against a fast machine (the wait costs no CPU);
+    ``counter`` (:func:`count_trial`) says when a wait has begun."""
+    only = "" if task is None else f' && [ "$SPIDER2_TASK_ID" = {shlex.quote(task)} ]'
+    wait = f"while [ -e {shlex.quote(str(hold))} ]; do sleep 0.05; done"
+    return count_trial(counter) + f'if [ "$n" -gt 0 ]{only}; then {wait}; fi; {TINY_SOLVE}'
+
+
 @contextmanager
 def hold_lock(db: Path) -> Iterator[Callable[[], None]]:
     """Hold ``db`` read-write in another process, as a running ``dbt run`` does.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from spider2local.dataset.sample import build as sample_build
 from spider2local.testing import FakeAnthropic, reply, tool
 from spider2local.testing.script import system_text
 from tests.cli.test_run_command import cli
+from tests.helpers import held_solve
 
 pytestmark = [pytest.mark.process, pytest.mark.in_process_readers]
 
@@ -104,27 +105,33 @@ def test_list_shards_with_trials_is_a_matrix_whose_rows_carry_the_trials(
 
 @pytest.mark.slow
 def test_kill_9_in_trial_2_then_resume_gives_exactly_3_results_per_task(
-        tmp_path: Path, kill_leftovers: set[int]) -> None:
-    from tests.cli.test_run_command import dbt_workspaces, sigkill, spawn, wait_for
+        tmp_path: Path, kill_leftovers: set[int], tiny_dataset: Callable[..., Path]) -> None:
+    """Killed while t2's trial 2 runs (its agent held there): tiny tasks solved without dbt,
+    since the subject is the trials' records (reaping a dbt killed mid-run is
+    tests/cli/test_run_command.py's)."""
+    from tests.cli.test_run_command import sigkill, spawn, wait_for
 
-    args = ("--dataset", "sample", "run", "bakery001", "fleet001", "--agent", "reference",
-            "--trials", "3", "--jobs", "1", "--runs-dir", "runs", "--run-id", "k")
-    run_dir = tmp_path / "runs" / "k"
+    hold, count = tmp_path / "hold", tmp_path / "count"
+    hold.touch()
+    args = ("--dataset", str(tiny_dataset("t1", "t2")), "run", "t1", "t2", "--agent",
+            "command", "--agent-command", held_solve(count, hold, task="t2"), "--trials", "3",
+            "--jobs", "1", "--isolation", "none", "--runs-dir", "runs", "--run-id", "k")
+    run_dir = tmp_path / "runs" / "k"  # unsealed: the agent reaches its counter and hold
     runner = spawn(*args, cwd=tmp_path)
     try:
-        wait_for(lambda: (run_dir / "_trials" / "2" / "bakery001" / "result.json").is_file(),
-                 400, "bakery001 trial 2")
-        wait_for(lambda: any("fleet001" in w for w in dbt_workspaces(runner.pid)), 120,
-                 "fleet001's dbt in trial 2")
+        wait_for(lambda: (run_dir / "_trials" / "2" / "t1" / "result.json").is_file(),
+                 400, "t1 trial 2")
+        wait_for(lambda: (count / "t2" / "1").is_dir(), 120, "t2's agent in trial 2")
     finally:
         kill_leftovers |= sigkill(runner)
+    hold.unlink()
     first = trial_results(run_dir)
-    assert sorted(first) == [("bakery001", 1), ("bakery001", 2), ("fleet001", 1)]
+    assert sorted(first) == [("t1", 1), ("t1", 2), ("t2", 1)]
     files = {k: result_file(run_dir, *k).read_bytes() for k in first}
     proc = cli(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     final = trial_results(run_dir)
-    assert sorted(final) == [(t, k) for t in ("bakery001", "fleet001") for k in (1, 2, 3)]
+    assert sorted(final) == [(t, k) for t in ("t1", "t2") for k in (1, 2, 3)]
     assert all(r["status"] == "passed" for r in final.values())
     for key, data in files.items():  # finished trials byte for byte as they were
         assert result_file(run_dir, *key).read_bytes() == data

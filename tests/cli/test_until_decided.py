@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.cli.test_run_command import cli, spawn, wait_for
-from tests.helpers import TINY_SOLVE
+from tests.helpers import TINY_SOLVE, count_trial, held_solve
 
 pytestmark = [pytest.mark.process, pytest.mark.in_process_readers]
 
@@ -39,25 +38,10 @@ def b_trials(run_dir: Path) -> set[tuple[str, int]]:
                     for p in run_dir.glob("_trials/*/*/result.json")}
 
 
-def _count(counter: Path) -> str:
-    """Shell that sets ``n`` to how many trials of this task began before this one (kept
-    per task in ``counter``; a task's trials start in order)."""
-    d = shlex.quote(str(counter))
-    return f'c={d}/"$SPIDER2_TASK_ID"; mkdir -p "$c"; n=$(ls "$c" | wc -l); mkdir "$c/$n"; '
-
-
 def alternating(counter: Path) -> str:
     """A command agent that solves a task on its 1st, 3rd, ... trial and does nothing on the
-    others: a flaky kit whose trials are known in advance."""
-    return _count(counter) + f"if [ $((n % 2)) -eq 0 ]; then {TINY_SOLVE}; fi"
-
-
-def held(counter: Path, hold: Path) -> str:
-    """A command agent that solves every trial, but whose later trials of a task wait while
-    ``hold`` exists: round 2 is still running when the test interrupts it, however fast the
-    machine (the wait costs no CPU)."""
-    return (_count(counter) + f'if [ "$n" -gt 0 ]; then while [ -e {shlex.quote(str(hold))} ]; '
-            f"do sleep 0.05; done; fi; {TINY_SOLVE}")
+    others: a flaky kit whose trials are known in advance (counted in ``counter``)."""
+    return count_trial(counter) + f"if [ $((n % 2)) -eq 0 ]; then {TINY_SOLVE}; fi"
 
 
 @pytest.mark.slow
@@ -70,7 +54,7 @@ def test_b_better_stops_early_and_an_interrupted_round_resumes_with_its_record(
     assert a.returncode == 0, a.stderr
     hold = tmp_path / "hold"
     hold.touch()
-    args = (*base, "--agent", "command", "--agent-command", held(tmp_path / "count", hold),
+    args = (*base, "--agent", "command", "--agent-command", held_solve(tmp_path / "count", hold),
             "--run-id", "b", "--against", "a", "--until-decided", "--max-trials", "3")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     runner = spawn(*args, cwd=tmp_path, env=env)
