@@ -579,11 +579,13 @@ def test_kill_9_at_any_moment_leaves_nothing_once_the_run_is_used_again(
 
 @pytest.mark.slow
 def test_sigterm_during_the_free_passes_is_one_clean_shutdown_and_the_run_resumes(
-        tmp_path: Path) -> None:
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
     """The moment before any agent (the run scoring its start databases in a reader child)
     holds like every other: SIGTERM ends the run as interrupted, its child dies, nothing is
-    half-written, and a resume finishes it."""
-    args = ("run", "bakery001", "fleet001", "--agent", "reference", "--jobs", "2",
+    half-written, and a resume finishes it. Tiny tasks a command agent solves without dbt:
+    the subject is the moment before any agent."""
+    args = ("run", "t1", "t2", "--dataset", str(tiny_dataset("t1", "t2")), "--agent",
+            "command", "--agent-command", TINY_SOLVE, "--jobs", "2",
             "--runs-dir", "runs", "--run-id", "ft")
     log = tmp_path / "runner.log"
     runner = spawn(*args, cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -608,8 +610,8 @@ def test_sigterm_during_the_free_passes_is_one_clean_shutdown_and_the_run_resume
     assert results(run_dir) == {}  # no agent had started: nothing to keep
     done = cli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert {t: r["status"] for t, r in results(run_dir).items()} == {"bakery001": "passed",
-                                                                    "fleet001": "passed"}
+    assert {t: r["status"] for t, r in results(run_dir).items()} == {"t1": "passed",
+                                                                    "t2": "passed"}
 
 
 @pytest.mark.in_process_readers  # its subject is not the readers
