@@ -24,6 +24,7 @@ from spider2local.agents.usage import (
 from spider2local.exceptions import UserError
 from spider2local.sandbox.probe import probe
 from spider2local.suite.load import load_suite
+from tests.helpers import TINY_SOLVE
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
@@ -300,27 +301,26 @@ time.sleep(600)
 
 @pytest.mark.slow
 def test_a_detached_leftover_holding_the_database_is_killed_and_the_trial_scored(
-        tmp_path: Path) -> None:
-    """Without a sandbox the agent does the task with real dbt, then leaves a double-forked
-    python (``env -i``, ``cd /``, its own session) holding the task's database open. It works
-    nowhere near the workspace and carries none of the session's marks, so only its open file
-    names it: it is killed after the agent stage, the checkpoint gets the database, and the
-    trial is scored (it was a free re-roll as ``infrastructure``, and outlived the run)."""
-    from spider2local.dataset.sample import build as sample_build
-    solution = Path(sample_build.__file__).resolve().parent / "solutions" / "library001"
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """Without a sandbox the agent does a tiny task (no dbt: TINY_SOLVE), then leaves a
+    double-forked python (``env -i``, ``cd /``, its own session) holding the task's database
+    open. It works nowhere near the workspace and carries none of the session's marks, so only
+    its open file names it: it is killed after the agent stage, the checkpoint gets the
+    database, and the trial is scored (it was a free re-roll as ``infrastructure``, and
+    outlived the run)."""
     script, ready = tmp_path / f"leftover-{uuid.uuid4().hex[:12]}.py", tmp_path / "leftover.pid"
     script.write_text(LEFTOVER)
-    command = (f"cp -r {solution}/models/. models/ && dbt run >/dev/null 2>&1; cd / && "
+    command = (f"{TINY_SOLVE}; cd / && "
                f'env -i {sys.executable} {script} "$SPIDER2_DATABASE" {ready} '
                "</dev/null >/dev/null 2>&1; "
                f"while [ ! -s {ready} ]; do sleep 0.1; done")
     try:
-        done = cli("--dataset", "sample", "run", "library001", "--agent", "command",
+        done = cli("--dataset", str(tiny_dataset("t1")), "run", "t1", "--agent", "command",
                    "--agent-command", command, "--isolation", "none", "--retries", "0",
                    "--runs-dir", "runs", "--run-id", "l", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         leftover = int(ready.read_text())
-        result = json.loads((task_folder(tmp_path, "l", "library001") / "result.json")
+        result = json.loads((task_folder(tmp_path, "l", "t1") / "result.json")
                             .read_text())
         assert result["status"] == "passed" and result["error"] is None, result
         assert not _alive(leftover), "the leftover outlived the run"
