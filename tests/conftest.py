@@ -27,7 +27,7 @@ from tests.helpers import (
     write_task,
 )
 
-pytest_plugins = ("tests.tiers", "tests.system_wide", "tests.schedule")
+pytest_plugins = ("tests.tiers", "tests.system_wide", "tests.schedule", "tests.cputime")
 
 # The suite starts hundreds of Python processes (the CLI, dbt, the query child); with
 # PYTHONDONTWRITEBYTECODE set (as on this project's machines) each of them compiled spider2local

@@ -295,3 +295,41 @@ def test_the_costliest_files_come_first_and_a_module_fixture_is_built_once(
     done = pytest_in("-n", "3", *" ".join(dist).split())
     assert "6 passed" in done.stdout, done.stdout[-3000:]
     assert len(builds.read_text().splitlines()) == 1  # not once per worker that got a test
+
+
+CPU_TESTS = """
+import subprocess, sys, time
+
+
+def test_busy_child():
+    subprocess.run([sys.executable, "-c",
+                    "import time\\nend = time.process_time() + 0.6\\n"
+                    "while time.process_time() < end: pass"], check=True)
+
+
+def test_sleeps():
+    time.sleep(0.6)
+"""
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_cpu_durations_rank_by_cpu_not_by_the_clock(tmp_path: Path, workers: str) -> None:
+    """A test whose child computes 0.6 s comes first, one that sleeps as long uses next to no
+    CPU: the measure that decides the suite's time on busy cores (tests/cputime.py), the same
+    from xdist's workers and without them."""
+    (tmp_path / "test_cpu.py").write_text(CPU_TESTS)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.cputime", "-p", "no:cacheprovider",
+         "-p", "no:randomly", "-n", workers, "--rootdir", str(tmp_path), "--cpu-durations=0",
+         str(tmp_path / "test_cpu.py")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "2 passed" in done.stdout, done.stdout[-3000:]
+    lines = done.stdout.split("most CPU: ", 1)[1].splitlines()
+    assert lines[0].startswith("6 of 6 phases"), lines  # setup, call, teardown of each
+    calls = {line.split()[-1].split("::")[-1]: float(line.split()[0].rstrip("s"))
+             for line in lines[1:] if " call " in line}
+    assert calls["test_busy_child"] >= 0.5 and calls["test_sleeps"] < 0.2, calls
+    first = lines[1]
+    assert "test_busy_child" in first and " call " in first, lines
