@@ -688,12 +688,15 @@ def test_dbt_that_cannot_be_executed_is_infrastructure_not_a_verdict(tmp_path: P
     assert "exit 126" in error["message"] and "Permission denied" in error["message"]
 
 
-@pytest.mark.slow  # a reference run of one task, then three re-scores
-def test_score_run_dir_keeps_the_verdict_of_a_damaged_kept_database(tmp_path: Path) -> None:
-    proc = cli("run", "bakery001", "--agent", "reference", "--keep-db", "--runs-dir", "runs",
-               "--run-id", "k", cwd=tmp_path)
+@pytest.mark.slow  # a run of one task, then three re-scores
+def test_score_run_dir_keeps_the_verdict_of_a_damaged_kept_database(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """A tiny task solved without dbt: the subject is re-scoring a damaged kept database."""
+    proc = cli("--dataset", str(tiny_dataset("t1")), "run", "t1", "--agent", "command",
+               "--agent-command", TINY_SOLVE, "--keep-db", "--runs-dir", "runs", "--run-id", "k",
+               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    kept = tmp_path / "runs" / "k" / "bakery001" / "result.duckdb"
+    kept = tmp_path / "runs" / "k" / "t1" / "result.duckdb"
     before = (kept.parent / "result.json").read_text()
     assert json.loads(before)["status"] == "passed"
     good = kept.read_bytes()
@@ -703,6 +706,6 @@ def test_score_run_dir_keeps_the_verdict_of_a_damaged_kept_database(tmp_path: Pa
         kept.write_bytes(damage)
         score = cli("score", "runs/k", cwd=tmp_path)
         assert score.returncode == 1 and "Traceback" not in score.stderr, score.stderr
-        assert "bakery001: not re-scorable: kept database damaged: " in score.stderr
+        assert "t1: not re-scorable: kept database damaged: " in score.stderr
         assert named in score.stderr and "the recorded verdict stays" in score.stderr
         assert (kept.parent / "result.json").read_text() == before
