@@ -130,6 +130,7 @@ def test_default_run_ids_never_collide(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.in_process_readers  # its subject is the run folder's name, not the readers
 def test_two_default_runs_in_the_same_second_get_two_folders(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import anyio
