@@ -4,8 +4,10 @@ duplicates resolved to the newest result and said; the merged folder is a run ot
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from spider2local.run.folder import RunFolder
 from spider2local.run.manifest import manifest_problem
 from spider2local.run.merge import merge_runs
 from spider2local.run.resume import remembered
-from tests.helpers import ReferenceRun, by_task, manifest_json
+from tests.helpers import TINY_SOLVE, by_task, manifest_json
 
 pytestmark = pytest.mark.in_process_readers
 """Runs here score in-process: their subject is the run's bookkeeping (tests/conftest.py)."""
@@ -133,25 +135,38 @@ def _verdicts(run_dir: Path) -> tuple[Any, dict[str, tuple[str, str, int, int]]]
 
 
 @pytest.mark.slow
-def test_three_reference_shards_merge_into_the_unsharded_report(
-        tmp_path: Path, reference_run: ReferenceRun) -> None:
-    """N = 3 here; N = 2 is the workflow's own test (tests/test_workflow.py)."""
-    env = {"PYTHONWARNINGS": "ignore", "PATH": str(Path(sys.executable).parent)}
+def test_three_shards_merge_into_the_unsharded_report(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """N = 3 here; N = 2 is the workflow's own test (tests/test_workflow.py). Five tiny tasks
+    a command agent solves without dbt but for t2, which it leaves undone: the subject is the
+    merge, and both verdicts are in the report it must rebuild."""
+    dataset = str(tiny_dataset("t1", "t2", "t3", "t4", "t5"))
+    agent = ("--agent", "command", "--agent-command",
+             f'[ "$SPIDER2_TASK_ID" = t2 ] || {TINY_SOLVE}')
+    env = {**os.environ, "PYTHONWARNINGS": "ignore",
+           "PATH": str(Path(sys.executable).parent)}
+
+    def run(*args: str) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-m", "spider2local", "--dataset", dataset, "run", *agent,
+             "--jobs", "2", "--keep-db", *args], cwd=tmp_path, capture_output=True, text=True,
+            check=False, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr
+
+    run("--runs-dir", "whole", "--run-id", "x")
     sources = []
     for k in (1, 2, 3):
-        proc = subprocess.run(
-            [sys.executable, "-m", "spider2local", "run", "--agent", "reference", "--jobs", "2",
-             "--shard", f"{k}/3", "--keep-db", "--runs-dir", f"s{k}", "--run-id", "x"],
-            cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
-            env={**__import__("os").environ, **env})
-        assert proc.returncode == 0, proc.stderr
+        run("--shard", f"{k}/3", "--runs-dir", f"s{k}", "--run-id", "x")
         sources.append(str(tmp_path / f"s{k}" / "x"))
     proc = subprocess.run([sys.executable, "-m", "spider2local", "merge", *sources, "--into",
                            "merged/x", "--json"], cwd=tmp_path, capture_output=True, text=True,
                           check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["run_id"] == "x"
-    assert _verdicts(tmp_path / "merged" / "x") == _verdicts(reference_run.run_dir)
+    merged, whole = _verdicts(tmp_path / "merged" / "x"), _verdicts(tmp_path / "whole" / "x")
+    assert merged == whole
+    assert {t: v[0] for t, v in merged[1].items()} == {
+        "t1": "passed", "t2": "failed", "t3": "passed", "t4": "passed", "t5": "passed"}
     # the merged run.json carries every task's gold fingerprint: score RUN_DIR re-scores all
     rescored = subprocess.run([sys.executable, "-m", "spider2local", "score", "merged/x"],
                               cwd=tmp_path, capture_output=True, text=True, check=False,
@@ -163,8 +178,6 @@ def test_three_reference_shards_merge_into_the_unsharded_report(
 def test_links_and_special_files_in_a_source_are_not_followed(tmp_path: Path) -> None:
     """A source is a downloaded artifact: a link in a task folder to a folder outside (``/``,
     a home) must not copy that folder into the merged run, and a FIFO must not stop the merge."""
-    import os
-
     outside = tmp_path / "outside"
     (outside / "deep").mkdir(parents=True)
     (outside / "deep" / "secret.txt").write_text("TOP-SECRET")
@@ -281,7 +294,6 @@ def test_a_merge_killed_half_way_is_started_over_by_the_next(tmp_path: Path) -> 
     """kill -9 while the merged folder is written (its mark there, no run.json, no lock
     holder): the next merge into it starts over and gives the whole run, where it refused a
     folder the user never made."""
-    import os
     import signal
     import time
 
