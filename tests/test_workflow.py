@@ -18,7 +18,6 @@ import yaml
 
 from spider2local.report.summary import load_report
 from spider2local.run.folder import RunFolder
-from tests.helpers import ReferenceRun
 
 pytestmark = pytest.mark.in_process_readers
 """Runs here score in-process: their subject is the workflow's steps (tests/conftest.py)."""
@@ -109,14 +108,15 @@ def test_only_the_sysctl_needs_root_and_the_agent_is_sandboxed_as_the_runner_use
 
 
 @pytest.mark.slow
-def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
-                                                     reference_run: ReferenceRun) -> None:
+def test_the_workflows_commands_run_locally_in_order(tmp_path: Path) -> None:
+    """With the noop agent, a choice of the workflow's own: the subject is its plan, shards,
+    artifacts and report; the sample's reference build (4 s of CPU a task) adds nothing."""
     workflow = yaml.safe_load(WORKFLOW.read_text())
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "DATASET": "sample",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("CLAUDE_CODE_OAUTH_TOKEN", None)
-    values = {"inputs.shards": "2", "inputs.subset": "all", "inputs.agent": "reference",
+    values = {"inputs.shards": "2", "inputs.subset": "all", "inputs.agent": "noop",
               "inputs.model": "unused", "inputs.trials": "1", "github.run_id": "42",
               "github.run_attempt": "1",
               "secrets.ANTHROPIC_API_KEY": ""}
@@ -161,7 +161,13 @@ def test_the_workflows_commands_run_locally_in_order(tmp_path: Path,
         _run_step(step, report, values, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
     merged = report / "runs" / run_id
     # the merged run is the unsharded run: same verdicts, same headline
-    assert _verdicts(merged) == _verdicts(reference_run.run_dir)
+    whole = subprocess.run([sys.executable, "-m", "spider2local", "--dataset", "sample", "run",
+                            "--agent", "noop", "--runs-dir", "whole", "--run-id", run_id,
+                            "--keep-db"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, check=False, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert _verdicts(merged) == _verdicts(tmp_path / "whole" / run_id)
+    assert {row[0] for row in _verdicts(merged)[1].values()} == {"failed"}
     assert summary.is_file() and summary.read_text().strip()
     for artifact in ("report/junit.xml", "report/report.html"):
         assert (report / artifact).is_file(), artifact
