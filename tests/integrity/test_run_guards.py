@@ -49,6 +49,7 @@ def add_table(db: Path) -> None:
     con.close()
 
 
+@pytest.mark.in_process_readers  # its subject is the guard, not the readers
 def test_fingerprints_are_in_run_json_and_clean_tasks_say_clean(
         data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
@@ -61,6 +62,7 @@ def test_fingerprints_are_in_run_json_and_clean_tasks_say_clean(
     assert rescore_run(folder, data)  # untouched: re-scored as before
 
 
+@pytest.mark.in_process_readers  # its subject is the guard, not the readers
 def test_a_resume_after_gold_changed_is_refused(data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
     run(data, folder)
@@ -73,6 +75,7 @@ def test_a_resume_after_gold_changed_is_refused(data: Dataset, tmp_path: Path) -
         run(data, folder)
 
 
+@pytest.mark.in_process_readers  # its subject is the guard, not the readers
 def test_a_resume_of_a_finished_run_after_gold_changed_is_refused(
         data: Dataset, tmp_path: Path) -> None:
     """Nothing left to run is no reason to skip the check: the finished tasks' gold is
@@ -89,6 +92,7 @@ def test_a_resume_of_a_finished_run_after_gold_changed_is_refused(
     assert folder.read_manifest() == before
 
 
+@pytest.mark.in_process_readers  # its subject is the guard, not the readers
 def test_a_resume_with_another_scorer_is_refused(data: Dataset, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     copy = tmp_path / "pkg"
@@ -132,6 +136,7 @@ def test_gold_tampered_during_the_run_is_an_integrity_error_for_that_task_only(
     assert "--accept-changes" in proc.stderr
 
 
+@pytest.mark.in_process_readers  # its subject is the guard, not the readers
 def test_rescore_refuses_changed_gold_unless_accepted(data: Dataset, tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path / "runs", "r")
     run(data, folder)
