@@ -166,8 +166,12 @@ def test_thread_check_catches_a_faked_monotonic_clock() -> None:
 
 @pytest.mark.slow
 def test_thread_check_catches_the_spinning_recipe() -> None:
+    """Every time: timed by the clock with 0.5 s allowed for noise, the check let the spinning
+    recipe pass now and then (0.92 s against a limit of 0.94 s, on an idle machine), which
+    failed a clean-clone CI run; its CPU time (0.9-2.4 s against 0.22 s) is never near."""
     env = _selftest_env()
     del env["FAKETIME_FORCE_MONOTONIC_FIX"]
-    check = anyio.run(check_threads, env, 60.0)
-    assert not check.ok and "faked vs" in check.detail
+    for _ in range(3):
+        check = anyio.run(check_threads, env, 60.0)
+        assert not check.ok and "faked vs" in check.detail, check
 
