@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +98,17 @@ def _interpreter(user: User) -> Path | str:
     return f"no Python >= 3.11 with venv that uid {user.uid} can run ({tried})"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Install:
+    """The module's venv; not frozen: ``installed`` follows what pip last put there."""
+
     venv: Path
     wheel: Path
     user: User | str
-    installed: list[tuple[str, ...]] = field(default_factory=list)
-    """What the venv holds now (the last target installed): a test asks for the wheel, and
-    pip runs only when another test left something else there (2-3 s of CPU a time)."""
+    installed: tuple[str, ...] | None = None
+    """The target the venv holds now (``None``: unknown, after a pip that failed): a test asks
+    for the wheel, and pip runs only when another test left something else there (2-3 s of
+    CPU a time)."""
 
     @property
     def cli(self) -> Path:
@@ -113,11 +116,11 @@ class Install:
 
     def reinstall(self, *target: str) -> None:
         """Make ``target`` the installed spider2local (the dependencies stay)."""
-        if self.installed[-1:] == [target]:
+        if self.installed == target:
             return
-        self.installed.clear()  # unknown until pip has succeeded
+        self.installed = None  # unknown until pip has succeeded
         _pip(self.venv, "install", "--no-deps", "--force-reinstall", *target)
-        self.installed.append(target)
+        self.installed = target
 
 
 def _pip(venv: Path, *args: str) -> None:
@@ -151,7 +154,7 @@ def install() -> Iterator[Install]:
                               text=True, timeout=300, check=False)
         assert made.returncode == 0, made.stderr
         _pip(venv, "install", str(wheel))
-        yield Install(venv, wheel, user, [(str(wheel),)])
+        yield Install(venv, wheel, user, (str(wheel),))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
