@@ -70,6 +70,14 @@ class _Group(click.Group):
             click.echo("spider2local: error: not enough memory to go on (the tasks recorded "
                        "so far stay; free memory, then resume the run)", err=True)
             ctx.exit(NO_MEMORY)
+        except BaseExceptionGroup as group:
+            # a stop signal before the run took its handlers raises KeyboardInterrupt wherever
+            # the code is; inside a task group (the free passes' reader starting) it arrives
+            # wrapped, and printed a traceback with exit code 1 (a SIGTERM in a CI run)
+            if group.split(KeyboardInterrupt)[1] is not None:
+                raise
+            click.echo("\nspider2local: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
 
 
 def _set_suite(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
