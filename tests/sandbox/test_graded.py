@@ -4,7 +4,10 @@ the scorer cannot read is not copied; an agent's view gets nothing of the host i
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -157,3 +160,35 @@ def test_small_tables_make_a_small_file(tmp_path: Path) -> None:
     copy = tmp_path / "graded.duckdb"
     keep_graded(db, copy, ("t0", "t1", "t2"))
     assert copy.stat().st_size < 150_000
+
+
+@pytest.mark.process
+def test_the_graded_child_never_imports_pandas_and_reads_quoted_names(tmp_path: Path) -> None:
+    """Every trial's graded copy is a fresh child: pandas (imported by DuckDB as soon as a
+    ``?`` parameter is bound, as the graded name's parse once did) more than tripled its cost
+    (0.18 s to 0.55 s of CPU). The name checked goes into that parse as a literal, so a name
+    holding quotes is kept as the scorer reads it, never cut short."""
+    original = agent_db(tmp_path / "shop.duckdb")
+    con = duckdb.connect(str(original))
+    con.execute("""CREATE TABLE "it's" AS SELECT 1 AS x""")
+    con.close()
+    copy = tmp_path / "out" / "graded.duckdb"
+    copy.parent.mkdir()
+    names = (*GRADED, '"it\'s"', "broken")
+    code = ("import sys, json; from pathlib import Path; "
+            "from spider2local.sandbox.graded import keep_graded; "
+            "found = keep_graded(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])); "
+            "print(json.dumps([found, sorted(m for m in ('pandas', 'numpy') "
+            "if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", code, str(original), str(copy),
+                           json.dumps(names)], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    found, imported = json.loads(done.stdout)
+    assert imported == [], done.stderr
+    assert [k for k, v in found.items() if v is None] == [*GRADED, '"it\'s"']
+    assert found["broken"] is not None and "doomed" in found["broken"]
+    con = duckdb.connect(str(copy), read_only=True)
+    try:
+        assert con.execute("""SELECT x FROM "it's\"""").fetchall() == [(1,)]
+    finally:
+        con.close()
