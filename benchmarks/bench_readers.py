@@ -1,6 +1,6 @@
 """What do the reader sandboxes cost per task? The runner's DuckDB readers of one task (the
-start snapshot, the checkpoint, the score, and one query-tool call) on a copy of the sample's
-bakery001 database against its gold, three ways:
+start snapshot, the checkpoint, the score, the graded tables' copy and one query-tool call) on
+a copy of the sample's bakery001 database against its gold, three ways:
 
 - ``in-process``: the readers as they ran before issue 19 (no child, no sandbox), the baseline;
 - ``children``: each reader a ``python -I -m`` child without namespaces (the fallback);
@@ -32,7 +32,8 @@ from spider2local.db.snapshot import read_snapshot
 from spider2local.dbtools.query import QueryService
 from spider2local.evaluation.params import EvalParams
 from spider2local.evaluation.score import score_database
-from spider2local.sandbox import readers
+from spider2local.run.graded import keep_graded
+from spider2local.sandbox import graded, readers
 from spider2local.sandbox.dbreads import checkpoint_sandboxed, snapshot_sandboxed
 from spider2local.sandbox.probe import probe
 from spider2local.sandbox.scoring import score_sandboxed_sync
@@ -55,6 +56,7 @@ def in_process(db: Path, gold: Path, params: EvalParams) -> dict[str, float]:
     return _timed({"snapshot": lambda: read_snapshot(db, db.name),
                    "checkpoint": checkpoint,
                    "score": lambda: score_database(db, gold, params),
+                   "graded": lambda: graded.keep_graded(db, _fresh(db), params.condition_tabs),
                    "query": query})
 
 
@@ -67,10 +69,21 @@ def children(db: Path, gold: Path, params: EvalParams) -> dict[str, float]:
         if result.error:
             raise SystemExit(f"query failed: {result.error}")
 
+    def kept() -> None:
+        anyio.run(keep_graded, db, _fresh(db), params.condition_tabs)
+
     return _timed({"snapshot": lambda: snapshot_sandboxed(db),
                    "checkpoint": lambda: checkpoint_sandboxed(db, 3.0),
                    "score": lambda: score_sandboxed_sync(db, gold, params),
+                   "graded": kept,
                    "query": query})
+
+
+def _fresh(db: Path) -> Path:
+    """Where the graded copy goes: a name not taken (the copy refuses an existing file)."""
+    out = db.parent / "graded.duckdb"
+    out.unlink(missing_ok=True)
+    return out
 
 
 def _timed(steps: dict[str, Callable[[], object]]) -> dict[str, float]:
