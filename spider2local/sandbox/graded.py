@@ -84,8 +84,11 @@ def plain_name(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str]:
     # a literal, not a ``?`` parameter: binding one makes DuckDB's Python module import pandas
     # (to check whether the value is a DataFrame), 0.41 of this child's 0.55 s of CPU
     # (measured, duckdb 1.5.6; the snapshot's reader learnt the same: db/snapshot.py)
-    row = con.execute(f"SELECT json_serialize_sql({literal(f'SELECT * FROM {name}')})"
-                      ).fetchone()
+    try:
+        row = con.execute(f"SELECT json_serialize_sql({literal(f'SELECT * FROM {name}')})"
+                          ).fetchone()
+    except duckdb.Error:  # a NUL ends DuckDB's SQL text: the literal is cut, never a name
+        raise NotKeepable(f"graded table {name!r} is not a table name") from None
     parsed: Any = json.loads(row[0]) if row else {}
     statements = parsed.get("statements") if isinstance(parsed, dict) else None
     if parsed.get("error") or not isinstance(statements, list) or len(statements) != 1:

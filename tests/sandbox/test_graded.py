@@ -125,7 +125,8 @@ def test_a_view_reading_a_host_file_copies_nothing_of_it(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("name", ["shop.main.orders", "shop.orders.x", "orders WHERE id > 1",
                                   "orders o", "read_csv('/etc/passwd')", "orders; DROP TABLE x",
-                                  "(SELECT 1)", "orders, orders"])
+                                  "(SELECT 1)", "orders, orders", "orders\x00; DROP TABLE x",
+                                  "orders'); SELECT 1; --", "'"])
 def test_a_name_that_is_not_a_plain_table_name_keeps_nothing(tmp_path: Path, name: str) -> None:
     db = make_duckdb(tmp_path / "shop.duckdb", {"orders": "SELECT 1 AS id"})
     with pytest.raises(NotKeepable, match="graded table"):
