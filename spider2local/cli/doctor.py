@@ -28,6 +28,8 @@ from spider2local.agents.registry import (
 from spider2local.dataset.task import Dataset
 from spider2local.exceptions import Spider2LocalError
 from spider2local.safepath import is_within
+from spider2local.sandbox.launcher import root_override_needed
+from spider2local.sandbox.probe import probe
 from spider2local.sandbox.readers import IN_PROCESS_ENV, reader_mode
 from spider2local.suite.model import Suite
 
@@ -237,7 +239,7 @@ def _isolation(suite: Suite, agent: str, data: Dataset | Spider2LocalError) -> C
     ``run``, so the line cannot disagree with what a run does. A failure is required only when
     the suite asks for ``namespace`` (``auto`` falls back to none, with a warning)."""
     from spider2local.sandbox.isolation import IsolationMode, choose_isolation
-    from spider2local.sandbox.probe import check_agent_sandbox, probe
+    from spider2local.sandbox.probe import check_agent_sandbox
     from spider2local.suite.options import Isolation
     from spider2local.workspace.environment import START_DIR
 
@@ -298,6 +300,10 @@ def _dataset(data: Dataset | Spider2LocalError) -> Check:
     if isinstance(data, Spider2LocalError):
         return Check("dataset", False, str(data))
     runnable = sum(t.runnable for t in data.tasks)
+    files = [p for t in data.tasks for p in (t.start_db, t.gold.db if t.gold else None) if p]
+    unreachable = root_override_needed(files) if probe().ok else None
+    if unreachable is not None:  # every trial's scorer would fail: infrastructure, each one
+        return Check("dataset", False, f"the reader sandboxes cannot open it: {unreachable}")
     return Check("dataset", True, f"{data.root}: {len(data.tasks)} tasks, {runnable} runnable")
 
 

@@ -524,7 +524,9 @@ class Launcher:
         text = self.setup_messages()
         if text is None:
             return None  # never started: its caller's own error says why
-        return f"sandbox could not be built: {decisive_line(text)}"
+        why = f"sandbox could not be built: {decisive_line(text)}"
+        found = root_override_needed((*self.spec.read_only, *self.spec.writable))
+        return why if found is None else f"{why} ({found})"
 
     def setup_messages(self) -> str | None:
         """What the launcher's tools (``unshare``, ``mount``, ...) said while building the
@@ -538,6 +540,46 @@ class Launcher:
         """Delete the folder (the new root was only ever mounted inside the namespace, so
         what is left on the host is an empty folder and the script)."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def root_override_needed(paths: Iterable[Path]) -> str | None:
+    """Why a sandbox of root's cannot reach one of ``paths``, when that is the cause, else None.
+
+    Root reads another user's private files (a cache folder of mode 0700, a dataset unpacked by
+    another account) through CAP_DAC_OVERRIDE, which a user namespace grants only over files
+    whose owner and group are mapped into it; ``--map-root-user`` maps root alone. So ``sudo -E
+    spider2local run`` over the invoking user's cache (the sample suite's gold is there) built
+    no reader sandbox, each trial ending as infrastructure with only mount's "cannot mount ...
+    read-only" to go on. Checked the kernel's way, component by component, as uid 0 and gid 0
+    without the override; only for root (anyone else's sandbox reaches what they can)."""
+    if os.geteuid() != 0:
+        return None
+    for path in paths:
+        for part in (*reversed(path.parents), path):
+            try:
+                st = part.stat()
+            except OSError:
+                break  # gone or not ours to judge: mount's own message stands
+            need = stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else stat.S_IROTH
+            if _allowed_without_override(st, need):
+                continue
+            return (f"{part} is reachable by root only through its override of file "
+                    f"permissions (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}), "
+                    "which root does not keep in the sandbox's user namespace: run spider2local "
+                    f"as uid {st.st_uid}, or as root with a HOME of its own (sudo -H)")
+    return None
+
+
+def _allowed_without_override(st: os.stat_result, need: int) -> bool:
+    """Whether uid 0 / gid 0 may use ``st`` by its mode bits alone (``need``: the bit for
+    others); a file of root's (owner and group mapped) keeps the override."""
+    if st.st_uid == 0 and st.st_gid == 0:
+        return True
+    if st.st_uid == 0:
+        return bool(st.st_mode & (need << 6))
+    if st.st_gid == 0:
+        return bool(st.st_mode & (need << 3))
+    return bool(st.st_mode & need)
 
 
 _HINTS = ("dmesg(1) may have more information",)

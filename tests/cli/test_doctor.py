@@ -107,3 +107,32 @@ def test_the_test_suites_reader_mode_fails_doctor_and_says_how_to_leave_it(
     monkeypatch.setenv(IN_PROCESS_ENV, "yes")
     odd = doctor._readers()
     assert odd is not None and not odd.ok and not odd.required and "is not a mode" in odd.detail
+
+
+@pytest.mark.process  # the namespace probe runs unshare
+def test_a_dataset_root_reads_only_through_its_override_fails_the_dataset_line(
+        tmp_path: Path, tiny_dataset: Callable[..., Path]) -> None:
+    """``sudo -E spider2local doctor`` over the invoking user's private folder: root reads it,
+    the reader sandboxes cannot (tests/sandbox/test_launcher.py), and every trial's scorer
+    would fail as infrastructure. doctor says so, with the folder and the fix."""
+    import os
+    import shutil
+
+    from spider2local.dataset.load import load_dataset
+    from spider2local.sandbox.probe import probe
+    from spider2local.suite.model import Suite
+
+    if os.geteuid() != 0 or not probe().ok:
+        pytest.skip("needs root (to give a folder to another user) and namespaces")
+    private = tmp_path / "alice"
+    private.mkdir()
+    root = shutil.move(tiny_dataset("t1"), private / "data")
+    data = load_dataset(Suite(tmp_path / "tasks.toml", Path(root)))
+    assert doctor._dataset(data).ok
+    os.chown(private, 65534, 65534)
+    private.chmod(0o700)
+    check = doctor._dataset(data)
+    assert not check.ok and check.required
+    assert check.detail.startswith(f"the reader sandboxes cannot open it: {private} is "
+                                   "reachable by root only"), check.detail
+    assert "run spider2local as uid 65534" in check.detail

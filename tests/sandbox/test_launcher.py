@@ -25,6 +25,7 @@ from spider2local.sandbox.launcher import (
     Service,
     launcher_script,
     plan_mounts,
+    root_override_needed,
     tools,
 )
 from spider2local.sandbox.network import RELAY_PORT, NetworkSeal
@@ -644,3 +645,66 @@ def test_the_program_holds_no_descriptor_of_the_launchers_files(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == ["0", "1", "2", "3"]  # 3: ls's own directory
     assert done.stderr.strip() == "to-stderr"
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another user (chown)")
+NOBODY = 65534
+
+
+def foreign_private(tmp_path: Path) -> Path:
+    """A gold file in another user's private folder (mode 0700), as ``sudo -E`` finds the
+    invoking user's cache: root reads it through CAP_DAC_OVERRIDE alone."""
+    folder = tmp_path / "alice-cache"
+    folder.mkdir()
+    gold = folder / "gold.duckdb"
+    gold.write_bytes(b"gold")
+    os.chown(gold, NOBODY, NOBODY)
+    os.chown(folder, NOBODY, NOBODY)
+    folder.chmod(0o700)
+    return gold
+
+
+@needs_root
+def test_root_override_needed_names_the_private_folder_of_another_user(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gold = foreign_private(tmp_path)
+    found = root_override_needed([tmp_path, gold])
+    assert found is not None and found.startswith(f"{gold.parent} is reachable by root only")
+    assert f"owner uid {NOBODY}, mode 0700" in found and "sudo -H" in found
+    gold.parent.chmod(0o755)  # others may enter: the sandbox reaches it without the override
+    assert root_override_needed([gold]) is None
+    gold.chmod(0o600)  # ... but not read the file itself
+    found = root_override_needed([gold])
+    assert found is not None and found.startswith(f"{gold} is reachable by root only")
+    os.chown(gold, NOBODY, 0)
+    gold.chmod(0o640)  # root's group may read it: mapped, so the mode bits suffice
+    assert root_override_needed([gold]) is None
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)  # root's own private folder: the override stays (root is mapped)
+    assert root_override_needed([mine, tmp_path / "not-there" / "x"]) is None
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # anyone else reaches what they can
+    gold.chmod(0o600)
+    assert root_override_needed([gold]) is None
+
+
+@pytest.mark.process
+@needs_namespaces
+@needs_root
+def test_a_root_sandbox_over_another_users_private_file_says_why_and_the_fix(
+        tmp_path: Path) -> None:
+    """The sandbox really cannot bind it (the kernel refuses root the override in the user
+    namespace), and the failure says which folder, whose, and what to do, not only mount's
+    "cannot mount ... read-only"."""
+    gold = foreign_private(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(gold,), writable=(ws,)))
+    try:
+        done = inside(launcher, ws, f"cat {gold} > {ws}/read")
+        failure = launcher.failure()
+    finally:
+        launcher.remove()
+    assert done.returncode != 0 and not (ws / "read").exists()
+    assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
+    assert f"({gold.parent} is reachable by root only" in failure
+    assert f"run spider2local as uid {NOBODY}, or as root with a HOME of its own" in failure
