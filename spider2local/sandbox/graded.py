@@ -10,6 +10,12 @@ copies every type as it is (ENUM, UUID, INTERVAL, HUGEINT, LIST, STRUCT, MAP, UN
 TIMESTAMPTZ keep their type; measured on duckdb 1.5.6), so scoring the copy reads the frames
 the scorer read. ``spider2local regrade`` scores these files again.
 
+What that does not cover: a view is the agent's SQL run again, in another connection. One
+that reads the clock or ``random()`` gives other rows, and one written to tell the copy apart
+(it can see the output database attached beside it in ``duckdb_databases()``) can put in the
+copy what the scorer never read. So a regrade of tables is exact; a regrade of an agent's views
+is evidence, not proof (the live verdict is the one the run recorded).
+
 A table the scorer cannot read (absent, a broken view) is not in the file and the scorer finds
 it missing there too: the same verdict. A name that is not a plain ``table`` or
 ``schema.table`` (a catalog-qualified one, or more SQL than a name) raises
@@ -35,6 +41,12 @@ from spider2local.db.sql import literal, qualified
 
 OUTPUT = "spider2local_graded"
 """The catalog name the new file is attached under while it is written."""
+
+
+MAX_NAME = 1000
+"""Longer graded names are refused before they are parsed: no table is named so, and the
+parse of a literal doubling thousands of quotes grows quadratically (2,000,000 quotes: 49 s;
+found by review)."""
 
 
 class NotKeepable(ValueError):
@@ -81,17 +93,24 @@ def plain_name(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str]:
     """``(schema, table)`` of a graded name, as DuckDB's own parser reads ``SELECT * FROM
     <name>`` (``main`` when none is given); raises :class:`NotKeepable` for anything but a
     plain ``table`` or ``schema.table``."""
-    # a literal, not a ``?`` parameter: binding one makes DuckDB's Python module import pandas
+    if len(name) > MAX_NAME:
+        raise NotKeepable(f"graded table {name[:40]!r}... is not a table name "
+                          f"(over {MAX_NAME} characters)")
+    # A literal, not a ``?`` parameter: binding one makes DuckDB's Python module import pandas
     # (to check whether the value is a DataFrame), 0.41 of this child's 0.55 s of CPU
-    # (measured, duckdb 1.5.6; the snapshot's reader learnt the same: db/snapshot.py)
+    # (measured, duckdb 1.5.6; the snapshot's reader learnt the same: db/snapshot.py). The
+    # parser called by its catalog's name: the agent's database may hold a macro named
+    # ``json_serialize_sql`` of its own, which an unqualified call runs instead (it swapped
+    # two tables' copies; found by review).
     try:
-        row = con.execute(f"SELECT json_serialize_sql({literal(f'SELECT * FROM {name}')})"
-                          ).fetchone()
+        row = con.execute("SELECT system.main.json_serialize_sql("
+                          f"{literal(f'SELECT * FROM {name}')})").fetchone()
     except duckdb.Error:  # a NUL ends DuckDB's SQL text: the literal is cut, never a name
         raise NotKeepable(f"graded table {name!r} is not a table name") from None
-    parsed: Any = json.loads(row[0]) if row else {}
+    parsed: Any = json.loads(row[0]) if row and isinstance(row[0], str) else {}
     statements = parsed.get("statements") if isinstance(parsed, dict) else None
-    if parsed.get("error") or not isinstance(statements, list) or len(statements) != 1:
+    if not isinstance(parsed, dict) or parsed.get("error") or not isinstance(statements, list) \
+            or len(statements) != 1 or not isinstance(statements[0], dict):
         raise NotKeepable(f"graded table {name!r} is not a table name")
     node = statements[0].get("node") or {}
     source = node.get("from_table") or {}

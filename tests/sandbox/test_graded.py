@@ -193,3 +193,33 @@ def test_the_graded_child_never_imports_pandas_and_reads_quoted_names(tmp_path: 
         assert con.execute("""SELECT x FROM "it's\"""").fetchall() == [(1,)]
     finally:
         con.close()
+
+
+def test_a_macro_named_like_the_parser_in_the_agents_database_changes_nothing(
+        tmp_path: Path) -> None:
+    """The agent's database defines its own ``json_serialize_sql``, answering for ``a`` the
+    parse of ``b`` and the other way round: the names are parsed by DuckDB's own function,
+    so each copy holds its own table's rows (an unqualified call swapped them)."""
+    db = tmp_path / "shop.duckdb"
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("CREATE TABLE a AS SELECT 'A' AS v")
+        con.execute("CREATE TABLE b AS SELECT 'B' AS v")
+        parse_a, parse_b = (con.execute("SELECT json_serialize_sql(?)", [f"SELECT * FROM {t}"]
+                                        ).fetchone()[0] for t in "ab")  # type: ignore[index]
+        swapped = (f"CASE WHEN x LIKE '%a' THEN '{parse_b}' ELSE '{parse_a}' END")
+        con.execute(f"CREATE MACRO json_serialize_sql(x) AS {swapped}")
+        assert con.execute("SELECT json_serialize_sql('SELECT * FROM a')").fetchone() == \
+            (parse_b,)  # the trap is armed
+    finally:
+        con.close()
+    copy = tmp_path / "graded.duckdb"
+    assert keep_graded(db, copy, ("a", "b")) == {"a": None, "b": None}
+    with duckdb.connect(str(copy), read_only=True) as con:
+        assert con.execute("SELECT (SELECT v FROM a), (SELECT v FROM b)").fetchone() == ("A", "B")
+
+
+def test_a_name_past_the_limit_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    db = make_duckdb(tmp_path / "shop.duckdb", {"orders": "SELECT 1 AS id"})
+    with pytest.raises(NotKeepable, match="over 1000 characters"):
+        keep_graded(db, tmp_path / "graded.duckdb", ("orders", "'" * 500_000))
