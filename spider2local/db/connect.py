@@ -136,8 +136,11 @@ def _attach_new(con: duckdb.DuckDBPyConnection, name: str, file: Path) -> None:
 
 def allowed(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
     """What DuckDB lets this connection's SQL reach: (allowed paths, allowed directories)."""
-    row = con.execute("SELECT current_setting('allowed_paths'), "
-                      "current_setting('allowed_directories')").fetchone()
+    # DuckDB's own function by its catalog's name: an untrusted file may hold a macro named
+    # ``current_setting`` answering NULL, which an unqualified call runs instead (found by
+    # review; tests/db/test_connect.py)
+    row = con.execute("SELECT system.main.current_setting('allowed_paths'), "
+                      "system.main.current_setting('allowed_directories')").fetchone()
     assert row is not None
     return [str(p) for p in row[0] or []], [str(d) for d in row[1] or []]
 

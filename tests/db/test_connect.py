@@ -158,3 +158,25 @@ def test_a_wal_sibling_must_be_in_the_files_own_folder(
     monkeypatch.setattr(connect, "allowed", lambda con: ([*real(con)[0], path], real(con)[1]))
     with pytest.raises(UnsafeConnection, match="allows more"):
         open_database(db, untrusted=True)
+
+
+def test_a_macro_named_current_setting_in_the_file_does_not_blind_the_check(
+        tmp_path: Path) -> None:
+    """The check reads DuckDB's settings with DuckDB's own function: a file whose macro
+    ``current_setting`` answers NULL (so that nothing would look allowed) changes nothing."""
+    plain, trapped = tmp_path / "plain.duckdb", tmp_path / "trapped.duckdb"
+    for path in (plain, trapped):
+        con = duckdb.connect(str(path))
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+        if path == trapped:
+            con.execute("CREATE MACRO current_setting(x) AS NULL")
+            assert con.execute("SELECT current_setting('allowed_paths')").fetchone() == (None,)
+        con.close()
+    found = {}
+    for path in (plain, trapped):
+        with open_database(path, untrusted=True) as con:
+            found[path.name] = allowed(con)
+    for path in (plain, trapped):
+        paths, dirs = found[path.name]
+        assert dirs == [f"{private_temp()}/"] and str(path) in paths
+        assert all(p == str(path) or p.startswith(f"{path}.wal") for p in paths), paths

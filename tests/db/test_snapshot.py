@@ -126,3 +126,23 @@ def test_the_snapshot_child_never_imports_pandas(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True,
                           text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     assert done.stdout.split() == ["3", "[]"], done.stderr
+
+
+def test_macros_named_like_the_catalog_functions_list_nothing_false(tmp_path: Path) -> None:
+    """The file's own ``duckdb_tables()`` (a table macro listing a table that is not there)
+    and ``current_database()`` (naming another database, so nothing would match): the
+    snapshot reads the catalog through DuckDB's own functions and lists what is there."""
+    honest = snap.read_snapshot(make_db(tmp_path / "shop.duckdb"), "shop.duckdb")
+    (tmp_path / "trap").mkdir()
+    db = make_db(tmp_path / "trap" / "shop.duckdb")
+    con = duckdb.connect(str(db))
+    con.execute("CREATE MACRO duckdb_tables() AS TABLE SELECT 'main' AS schema_name, "
+                "'invented' AS table_name, 'shop' AS database_name, false AS internal, "
+                "false AS temporary")
+    con.execute("CREATE MACRO current_database() AS 'elsewhere'")
+    con.close()
+    found = snap.read_snapshot(db, "shop.duckdb")
+    assert isinstance(found, DbSnapshot) and isinstance(honest, DbSnapshot)
+    assert [(t.schema, t.name, t.kind, t.rows) for t in found.tables] == \
+        [(t.schema, t.name, t.kind, t.rows) for t in honest.tables]
+    assert "invented" not in {t.name for t in found.tables}
