@@ -524,8 +524,9 @@ class Launcher:
         text = self.setup_messages()
         if text is None:
             return None  # never started: its caller's own error says why
-        why = f"sandbox could not be built: {decisive_line(text)}"
-        found = root_override_needed((*self.spec.read_only, *self.spec.writable))
+        line = decisive_line(text)
+        why = f"sandbox could not be built: {line}"
+        found = root_override_needed((*self.spec.read_only, *self.spec.writable), named_in=line)
         return why if found is None else f"{why} ({found})"
 
     def setup_messages(self) -> str | None:
@@ -542,44 +543,68 @@ class Launcher:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def root_override_needed(paths: Iterable[Path]) -> str | None:
+def root_override_needed(paths: Iterable[Path], *, named_in: str | None = None) -> str | None:
     """Why a sandbox of root's cannot reach one of ``paths``, when that is the cause, else None.
 
     Root reads another user's private files (a cache folder of mode 0700, a dataset unpacked by
     another account) through CAP_DAC_OVERRIDE, which a user namespace grants only over files
-    whose owner and group are mapped into it; ``--map-root-user`` maps root alone. So ``sudo -E
-    spider2local run`` over the invoking user's cache (the sample suite's gold is there) built
-    no reader sandbox, each trial ending as infrastructure with only mount's "cannot mount ...
-    read-only" to go on. Checked the kernel's way, component by component, as uid 0 and gid 0
-    without the override; only for root (anyone else's sandbox reaches what they can)."""
+    whose owner and group are both mapped into it; ``--map-root-user`` maps root alone. So
+    ``sudo -E spider2local run`` over the invoking user's cache (the sample suite's gold is
+    there) built no reader sandbox, each trial ending as infrastructure with only mount's
+    "cannot mount ... read-only" to go on. Each path is walked as given and by its real path
+    (the plan binds both; a link may lead into the private folder), component by component,
+    with the permission rules of uid 0 and root's groups but without the override. A
+    component with an ACL is not judged (its entries may let root in): this says only what is
+    sure. ``named_in``: a failed mount's message; only paths it names are looked at. Only for
+    root: anyone else's sandbox reaches what they can."""
     if os.geteuid() != 0:
         return None
+    groups = {os.getegid(), *os.getgroups()}
     for path in paths:
-        for part in (*reversed(path.parents), path):
-            try:
-                st = part.stat()
-            except OSError:
-                break  # gone or not ours to judge: mount's own message stands
-            need = stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else stat.S_IROTH
-            if _allowed_without_override(st, need):
-                continue
-            return (f"{part} is reachable by root only through its override of file "
-                    f"permissions (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}), "
-                    "which root does not keep in the sandbox's user namespace: run spider2local "
-                    f"as uid {st.st_uid}, or as root with a HOME of its own (sudo -H)")
+        # the real path first: a link's own component stats as its target, so the given
+        # path's walk would name the link where the folder at fault is the target
+        walks = dict.fromkeys((Path(os.path.realpath(path)),
+                               Path(os.path.abspath(path))))  # noqa: PTH100 (links kept)
+        if named_in is not None and not any(str(w) in named_in for w in walks):
+            continue
+        for walk in walks:
+            blocked = _blocked_part(walk, groups)
+            if blocked is not None:
+                part, st = blocked
+                return (f"{part} is reachable by root only through its override of file "
+                        f"permissions (owner uid {st.st_uid}, mode "
+                        f"{stat.S_IMODE(st.st_mode):04o}), which root does not keep in the "
+                        f"sandbox's user namespace: run spider2local as uid {st.st_uid}, or let "
+                        "root in without the override (for a cache in another user's HOME, "
+                        "sudo -H gives root a HOME of its own)")
     return None
 
 
-def _allowed_without_override(st: os.stat_result, need: int) -> bool:
-    """Whether uid 0 / gid 0 may use ``st`` by its mode bits alone (``need``: the bit for
-    others); a file of root's (owner and group mapped) keeps the override."""
-    if st.st_uid == 0 and st.st_gid == 0:
-        return True
-    if st.st_uid == 0:
-        return bool(st.st_mode & (need << 6))
-    if st.st_gid == 0:
-        return bool(st.st_mode & (need << 3))
-    return bool(st.st_mode & need)
+def _blocked_part(path: Path, groups: set[int]) -> tuple[Path, os.stat_result] | None:
+    """The first component of ``path`` that uid 0 without the override may not pass (a folder)
+    or read (the last one), with its status; None when all may be, or when it cannot tell."""
+    for part in (*reversed(path.parents), path):
+        try:
+            st = part.stat()
+        except OSError:
+            return None  # gone or not ours to judge: mount's own message stands
+        if st.st_uid == 0 and st.st_gid == 0:
+            continue  # owner and group mapped: the override applies
+        try:
+            if "system.posix_acl_access" in os.listxattr(part):
+                return None  # an ACL may let root in: not judged
+        except OSError:
+            pass
+        need = stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else stat.S_IROTH
+        if st.st_uid == 0:  # the owner class alone applies, as the kernel checks
+            shift = 6
+        elif st.st_gid in groups:
+            shift = 3
+        else:
+            shift = 0
+        if not st.st_mode & (need << shift):
+            return part, st
+    return None
 
 
 _HINTS = ("dmesg(1) may have more information",)

@@ -687,6 +687,34 @@ def test_root_override_needed_names_the_private_folder_of_another_user(
     assert root_override_needed([gold]) is None
 
 
+@needs_root
+def test_root_override_needed_follows_links_and_spares_groups_acls_and_unnamed_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What review found: a link into the private folder (the plan binds the real path too)
+    was missed; a folder root may enter through a supplementary group, or that an ACL may
+    open, was blamed; and a failed mount got the hint for a path it did not name."""
+    gold = foreign_private(tmp_path)
+    link = tmp_path / "dataset" / "evaluation_suite"
+    link.parent.mkdir()
+    link.symlink_to(gold.parent, target_is_directory=True)
+    found = root_override_needed([link / gold.name])
+    assert found is not None and found.startswith(f"{gold.parent} is reachable by root only")
+    line = f"mount: /tmp/x/root{link}/gold.duckdb: cannot mount {link}/gold.duckdb read-only."
+    assert root_override_needed([link / gold.name], named_in=line) == found
+    assert root_override_needed([link / gold.name], named_in="mount: /elsewhere: no") is None
+    os.chown(gold.parent, NOBODY, 4242)
+    gold.parent.chmod(0o750)
+    assert root_override_needed([gold]) is not None  # a group root is not in
+    monkeypatch.setattr(os, "getgroups", lambda: [0, 4242])
+    assert root_override_needed([gold]) is None  # root's supplementary group may enter
+    monkeypatch.undo()
+    gold.parent.chmod(0o700)
+    real_listxattr = os.listxattr
+    monkeypatch.setattr(os, "listxattr", lambda p, *a, **k: (
+        ["system.posix_acl_access"] if Path(p) == gold.parent else real_listxattr(p, *a, **k)))
+    assert root_override_needed([gold]) is None  # its ACL may let root in: not judged
+
+
 @pytest.mark.process
 @needs_namespaces
 @needs_root
@@ -707,4 +735,4 @@ def test_a_root_sandbox_over_another_users_private_file_says_why_and_the_fix(
     assert done.returncode != 0 and not (ws / "read").exists()
     assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
     assert f"({gold.parent} is reachable by root only" in failure
-    assert f"run spider2local as uid {NOBODY}, or as root with a HOME of its own" in failure
+    assert f"run spider2local as uid {NOBODY}, or let root in" in failure
