@@ -17,6 +17,12 @@ sandbox (:mod:`spider2local.sandbox.readers`) where those paths do not exist.
 
 A single temp folder per process, not one per connection: DuckDB refuses a second connection to
 one file with another configuration (the gold scored against itself opens it twice).
+
+SQL of ours on an untrusted file calls DuckDB's functions by their catalog's name,
+``system.main.current_setting(...)``: DuckDB resolves an unqualified function to a macro of the
+same name in the file's ``main`` schema first, so the file's author would answer instead
+(``current_setting`` answering NULL blinded :func:`allowed`; ``json_serialize_sql`` swapped the
+graded copies). ``information_schema`` needs nothing: DuckDB refuses a schema of that name.
 """
 
 from __future__ import annotations
