@@ -295,14 +295,14 @@ STORED_SCAN = ("Project scan taken before the session started (statuses do not s
 
 LIST_TABLES_SQL = """SELECT t.table_schema, t.table_name, t.table_type, d.estimated_size AS rows
 FROM information_schema.tables AS t
-LEFT JOIN duckdb_tables() AS d
+LEFT JOIN system.main.duckdb_tables() AS d
   ON d.database_name = t.table_catalog AND d.schema_name = t.table_schema
  AND d.table_name = t.table_name
-WHERE t.table_catalog = current_database()
+WHERE t.table_catalog = system.main.current_database()
 ORDER BY 1, 2"""
 DESCRIBE_SQL = """SELECT table_schema, table_name, column_name, data_type, is_nullable
 FROM information_schema.columns
-WHERE table_catalog = current_database() AND {where}
+WHERE table_catalog = system.main.current_database() AND {where}
 ORDER BY table_schema, table_name, ordinal_position"""
 
 
