@@ -22,7 +22,9 @@ SQL of ours on an untrusted file calls DuckDB's functions by their catalog's nam
 ``system.main.current_setting(...)``: DuckDB resolves an unqualified function to a macro of the
 same name in the file's ``main`` schema first, so the file's author would answer instead
 (``current_setting`` answering NULL blinded :func:`allowed`; ``json_serialize_sql`` swapped the
-graded copies). ``information_schema`` needs nothing: DuckDB refuses a schema of that name.
+graded copies). Nor ``information_schema``: DuckDB refuses a schema of that name, but its
+views call ``duckdb_tables()``, ``duckdb_columns()`` unqualified, so the same macros answer
+there; the catalog functions are called directly instead.
 """
 
 from __future__ import annotations

@@ -131,9 +131,10 @@ def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
     check whether the value is a DataFrame), which tripled the snapshot child's cost (0.35 s
     to 1.0 s per trial, measured on duckdb 1.5.6), and these statements need none.
 
-    DuckDB's functions called by their catalog's name (``system.main``): the file may hold
-    macros named ``duckdb_tables`` or ``current_database`` of its own, which unqualified calls
-    run instead, listing what the file's author chose (found by review)."""
+    DuckDB's functions called by their catalog's name (``system.main``), and not
+    ``information_schema``, whose views call them unqualified: the file may hold macros named
+    ``duckdb_tables``, ``duckdb_columns`` or ``current_database`` of its own, which an
+    unqualified call runs instead, listing what the file's author chose (found by review)."""
     rows = con.execute(
         "SELECT schema_name, table_name, 'table' FROM system.main.duckdb_tables() "
         "WHERE database_name = system.main.current_database() AND NOT internal "
@@ -142,9 +143,10 @@ def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
         "AND NOT internal AND NOT temporary ORDER BY 1, 2").fetchall()
     columns: dict[tuple[str, str], list[ColumnInfo]] = {}
     for schema, name, column, kind in con.execute(
-            "SELECT table_schema, table_name, column_name, data_type FROM "
-            "information_schema.columns WHERE table_catalog = system.main.current_database() "
-            "ORDER BY table_schema, table_name, ordinal_position").fetchall():
+            "SELECT schema_name, table_name, column_name, data_type "
+            "FROM system.main.duckdb_columns() "
+            "WHERE database_name = system.main.current_database() AND NOT internal "
+            "ORDER BY schema_name, table_name, column_index").fetchall():
         columns.setdefault((schema, name), []).append(ColumnInfo(column, kind))
     for schema, name, kind in rows:
         yield TableInfo(schema=schema, name=name, kind=kind,

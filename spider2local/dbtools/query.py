@@ -251,9 +251,10 @@ class QueryService:
 
     async def describe(self, table: str) -> tuple[str, bool]:
         schema, _, name = table.rpartition(".")
-        where = f"lower(table_name) = lower({literal(name.strip(chr(34)))})"
+        lower = "system.main.lower"
+        where = f"{lower}(table_name) = {lower}({literal(name.strip(chr(34)))})"
         if schema:
-            where += f" AND lower(table_schema) = lower({literal(schema.strip(chr(34)))})"
+            where += f" AND {lower}(table_schema) = {lower}({literal(schema.strip(chr(34)))})"
         result = await self.run_sql(DESCRIBE_SQL.format(where=where), tool="describe_table")
         if result.error is None and not result.rows:
             result = replace(result, error=f"no table or view named {table!r}; "
@@ -293,17 +294,26 @@ STORED_SCAN = ("Project scan taken before the session started (statuses do not s
                "written since):\n")
 
 
-LIST_TABLES_SQL = """SELECT t.table_schema, t.table_name, t.table_type, d.estimated_size AS rows
-FROM information_schema.tables AS t
-LEFT JOIN system.main.duckdb_tables() AS d
-  ON d.database_name = t.table_catalog AND d.schema_name = t.table_schema
- AND d.table_name = t.table_name
-WHERE t.table_catalog = system.main.current_database()
+# DuckDB's catalog functions by their catalog's name, and not ``information_schema``: its
+# views call ``duckdb_tables()`` and ``duckdb_columns()`` unqualified, which a macro of that
+# name in the project's database answers instead (db/connect.py). The columns and their
+# values are information_schema's.
+LIST_TABLES_SQL = """SELECT schema_name AS table_schema, table_name, 'BASE TABLE' AS table_type,
+       estimated_size AS rows
+FROM system.main.duckdb_tables()
+WHERE database_name = system.main.current_database() AND NOT internal
+UNION ALL
+SELECT schema_name, view_name, 'VIEW', NULL
+FROM system.main.duckdb_views()
+WHERE database_name = system.main.current_database() AND NOT internal
 ORDER BY 1, 2"""
-DESCRIBE_SQL = """SELECT table_schema, table_name, column_name, data_type, is_nullable
-FROM information_schema.columns
-WHERE table_catalog = system.main.current_database() AND {where}
-ORDER BY table_schema, table_name, ordinal_position"""
+DESCRIBE_SQL = """SELECT table_schema, table_name, column_name, data_type, is_nullable FROM (
+  SELECT schema_name AS table_schema, table_name, column_name, data_type,
+         CASE WHEN is_nullable THEN 'YES' ELSE 'NO' END AS is_nullable, column_index
+  FROM system.main.duckdb_columns()
+  WHERE database_name = system.main.current_database() AND NOT internal)
+WHERE {where}
+ORDER BY table_schema, table_name, column_index"""
 
 
 def _cut(value: Any) -> tuple[Any, bool]:

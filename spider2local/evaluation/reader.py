@@ -99,9 +99,12 @@ class Database:
     def relation_names(self) -> list[str]:
         """Every table and view (``schema.name`` outside ``main``), for near-miss notes."""
         try:
+            # DuckDB's own catalog functions, not information_schema, whose views call them
+            # unqualified: a macro of that name in the file would answer (db/connect.py)
             rows = self._con.execute(
-                "SELECT table_schema, table_name FROM information_schema.tables "
-                "ORDER BY table_schema, table_name").fetchall()
+                "SELECT schema_name, table_name FROM system.main.duckdb_tables() "
+                "WHERE NOT internal UNION ALL SELECT schema_name, view_name "
+                "FROM system.main.duckdb_views() WHERE NOT internal ORDER BY 1, 2").fetchall()
         except duckdb.Error:
             return []
         return [name if schema == "main" else f"{schema}.{name}" for schema, name in rows]

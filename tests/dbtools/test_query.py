@@ -305,3 +305,26 @@ def test_the_query_log_is_capped_with_a_note(tmp_path: Path,
     assert log.stat().st_size < 32 * 1024 + 1024
     assert lines[-1]["kind"] == "cut" and sum("kind" in x for x in lines) == 1
     assert lines[0]["sql"].startswith("SELECT 0")
+
+
+def test_the_listing_and_describe_read_the_catalog_whatever_macros_the_project_made(
+        tmp_path: Path) -> None:
+    """A project whose database holds a macro named ``current_database`` (a leftover, or the
+    agent's own doing) still lists and describes its tables: the tool's SQL calls DuckDB's
+    functions by their catalog's name, never information_schema's views, which call them
+    unqualified (the listing came back empty, then failed to bind)."""
+    from spider2local.dbtools.query import DESCRIBE_SQL, LIST_TABLES_SQL
+
+    con = duckdb.connect(str(tmp_path / "p.duckdb"))
+    try:
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+        con.execute("CREATE MACRO current_database() AS 'elsewhere'")
+        con.execute("CREATE MACRO duckdb_tables() AS TABLE SELECT 1 AS nothing")
+        con.execute("CREATE MACRO duckdb_columns() AS TABLE SELECT 1 AS nothing")
+        con.execute("CREATE MACRO lower(x) AS 'nothing'")
+        assert con.execute(LIST_TABLES_SQL).fetchall() == [("main", "t", "BASE TABLE", 1)]
+        where = "system.main.lower(table_name) = system.main.lower('T')"
+        assert con.execute(DESCRIBE_SQL.format(where=where)).fetchall() == [
+            ("main", "t", "x", "INTEGER", "YES")]
+    finally:
+        con.close()

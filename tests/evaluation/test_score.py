@@ -221,3 +221,24 @@ def test_a_result_reached_through_a_link_scores_as_the_file_itself(
     assert direct.passed and linked.passed and linked.error is None
     assert linked == direct
     assert _reference(given, gold, params) == 1
+
+
+def test_the_near_miss_names_are_the_files_tables_whatever_macros_it_holds(
+        tmp_path: Path) -> None:
+    """The scorer's list of what a result holds (its near-miss notes) reads DuckDB's catalog
+    functions by their catalog's name, never information_schema's views, which call them
+    unqualified: a result's own ``duckdb_tables()`` macro made that list fail (so: empty)."""
+    from spider2local.evaluation.reader import Database
+
+    db = make_duckdb(tmp_path / "result.duckdb", {"orders": "SELECT 1 AS id"})
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("CREATE SCHEMA mart")
+        con.execute("CREATE VIEW mart.recent AS SELECT * FROM orders")
+        con.execute("CREATE MACRO duckdb_tables() AS TABLE SELECT 'main' AS schema_name, "
+                    "'invented' AS table_name, false AS internal")
+        con.execute("CREATE MACRO duckdb_views() AS TABLE SELECT 1 AS nothing")
+    finally:
+        con.close()
+    with Database(db, untrusted=True) as result:
+        assert result.relation_names() == ["orders", "mart.recent"]  # by schema: main, mart
