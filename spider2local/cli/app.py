@@ -146,6 +146,22 @@ def _configure_logging() -> None:
     level = os.environ.get(LOG_LEVEL_ENV, "WARNING").upper()
     logging.basicConfig(level=level if level in logging.getLevelNamesMapping() else "WARNING",
                         format="spider2local: %(levelname)s %(name)s: %(message)s")
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, ClosedLoopChild) for f in asyncio_log.filters):
+        asyncio_log.addFilter(ClosedLoopChild())
+
+
+class ClosedLoopChild(logging.Filter):
+    """Drops asyncio's "Loop ... that handles pid N is closed": its child watcher thread says
+    so when a child it waits for ends after the event loop closed, and reaps it all the same.
+    That happens only on the way out of an interrupted run (a reader child starting when the
+    stop signal landed, killed with the run's process tree), where it printed after
+    "interrupted" (a clean-clone CI run caught it). Any other asyncio record passes."""
+
+    MESSAGE = "Loop %r that handles pid %r is closed"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != self.MESSAGE
 
 
 def _globals() -> Globals:

@@ -402,3 +402,26 @@ def test_a_stop_signal_inside_a_task_group_is_interrupted_not_a_traceback(
         return
     done = CliRunner().invoke(group, ["stop"])
     assert done.exit_code == code and "spider2local: interrupted" in done.output, done.output
+
+
+def test_asyncios_closed_loop_child_warning_is_dropped_and_no_other() -> None:
+    """After an interrupt, a reader child killed with the run's tree can end after the event
+    loop closed; asyncio's watcher thread then warned "Loop ... that handles pid N is closed"
+    under the CLI's "interrupted" (it still reaps the child). The CLI's logging drops exactly
+    that record, installed once however often the logging is configured."""
+    import asyncio
+    import logging
+
+    from spider2local.cli.app import ClosedLoopChild, _configure_logging
+
+    _configure_logging()
+    _configure_logging()
+    log = logging.getLogger("asyncio")
+    assert sum(isinstance(f, ClosedLoopChild) for f in log.filters) == 1
+    loop = asyncio.new_event_loop()
+    loop.close()
+    closed = log.makeRecord("asyncio", logging.WARNING, __file__, 1,
+                            "Loop %r that handles pid %r is closed", (loop, 4242), None)
+    other = log.makeRecord("asyncio", logging.WARNING, __file__, 1,
+                           "Executing %s took %.3f seconds", ("<Task>", 1.0), None)
+    assert not log.filter(closed) and log.filter(other)
