@@ -118,6 +118,17 @@ def inside(launcher: Launcher, ws: Path, script: str,
                           env={"PATH": "/usr/bin:/bin", **env})
 
 
+def run_once(spec: SandboxSpec, ws: Path,
+             script: str) -> tuple[subprocess.CompletedProcess[str], str | None]:
+    """``script`` in a sandbox of ``spec`` built for it, and why it could not be built
+    (:meth:`Launcher.failure`, asked before the launcher's folder is removed)."""
+    launcher = Launcher(spec)
+    try:
+        return inside(launcher, ws, script), launcher.failure()
+    finally:
+        launcher.remove()
+
+
 @pytest.mark.process
 @needs_namespaces
 def test_shows_the_workspace_and_bound_files_and_nothing_else(
@@ -513,13 +524,8 @@ def test_a_mount_that_fails_is_named_and_the_program_never_runs(
     ws = tmp_path / "ws"
     (ws / ".start").mkdir(parents=True)
     broken_mount(tmp_path / "bin", monkeypatch)
-    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), writable=(ws,),
-                                    hidden=(ws / ".start",)))
-    try:
-        done = inside(launcher, ws, f"touch {ws}/ran")
-        failure = launcher.failure()
-    finally:
-        launcher.remove()
+    done, failure = run_once(SandboxSpec(program=Path("/bin/sh"), writable=(ws,),
+                                         hidden=(ws / ".start",)), ws, f"touch {ws}/ran")
     assert done.returncode != 0 and not (ws / "ran").exists()
     assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
     assert failure.endswith("/.start/missing: mount point does not exist."), failure
@@ -726,12 +732,8 @@ def test_a_root_sandbox_over_another_users_private_file_says_why_and_the_fix(
     gold = foreign_private(tmp_path)
     ws = tmp_path / "ws"
     ws.mkdir()
-    launcher = Launcher(SandboxSpec(program=Path("/bin/sh"), read_only=(gold,), writable=(ws,)))
-    try:
-        done = inside(launcher, ws, f"cat {gold} > {ws}/read")
-        failure = launcher.failure()
-    finally:
-        launcher.remove()
+    done, failure = run_once(SandboxSpec(program=Path("/bin/sh"), read_only=(gold,),
+                                         writable=(ws,)), ws, f"cat {gold} > {ws}/read")
     assert done.returncode != 0 and not (ws / "read").exists()
     assert failure is not None and failure.startswith("sandbox could not be built: mount: ")
     assert f"({gold.parent} is reachable by root only" in failure
