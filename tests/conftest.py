@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from spider2local.core.layout import WORKSPACE_RECORD
+from spider2local.run.stale import remove_stale_workspaces
 from spider2local.sandbox.readers import IN_PROCESS, IN_PROCESS_ENV
 from tests.helpers import (
     HYPOTHESIS_PROFILE,
@@ -159,6 +161,25 @@ def tiny_dataset(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return build
+
+
+@pytest.fixture(autouse=True)
+def no_workspace_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's runs leave no workspace in the system temp folder: after a test with a
+    ``tmp_path``, every workspace its run folders record (``workspace.json``, a transcript's
+    attempts) is reaped and removed, as the next command on a run would do
+    (:func:`spider2local.run.stale.remove_stale_workspaces`). Without it a ``--keep`` or a
+    killed runner left a workspace (~1 MB, with its Claude CLI's config) in /tmp on every
+    machine that ran the suite: four a session, 97 found here after a day of runs."""
+    # asked now: by this fixture's teardown, tmp_path's own is done and its value gone
+    tmp_path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames \
+        else None
+    yield
+    if tmp_path is None:
+        return
+    for folder, _dirs, files in os.walk(tmp_path):
+        if WORKSPACE_RECORD in files:
+            remove_stale_workspaces(Path(folder))
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +63,6 @@ def mini_venv() -> Path:
     except VenvUnavailable as exc:
         pytest.skip(f"mini-swe-agent cannot be installed here: {exc}")
     return python.parent.parent
-
-
-@pytest.fixture(autouse=True)
-def drop_kept_workspaces(tmp_path: Path) -> Iterator[None]:
-    """``--keep`` leaves each workspace in the system temp folder (the trajectory is there):
-    removed after the test, as recorded in its task folder."""
-    yield
-    for record in tmp_path.glob("runs/*/*/workspace.json"):
-        root = Path(json.loads(record.read_text())["root"])
-        if root.name.startswith("spider2local-"):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def agent_table(venv: Path, name: str = "mini") -> str:

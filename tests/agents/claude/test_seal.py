@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from spider2local.gateway.anthropic import PLACEHOLDER
+from spider2local.run.stale import recorded_workspaces, recover_run
 from spider2local.sandbox.probe import probe
 from spider2local.testing import FakeAnthropic, reply, tool
 from tests.agents.claude.test_sandbox import sandboxed_run
@@ -251,3 +252,9 @@ def test_kill_9_of_the_runner_stops_the_cli_s_api_calls_within_2_s(
     assert not (still & cli), f"the CLI outlived the runner: {still & cli}"
     if isolation == "namespace":
         assert still == set(), f"sandbox processes outlived the runner: {still}"
+    # the killed runner's workspace (the Claude CLI's config, the warm dbt's socket) is what
+    # the next command on the run removes, taking its lock (spider2local/run/stale.py)
+    [task_dir] = (tmp_path / "runs").glob("*/t1")
+    [workspace] = recorded_workspaces(task_dir)
+    assert (workspace / "claude-config").is_dir()
+    assert workspace in recover_run(task_dir.parent) and not workspace.exists()
