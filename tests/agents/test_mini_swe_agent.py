@@ -59,7 +59,8 @@ DATE_PROBE = ("cat > models/date_probe.sql <<'EOF'\n{{ config(materialized='tabl
 @pytest.fixture(scope="session")
 def mini_venv() -> Path:
     try:
-        python = cached_venv("mini-swe-agent", [MINI], timeout=1800)
+        python = cached_venv("mini-swe-agent", [MINI], imports=("minisweagent.run.mini", "litellm"),
+                             timeout=1800)
     except VenvUnavailable as exc:
         pytest.skip(f"mini-swe-agent cannot be installed here: {exc}")
     return python.parent.parent

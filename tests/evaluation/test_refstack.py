@@ -248,7 +248,7 @@ def _drawn(strategy: st.SearchStrategy[Case], count: int) -> list[Case]:
 @functools.cache
 def _reference_python() -> Path | None:
     try:
-        return cached_venv("refstack", REQUIREMENTS)
+        return cached_venv("refstack", REQUIREMENTS, imports=("duckdb", "pandas"))
     except VenvUnavailable as exc:
         pytest.skip(f"reference stack unavailable: {exc}")
     return None
