@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,8 +222,66 @@ async def _ask_in_process(module: str, request: Mapping[str, Any], *,
 
 def ask_reader_sync(module: str, request: Mapping[str, Any], files: ReaderFiles, *,
                     timeout: float | None) -> dict[str, Any]:
-    """:func:`ask_reader` from synchronous code (the CLI's ``score``, a worker thread)."""
-    return anyio.run(functools.partial(ask_reader, module, request, files, timeout=timeout))
+    """:func:`ask_reader` from synchronous code: the CLI's ``score``, or a worker thread of the
+    runner (the workspace's snapshot, the checkpoint), each in a loop of its own.
+
+    In a worker thread the reader also ends when the task that started the thread is
+    cancelled (Ctrl-C, SIGTERM, a stage's deadline; not inside a shielded scope): its child is
+    killed and reaped in this loop, and the thread raises that cancellation. A cancelled task
+    used to wait for its reader (a checkpoint waiting on a lock: its whole lock time), and a
+    child killed with the run's tree could end after this loop closed (asyncio's watcher then
+    logged "Loop ... that handles pid N is closed"). Not by running the child in the runner's
+    own loop (:func:`anyio.from_thread.run`): a review found 40 waiting threads deadlock it
+    (the child's kill steps need a token of the default thread limiter they hold), and a
+    thread whose task was cancelled just before it asked left the loop spinning for ever."""
+    ask = functools.partial(ask_reader, module, request, files, timeout=timeout)
+    try:
+        anyio.from_thread.check_cancelled()  # cancelled already: asks nothing
+    except RuntimeError:  # not an anyio worker thread: nothing to follow
+        return anyio.run(ask)
+    answer = anyio.run(_unless_host_cancelled, ask)
+    if answer is None:
+        anyio.from_thread.check_cancelled()  # raises the host's cancellation, as anyio would
+        raise AssertionError("the reader was stopped without a cancelled host")
+    return answer
+
+
+HOST_POLL = 0.2
+"""Seconds between two looks at the cancel scope of the task waiting for a worker thread:
+anyio tells a thread it is cancelled only when asked (:func:`anyio.from_thread.check_cancelled`)."""
+
+
+async def _unless_host_cancelled(
+        ask: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any] | None:
+    """``ask()``'s answer, or ``None`` once the host task is cancelled (the reader cancelled,
+    its child killed and reaped by :func:`~spider2local.proc.run.run_process`)."""
+    answer: dict[str, Any] | None = None
+    failed: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch_host, tg.cancel_scope)
+        try:
+            answer = await ask()
+        except Exception as exc:  # raised as it is below, not in the task group's group
+            failed = exc
+        tg.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+    return answer
+
+
+async def _watch_host(scope: anyio.CancelScope) -> None:
+    # polled: anyio has no event for a host's cancellation, only the question
+    while not _host_cancelled():  # noqa: ASYNC110
+        await anyio.sleep(HOST_POLL)
+    scope.cancel()
+
+
+def _host_cancelled() -> bool:
+    try:
+        anyio.from_thread.check_cancelled()
+    except anyio.get_cancelled_exc_class():
+        return True
+    return False
 
 
 def bound(paths: Iterable[Path]) -> tuple[Path, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import duckdb
 import pytest
 
 from spider2local.evaluation.params import EvalParams
-from spider2local.sandbox import readers
+from spider2local.sandbox import dbreads, readers
 from spider2local.sandbox.probe import Probe, probe
 from spider2local.sandbox.readers import ReaderFiles, run_reader
 from spider2local.sandbox.scoring import score_sandboxed_sync
@@ -128,3 +129,47 @@ def test_without_namespaces_readers_run_plainly_and_say_so(
         assert warning.count("DuckDB readers run WITHOUT a sandbox (no namespaces here)") == 1
     finally:
         readers.unsandboxed_reason.cache_clear()
+
+
+HOLD = ("import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(600)")
+
+
+def test_a_reader_asked_from_a_worker_thread_ends_with_the_task_that_asked(
+        tmp_path: Path) -> None:
+    """The workspace's snapshot and the checkpoint ask their readers from a worker thread of
+    the runner. A cancelled task (Ctrl-C, a deadline) used to wait for the reader: it ran in a
+    loop of the thread's own, here a checkpoint waiting its whole lock time on a database
+    another process holds. Now the runner's loop owns the child: the cancellation kills and
+    reaps it there, and the thread sees it cancelled."""
+    from tests.cli.test_run_command import cmdline, descendants
+
+    db = tmp_path / "held.duckdb"
+    duckdb.connect(str(db)).close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE,
+                              text=True)
+    raised: list[BaseException] = []
+
+    def checkpoint() -> None:
+        try:
+            dbreads.checkpoint_sandboxed(db, 90.0)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    async def main() -> float:
+        started = anyio.current_time()
+        with anyio.move_on_after(2):
+            await anyio.to_thread.run_sync(checkpoint)
+        return anyio.current_time() - started
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        took = anyio.run(main)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert took < 45, f"the cancelled task waited {took:.0f}s for its reader"
+    assert [type(e).__name__ for e in raised] == ["CancelledError"]
+    left = [pid for pid in descendants(os.getpid()) if dbreads.MODULE in cmdline(pid)]
+    assert left == [], "a reader child outlived the task that asked"
