@@ -154,9 +154,11 @@ def _configure_logging() -> None:
 class ClosedLoopChild(logging.Filter):
     """Drops asyncio's "Loop ... that handles pid N is closed": its child watcher thread says
     so when a child it waits for ends after the event loop closed, and reaps it all the same.
-    That happens only on the way out of an interrupted run (a reader child starting when the
-    stop signal landed, killed with the run's process tree), where it printed after
-    "interrupted" (a clean-clone CI run caught it). Any other asyncio record passes."""
+    That happened on the way out of an interrupted run (a reader child, asked from a worker
+    thread's loop when the stop signal landed, killed with the run's process tree), where it
+    printed after "interrupted" (a clean-clone CI run caught it). Such a reader now ends with
+    the task that asked (:func:`spider2local.sandbox.readers.ask_reader_sync`); the filter
+    stays for any child of a loop that closes first. Any other asyncio record passes."""
 
     MESSAGE = "Loop %r that handles pid %r is closed"
 
