@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:  # imported where used: the scan of a project without SQL never needs it
+    import duckdb
 
 from spider2local.core.codec import dump, load
 from spider2local.dbtproject.docblocks import DocIndex, doc_index, inside
@@ -251,6 +255,25 @@ _DANGLING = re.compile(
 _AT_END = "at end of input"
 
 
+_PARSERS = threading.local()
+
+
+def _parser() -> duckdb.DuckDBPyConnection:
+    """This thread's own in-memory DuckDB connection, kept for the thread's life, to parse with.
+    Not DuckDB's module-level ``duckdb.extract_statements``: that shares one default connection
+    between threads, and under duckdb 1.2.2 (the pin's floor) two workspaces scanned at once
+    deadlocked the whole process (two ``--jobs 2`` runs of the test suite hung for good in
+    workspace preparation, every worker thread in that call; reproduced with three threads,
+    and gone with a connection per thread). A new connection per call would cost 5-7 ms each,
+    a model each."""
+    import duckdb
+
+    found: duckdb.DuckDBPyConnection | None = getattr(_PARSERS, "con", None)
+    if found is None:
+        found = _PARSERS.con = duckdb.connect()
+    return found
+
+
 def unfinished(sql: str) -> bool:
     """Whether model SQL (comments and config() already removed) stops mid-query.
 
@@ -270,7 +293,7 @@ def unfinished(sql: str) -> bool:
     if _DANGLING.search(plain.rstrip(";").rstrip()):
         return True
     try:
-        parsed = duckdb.extract_statements(plain)
+        parsed = _parser().extract_statements(plain)
     except duckdb.ParserException as exc:
         return _AT_END in str(exc) or exact
     except duckdb.Error:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spider2local.dbtproject.inventory import ModelStatus, ProjectScan, scan_project, sql_status
+from spider2local.dbtproject.inventory import (
+    ModelStatus,
+    ProjectScan,
+    scan_project,
+    sql_status,
+    unfinished,
+)
 
 SCHEMA = """\
 version: 2
@@ -253,3 +261,29 @@ def test_a_scan_written_before_these_fields_still_reads(tmp_path: Path) -> None:
                                                          "package": None}]}
     scan = ProjectScan.from_json(__import__("json").dumps(old))
     assert scan.edges == () and scan.vars == () and scan.macros[0].body == ""
+
+
+def test_models_are_parsed_in_threads_at_once_without_duckdbs_shared_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner scans several workspaces at once, each in a worker thread. DuckDB's
+    module-level ``extract_statements`` shares one default connection between threads, and
+    under duckdb 1.2.2 (the pin's floor) that deadlocked the process: two ``--jobs 2`` runs
+    hung for good in workspace preparation. Each thread parses with a connection of its own."""
+    def shared(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("parsed with DuckDB's shared default connection")
+
+    monkeypatch.setattr(duckdb, "extract_statements", shared)
+    seen: list[tuple[bool, bool]] = []
+
+    def scan() -> None:
+        for _ in range(50):
+            seen.append((unfinished("select id from orders"),
+                         unfinished("with a as (select 1 as x) select x from")))
+
+    threads = [threading.Thread(target=scan) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert seen == [(False, True)] * 200
