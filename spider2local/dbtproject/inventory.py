@@ -255,23 +255,26 @@ _DANGLING = re.compile(
 _AT_END = "at end of input"
 
 
-_PARSERS = threading.local()
+_PARSER_LOCK = threading.Lock()
+_PARSER: list[duckdb.DuckDBPyConnection] = []
 
 
-def _parser() -> duckdb.DuckDBPyConnection:
-    """This thread's own in-memory DuckDB connection, kept for the thread's life, to parse with.
-    Not DuckDB's module-level ``duckdb.extract_statements``: that shares one default connection
-    between threads, and under duckdb 1.2.2 (the pin's floor) two workspaces scanned at once
-    deadlocked the whole process (two ``--jobs 2`` runs of the test suite hung for good in
-    workspace preparation, every worker thread in that call; reproduced with three threads,
-    and gone with a connection per thread). A new connection per call would cost 5-7 ms each,
-    a model each."""
+def _parse(sql: str) -> list[duckdb.Statement]:
+    """DuckDB's parse of ``sql``, on one in-memory connection of ours, one thread at a time.
+
+    Not DuckDB's module-level ``duckdb.extract_statements``: under duckdb 1.2.2 (the pin's
+    floor) concurrent calls to it deadlocked the whole process (two ``--jobs 2`` runs of the
+    test suite hung for good in workspace preparation, every worker thread in that call;
+    reproduced with three threads). Not a connection per thread either: each is a database
+    instance of its own, and under ``ulimit -v 330000`` the second one aborted the process
+    (glibc: "cannot allocate memory for thread-local data", exit 127; tests/run/test_memory.py).
+    A parse takes well under a millisecond, so the lock costs nothing a run can see."""
     import duckdb
 
-    found: duckdb.DuckDBPyConnection | None = getattr(_PARSERS, "con", None)
-    if found is None:
-        found = _PARSERS.con = duckdb.connect()
-    return found
+    with _PARSER_LOCK:
+        if not _PARSER:
+            _PARSER.append(duckdb.connect())
+        return _PARSER[0].extract_statements(sql)
 
 
 def unfinished(sql: str) -> bool:
@@ -293,7 +296,7 @@ def unfinished(sql: str) -> bool:
     if _DANGLING.search(plain.rstrip(";").rstrip()):
         return True
     try:
-        parsed = _parser().extract_statements(plain)
+        parsed = _parse(plain)
     except duckdb.ParserException as exc:
         return _AT_END in str(exc) or exact
     except duckdb.Error:
