@@ -262,8 +262,8 @@ _PARSER: list[duckdb.DuckDBPyConnection] = []
 def _parse(sql: str) -> list[duckdb.Statement]:
     """DuckDB's parse of ``sql``, on one in-memory connection of ours, one thread at a time.
 
-    Not DuckDB's module-level ``duckdb.extract_statements``: under duckdb 1.2.2 (the pin's
-    floor) concurrent calls to it deadlocked the whole process (two ``--jobs 2`` runs of the
+    Not DuckDB's module-level ``duckdb.extract_statements``: under duckdb 1.2.2 (then the
+    pin's floor) concurrent calls to it deadlocked the whole process (two ``--jobs 2`` runs of the
     test suite hung for good in workspace preparation, every worker thread in that call;
     reproduced with three threads). Not a connection per thread either: each is a database
     instance of its own, and under ``ulimit -v 330000`` the second one aborted the process

@@ -267,7 +267,7 @@ def test_models_are_parsed_in_threads_at_once_without_duckdbs_shared_connection(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner scans several workspaces at once, each in a worker thread. DuckDB's
     module-level ``extract_statements`` shares one default connection between threads, and
-    under duckdb 1.2.2 (the pin's floor) that deadlocked the process: two ``--jobs 2`` runs
+    under duckdb 1.2.2 (then the pin's floor) that deadlocked the process: two ``--jobs 2`` runs
     hung for good in workspace preparation. They parse on one connection of ours, one thread at
     a time (a connection per thread broke the run under ``ulimit -v``: tests/run/test_memory.py)."""
     def shared(*_args: object, **_kwargs: object) -> None:
