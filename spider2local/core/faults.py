@@ -56,14 +56,20 @@ MACHINE_ERRNOS = frozenset({
 })
 """OS errors that no change to a task or to the agent's work can cause or cure."""
 
+_MEMORY_TEXT = re.compile(r"[Cc]annot allocate memory|Out of Memory Error"
+                          r"|failed to allocate data of size|can't start new thread"
+                          r"|\bMemoryError\b|std::bad_alloc")
+"""Running out of memory as the OS (``ENOMEM``'s strerror), DuckDB, Python and C++ word it. A
+thread whose stack cannot be mapped is ``RuntimeError: can't start new thread``, which under
+``ulimit -v 450000`` made dbt fail and the task score ``failed``, kind agent; glibc's loader
+ends a process whose thread cannot get its thread-local block with "cannot allocate memory for
+thread-local data: ABORT" (exit 127), as dbt did under ``ulimit -v 330000`` with duckdb 1.5.2."""
+
 _MACHINE_TEXT = re.compile(
-    r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files"
-    r"|Cannot allocate memory|Out of Memory Error|failed to allocate data of size"
-    r"|can't start new thread|\bMemoryError\b|std::bad_alloc")
-"""How the same faults read in DuckDB's messages and in a dbt process's output (the OS's
-strerror texts, DuckDB's out-of-memory wording, and Python's and C++'s: a thread whose stack
-cannot be mapped is ``RuntimeError: can't start new thread``, which under ``ulimit -v 450000``
-made dbt fail and the task score ``failed``, kind agent)."""
+    r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files|"
+    + _MEMORY_TEXT.pattern)
+"""How the machine's faults read in DuckDB's messages and in a dbt process's output: the
+OS's strerror texts and every :data:`_MEMORY_TEXT`."""
 
 KILLED_EXITS = frozenset({-signal.SIGKILL, 128 + signal.SIGKILL})
 """How a child we started reports a SIGKILL we did not send (-9 from the child itself, 137
@@ -167,14 +173,9 @@ def is_machine_fault(exc: BaseException) -> bool:
     return False
 
 
-_MEMORY_TEXT = re.compile(r"Cannot allocate memory|Out of Memory Error"
-                          r"|failed to allocate data of size|can't start new thread"
-                          r"|\bMemoryError\b|std::bad_alloc")
-
-
 def died_of_memory(returncode: int | None, output: str) -> bool:
-    """True when a child we started ended for want of memory: its output says so (the
-    memory texts of :data:`_MACHINE_TEXT`) or it was killed by a SIGKILL we did not send
+    """True when a child we started ended for want of memory: its output says so
+    (:data:`_MEMORY_TEXT`) or it was killed by a SIGKILL we did not send
     (:data:`KILLED_EXITS`). Narrower than :func:`is_machine_failure`: a full disk is left to
     :mod:`.blame`, which may make it the agent's verdict."""
     return returncode in KILLED_EXITS or _MEMORY_TEXT.search(output) is not None

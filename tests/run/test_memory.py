@@ -32,6 +32,9 @@ def test_dbt_that_could_not_start_a_thread_or_was_killed_is_the_machines_fault()
     not send (the dbt shim's shell reports 137, a direct child -9)."""
     assert is_machine_failure(2, "dbt run failed (exit 2): can't start new thread")
     assert is_machine_failure(2, "Traceback (most recent call last):\n...\nMemoryError")
+    # glibc's loader, when a thread's thread-local block cannot be had (dbt, ulimit -v 330000)
+    assert is_machine_failure(
+        127, "dbt run failed (exit 127): cannot allocate memory for thread-local data: ABORT")
     assert is_machine_failure(137, "")
     assert is_machine_failure(-signal.SIGKILL, "")
     assert not is_machine_failure(1, "Compilation Error in model orders")
@@ -41,6 +44,7 @@ def test_dbt_that_could_not_start_a_thread_or_was_killed_is_the_machines_fault()
 def test_a_readers_death_of_memory_is_told_from_a_full_disk() -> None:
     assert died_of_memory(137, "")
     assert died_of_memory(1, "duckdb.OutOfMemoryException: Out of Memory Error: failed")
+    assert died_of_memory(127, "cannot allocate memory for thread-local data: ABORT")
     assert not died_of_memory(1, "OSError: [Errno 28] No space left on device")
     assert not died_of_memory(1, "ValueError: bad request")
 
