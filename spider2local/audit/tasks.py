@@ -25,6 +25,7 @@ from spider2local.core.table import render_table
 from spider2local.dataset.load import gold_folder
 from spider2local.dataset.problems import GOLD_KINDS, START_KINDS, ProblemKind
 from spider2local.dataset.task import Dataset, TaskSpec
+from spider2local.db import catalog
 from spider2local.db.connect import open_database
 from spider2local.db.snapshot import DbSnapshot, FileIdentity, file_identity
 from spider2local.dbtproject import packages
@@ -121,10 +122,10 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
         return tuple(GradedTable(name, False, ()) for name in task.graded_tables)
     gold_cols: dict[str, list[str]] = {}
     with open_database(task.gold.db, untrusted=False) as con:
-        for name, col in con.execute(
-                "select table_name, column_name from information_schema.columns "
-                "order by table_schema = 'main' desc, ordinal_position").fetchall():
-            gold_cols.setdefault(str(name).lower(), []).append(str(col))
+        found = catalog.columns(con)
+    # ``main`` first: a table of that name elsewhere adds nothing to main's (as the scorer reads)
+    for (_schema, name), listed in sorted(found.items(), key=lambda item: item[0][0] != "main"):
+        gold_cols.setdefault(name.lower(), [column for column, _type in listed])
     out = []
     params = task.gold.params
     for name, positions in zip(params.condition_tabs, params.condition_cols, strict=True):

@@ -38,6 +38,7 @@ from spider2local.clock.dbt import run_dbt
 from spider2local.clock.faketime import Clock, find_library, find_real_dbt
 from spider2local.clock.reads import ClockScan, SpineEnd, scan_clock_reads, unshipped_models
 from spider2local.dataset.task import TaskSpec
+from spider2local.db import catalog
 from spider2local.db.connect import open_database
 from spider2local.db.sql import identifier, literal, qualified
 from spider2local.dbtproject.files import confine_profile, profile_db_path
@@ -242,13 +243,11 @@ def gold_candidates(gold_db: Path, models: Iterable[str],
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Lower-case table name -> quoted ``schema.table`` (the first schema wins)."""
-    rows = con.execute("select table_schema, table_name from information_schema.tables "
-                       "where table_catalog = current_database() "
-                       "order by table_schema = 'main' desc, table_schema").fetchall()
+    """Lower-case table name -> quoted ``schema.table`` (``main`` first, then by schema, the
+    first schema wins)."""
     out: dict[str, str] = {}
-    for schema, name in rows:
-        out.setdefault(str(name).lower(), qualified(str(schema), str(name)))
+    for rel in sorted(catalog.relations(con), key=lambda r: r.schema != "main"):
+        out.setdefault(rel.name.lower(), qualified(rel.schema, rel.name))
     return out
 
 

@@ -28,6 +28,7 @@ import duckdb
 
 from spider2local.core import upstream
 from spider2local.dataset.task import EVAL_FILE, TASKS_FILE
+from spider2local.db import catalog
 from spider2local.db.connect import open_database
 from spider2local.db.header import duckdb_file_problem
 from spider2local.dbtproject import packages
@@ -317,7 +318,7 @@ def open_problem(path: Path) -> str | None:
     except duckdb.Error as exc:
         return f"DuckDB cannot open it: {str(exc).splitlines()[0]}"
     try:
-        con.execute("select count(*) from information_schema.tables").fetchone()
+        catalog.relations(con)
     except duckdb.Error as exc:
         return f"DuckDB cannot read it: {str(exc).splitlines()[0]}"
     finally:

@@ -20,6 +20,7 @@ from typing import Literal
 import duckdb
 
 from spider2local.core.codec import dump, load
+from spider2local.db import catalog
 from spider2local.db.connect import open_database
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import qualified
@@ -125,33 +126,14 @@ def _snapshot(path: Path, label: str, *, from_copy: bool) -> DbSnapshot:
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> Iterator[TableInfo]:
-    """Every table and view, with its columns read in one statement for all of them.
-
-    No ``?`` parameter anywhere: binding one makes DuckDB's Python module import pandas (to
-    check whether the value is a DataFrame), which tripled the snapshot child's cost (0.35 s
-    to 1.0 s per trial, measured on duckdb 1.5.6), and these statements need none.
-
-    DuckDB's functions called by their catalog's name (``system.main``), and not
-    ``information_schema``, whose views call them unqualified: the file may hold macros named
-    ``duckdb_tables``, ``duckdb_columns`` or ``current_database`` of its own, which an
-    unqualified call runs instead, listing what the file's author chose (found by review)."""
-    rows = con.execute(
-        "SELECT schema_name, table_name, 'table' FROM system.main.duckdb_tables() "
-        "WHERE database_name = system.main.current_database() AND NOT internal "
-        "AND NOT temporary UNION ALL SELECT schema_name, view_name, 'view' "
-        "FROM system.main.duckdb_views() WHERE database_name = system.main.current_database() "
-        "AND NOT internal AND NOT temporary ORDER BY 1, 2").fetchall()
-    columns: dict[tuple[str, str], list[ColumnInfo]] = {}
-    for schema, name, column, kind in con.execute(
-            "SELECT schema_name, table_name, column_name, data_type "
-            "FROM system.main.duckdb_columns() "
-            "WHERE database_name = system.main.current_database() AND NOT internal "
-            "ORDER BY schema_name, table_name, column_index").fetchall():
-        columns.setdefault((schema, name), []).append(ColumnInfo(column, kind))
-    for schema, name, kind in rows:
-        yield TableInfo(schema=schema, name=name, kind=kind,
-                        columns=tuple(columns.get((schema, name), ())),
-                        rows=_count(con, schema, name) if kind == "table" else None)
+    """Every table and view, with its columns read in one statement for all of them (the
+    catalog's questions are :mod:`.catalog`'s, asked as it says why)."""
+    found = catalog.columns(con)
+    for rel in catalog.relations(con):
+        yield TableInfo(schema=rel.schema, name=rel.name, kind=rel.kind,
+                        columns=tuple(ColumnInfo(c, t)
+                                      for c, t in found.get((rel.schema, rel.name), ())),
+                        rows=_count(con, rel.schema, rel.name) if rel.kind == "table" else None)
 
 
 def _count(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> int | None:

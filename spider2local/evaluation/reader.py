@@ -18,6 +18,7 @@ from types import TracebackType
 import duckdb
 import pandas as pd
 
+from spider2local.db import catalog
 from spider2local.db.connect import open_database
 from spider2local.evaluation.refstack import UnreadableInterval, differing_classes, reference_frame
 from spider2local.proc.watchdog import watched
@@ -99,15 +100,9 @@ class Database:
     def relation_names(self) -> list[str]:
         """Every table and view (``schema.name`` outside ``main``), for near-miss notes."""
         try:
-            # DuckDB's own catalog functions, not information_schema, whose views call them
-            # unqualified: a macro of that name in the file would answer (db/connect.py)
-            rows = self._con.execute(
-                "SELECT schema_name, table_name FROM system.main.duckdb_tables() "
-                "WHERE NOT internal UNION ALL SELECT schema_name, view_name "
-                "FROM system.main.duckdb_views() WHERE NOT internal ORDER BY 1, 2").fetchall()
+            return [rel.display for rel in catalog.relations(self._con)]
         except duckdb.Error:
             return []
-        return [name if schema == "main" else f"{schema}.{name}" for schema, name in rows]
 
 
 def _one_line(exc: BaseException) -> str:
