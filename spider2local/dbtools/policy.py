@@ -16,8 +16,8 @@ into SELECTs) from setting ones. ``EXPLAIN`` is checked on the statement it expl
 from __future__ import annotations
 
 import re
-import threading
-from typing import Any
+
+from spider2local.db.parse import MAX_PARSED, SqlTooLong, parse
 
 READING = frozenset({"SELECT", "WITH", "FROM", "VALUES", "DESCRIBE", "DESC", "SHOW",
                      "SUMMARIZE", "PRAGMA", "TABLE", "EXPLAIN", "PIVOT", "UNPIVOT"})
@@ -39,10 +39,6 @@ _TOKEN = re.compile(r"""
   | (?P<other>.)
 """, re.VERBOSE | re.DOTALL)
 
-_parser_lock = threading.Lock()
-_parser: Any = None
-
-
 def statements(sql: str) -> list[list[str]]:
     """Split ``sql`` into statements of upper-cased bare words (comments and quoted text are
     skipped, so a ``;`` or a keyword inside a string or comment never counts; any other token
@@ -62,16 +58,10 @@ def statements(sql: str) -> list[list[str]]:
 def statement_types(sql: str) -> list[str]:
     """DuckDB's statement types for ``sql`` (``"SELECT"``, ``"EXPLAIN"``, ``"DELETE"``, ...).
 
-    Raises ``duckdb.ParserException`` for SQL DuckDB cannot parse. Parsing needs a connection;
-    one private in-memory connection is reused (a new one costs about 20 ms).
+    Raises ``duckdb.ParserException`` for SQL DuckDB cannot parse, and
+    :class:`~spider2local.db.parse.SqlTooLong` for SQL too long to parse (db/parse.py).
     """
-    global _parser
-    import duckdb
-
-    with _parser_lock:
-        if _parser is None:
-            _parser = duckdb.connect(":memory:")
-        return [s.type.name for s in _parser.extract_statements(sql)]
+    return [s.type.name for s in parse(sql)]
 
 
 def explained(sql: str) -> str:
@@ -123,6 +113,9 @@ def _type_refusal(sql: str, first: str) -> str | None:
             types = statement_types(explained(sql)) or ["EXPLAIN"]
     except duckdb.ParserException as exc:
         return "the SQL does not parse: " + " ".join(str(exc).split())[:300]
+    except SqlTooLong:
+        return (f"the query is {len(sql)} characters long, more than the {MAX_PARSED} "
+                "allowed: send a shorter query")
     if len(types) > 1:
         hint = " (a PIVOT needs its values listed: ON col IN (...))" if "PIVOT" in first else ""
         return f"one statement per call{hint}"

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:  # imported where used: the scan of a project without SQL never needs it
-    import duckdb
-
 from spider2local.core.codec import dump, load
+from spider2local.db.parse import SqlTooLong, parse
 from spider2local.dbtproject.docblocks import DocIndex, doc_index, inside
 from spider2local.dbtproject.files import load_yaml, project_config
 from spider2local.dbtproject.paths import ProjectPaths, project_paths
@@ -255,28 +252,6 @@ _DANGLING = re.compile(
 _AT_END = "at end of input"
 
 
-_PARSER_LOCK = threading.Lock()
-_PARSER: list[duckdb.DuckDBPyConnection] = []
-
-
-def _parse(sql: str) -> list[duckdb.Statement]:
-    """DuckDB's parse of ``sql``, on one in-memory connection of ours, one thread at a time.
-
-    Not DuckDB's module-level ``duckdb.extract_statements``: under duckdb 1.2.2 (then the
-    pin's floor) concurrent calls to it deadlocked the whole process (two ``--jobs 2`` runs of the
-    test suite hung for good in workspace preparation, every worker thread in that call;
-    reproduced with three threads). Not a connection per thread either: each is a database
-    instance of its own, and under ``ulimit -v 330000`` the second one aborted the process
-    (glibc: "cannot allocate memory for thread-local data", exit 127; tests/run/test_memory.py).
-    A parse takes well under a millisecond, so the lock costs nothing a run can see."""
-    import duckdb
-
-    with _PARSER_LOCK:
-        if not _PARSER:
-            _PARSER.append(duckdb.connect())
-        return _PARSER[0].extract_statements(sql)
-
-
 def unfinished(sql: str) -> bool:
     """Whether model SQL (comments and config() already removed) stops mid-query.
 
@@ -296,10 +271,10 @@ def unfinished(sql: str) -> bool:
     if _DANGLING.search(plain.rstrip(";").rstrip()):
         return True
     try:
-        parsed = _parse(plain)
+        parsed = parse(plain)
     except duckdb.ParserException as exc:
         return _AT_END in str(exc) or exact
-    except duckdb.Error:
+    except (duckdb.Error, SqlTooLong):  # too long to parse: never sent to rewrite it
         return False
     return not parsed
 
