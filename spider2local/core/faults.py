@@ -56,14 +56,21 @@ MACHINE_ERRNOS = frozenset({
 })
 """OS errors that no change to a task or to the agent's work can cause or cure."""
 
-_MEMORY_TEXT = re.compile(r"[Cc]annot allocate memory|Out of Memory Error"
+_MEMORY_TEXT = re.compile(r"Cannot allocate memory|Out of Memory Error"
                           r"|failed to allocate data of size|can't start new thread"
                           r"|\bMemoryError\b|std::bad_alloc")
 """Running out of memory as the OS (``ENOMEM``'s strerror), DuckDB, Python and C++ word it. A
 thread whose stack cannot be mapped is ``RuntimeError: can't start new thread``, which under
-``ulimit -v 450000`` made dbt fail and the task score ``failed``, kind agent; glibc's loader
-ends a process whose thread cannot get its thread-local block with "cannot allocate memory for
-thread-local data: ABORT" (exit 127), as dbt did under ``ulimit -v 330000`` with duckdb 1.5.2."""
+``ulimit -v 450000`` made dbt fail and the task score ``failed``, kind agent."""
+
+_TLS_ABORT_EXIT = 127
+_TLS_ABORT_TEXT = "cannot allocate memory for thread-local data: ABORT"
+"""glibc's loader ends a process whose thread cannot get its thread-local block so, with exit
+127, as dbt did under ``ulimit -v 330000`` with duckdb 1.5.2 (the task scored ``failed``, kind
+agent). Counted only with that exit: dbt exits 0, 1 or 2 itself, and a model's own error text
+(``select error('...')``, which an agent writes) comes with those, so the agent cannot forge it
+into a re-run. Not glibc's "cannot allocate memory in static TLS block": a library too big for
+the static block fails alike on every run."""
 
 _MACHINE_TEXT = re.compile(
     r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files|"
@@ -103,7 +110,7 @@ def is_machine_failure(returncode: int | None, output: str) -> bool:
     interpreter unreadable for this user). dbt itself exits 0, 1 or 2, so 126 and 137 are
     never a verdict on the SQL it ran; a reference task failed ``0/1`` as the agent's fault
     before this."""
-    if names_machine_fault(output) or returncode in KILLED_EXITS:
+    if names_machine_fault(output) or died_of_memory(returncode, output):
         return True
     return returncode == CANNOT_EXECUTE and _EXEC_REFUSED_TEXT.search(output) is not None
 
@@ -175,10 +182,12 @@ def is_machine_fault(exc: BaseException) -> bool:
 
 def died_of_memory(returncode: int | None, output: str) -> bool:
     """True when a child we started ended for want of memory: its output says so
-    (:data:`_MEMORY_TEXT`) or it was killed by a SIGKILL we did not send
-    (:data:`KILLED_EXITS`). Narrower than :func:`is_machine_failure`: a full disk is left to
-    :mod:`.blame`, which may make it the agent's verdict."""
-    return returncode in KILLED_EXITS or _MEMORY_TEXT.search(output) is not None
+    (:data:`_MEMORY_TEXT`), it was killed by a SIGKILL we did not send (:data:`KILLED_EXITS`)
+    or glibc ended it for a thread's memory (:data:`_TLS_ABORT_TEXT`, with its exit).
+    Narrower than :func:`is_machine_failure`: a full disk is left to :mod:`.blame`, which may
+    make it the agent's verdict."""
+    return (returncode in KILLED_EXITS or _MEMORY_TEXT.search(output) is not None
+            or (returncode == _TLS_ABORT_EXIT and _TLS_ABORT_TEXT in output))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
