@@ -10,8 +10,10 @@ never unqualified and never through ``information_schema``, whose views call the
 DuckDB resolves an unqualified function to a macro of that name in the file first, so the
 file's author would choose the answer (db/connect.py). Before duckdb 1.5.2 even the qualified
 call ran the file's table macro (pyproject's pin). Only the file's own database
-(``current_database()``): a connection may have others attached (the graded copy of the
-scorer), whose tables are not the file's.
+(``current_database()``): a connection may have others attached (``clock.dates`` attaches
+the gold beside a rebuilt project; :func:`~spider2local.db.connect.open_database` attaches any
+caller's), whose tables are not the file's. ``dbtools.query`` keeps SQL of its own, with the
+same filter: it shows the agent an ``information_schema``-shaped listing, not these records.
 
 No ``?`` parameter: binding one makes DuckDB's Python module import pandas (to check whether
 the value is a DataFrame), which tripled a snapshot child's cost (0.35 s to 1.0 s a trial,
