@@ -123,9 +123,11 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
     gold_cols: dict[str, list[str]] = {}
     with open_database(task.gold.db, untrusted=False) as con:
         found = catalog.columns(con)
-    # ``main`` first: a table of that name elsewhere adds nothing to main's (as the scorer reads)
-    for (_schema, name), listed in sorted(found.items(), key=lambda item: item[0][0] != "main"):
-        gold_cols.setdefault(name.lower(), [column for column, _type in listed])
+    # Named as the scorer's ``SELECT * FROM <name>`` finds them (evaluation/reader.py): a bare
+    # name is ``main``'s, any other schema's table only by ``schema.name``; case-insensitive.
+    for (schema, name), listed in found.items():
+        key = name if schema == "main" else f"{schema}.{name}"
+        gold_cols[key.lower()] = [column for column, _type in listed]
     out = []
     params = task.gold.params
     for name, positions in zip(params.condition_tabs, params.condition_cols, strict=True):

@@ -85,3 +85,27 @@ def test_the_audit_lists_the_gold_columns_not_the_macros(
     (graded,) = graded_tables(task)
     assert (graded.name, graded.in_gold, graded.columns) == ("orders", True, ("id",))
     assert open_problem(gold) is None
+
+
+def test_the_audit_finds_graded_tables_where_the_scorer_does(
+        tiny_dataset: Callable[..., Path], tmp_path: Path) -> None:
+    """The scorer reads ``SELECT * FROM <name>``: a bare name is ``main``'s table, another
+    schema's only by its qualified name. A gold ``orders`` only in ``mart`` was listed as in
+    gold (with mart's columns) while the scorer could not find it (found by review)."""
+    evaluation = {"func": "duckdb_match", "parameters": {
+        "gold": "shop.duckdb", "condition_tabs": ["orders", "mart.Orders", "mart.gone"],
+        "condition_cols": [[0], [1], [0]], "ignore_orders": [True, True, True]}}
+    root = tiny_dataset("t1", evaluation=evaluation, gold_tables={"other": "select 1 as x"})
+    gold = root / "evaluation_suite" / "gold" / "t1" / "shop.duckdb"
+    con = duckdb.connect(str(gold))
+    con.execute("CREATE SCHEMA mart")
+    con.execute("CREATE TABLE mart.orders AS SELECT 1 AS id, 2 AS amount")
+    con.close()
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f'schema = 1\n[dataset]\nroot = "{root}"\n')
+    (task,) = load_dataset(load_suite(suite)).tasks
+    assert [(g.name, g.in_gold, g.columns) for g in graded_tables(task)] == [
+        ("orders", False, ()), ("mart.Orders", True, ("amount",)), ("mart.gone", False, ())]
+    con = duckdb.connect(str(gold), read_only=True)
+    assert con.execute("SELECT amount FROM mart.Orders").fetchall() == [(2,)]
+    con.close()
