@@ -123,11 +123,9 @@ def graded_tables(task: TaskSpec) -> tuple[GradedTable, ...]:
     gold_cols: dict[str, list[str]] = {}
     with open_database(task.gold.db, untrusted=False) as con:
         found = catalog.columns(con)
-    # Named as the scorer's ``SELECT * FROM <name>`` finds them (evaluation/reader.py): a bare
-    # name is ``main``'s, any other schema's table only by ``schema.name``; case-insensitive.
+    # named as the scorer finds them; DuckDB's names are case-insensitive
     for (schema, name), listed in found.items():
-        key = name if schema == "main" else f"{schema}.{name}"
-        gold_cols[key.lower()] = [column for column, _type in listed]
+        gold_cols[catalog.scorer_name(schema, name).lower()] = [c for c, _type in listed]
     out = []
     params = task.gold.params
     for name, positions in zip(params.condition_tabs, params.condition_cols, strict=True):

@@ -27,17 +27,19 @@ from typing import Literal
 
 import duckdb
 
-__all__ = ["Relation", "columns", "relations"]
+__all__ = ["OWN", "Relation", "columns", "relations", "scorer_name"]
 
-_OWN = "database_name = system.main.current_database() AND NOT internal"
+OWN = "database_name = system.main.current_database() AND NOT internal"
+"""The condition on a catalog function's rows that keeps the file's own objects (also in the
+query tool's listing SQL, dbtools/query.py)."""
 
 RELATIONS_SQL = (
     f"SELECT schema_name, table_name, 'table' FROM system.main.duckdb_tables() "
-    f"WHERE {_OWN} AND NOT temporary UNION ALL SELECT schema_name, view_name, 'view' "
-    f"FROM system.main.duckdb_views() WHERE {_OWN} AND NOT temporary ORDER BY 1, 2")
+    f"WHERE {OWN} AND NOT temporary UNION ALL SELECT schema_name, view_name, 'view' "
+    f"FROM system.main.duckdb_views() WHERE {OWN} AND NOT temporary ORDER BY 1, 2")
 COLUMNS_SQL = (
     f"SELECT schema_name, table_name, column_name, data_type FROM system.main.duckdb_columns() "
-    f"WHERE {_OWN} ORDER BY schema_name, table_name, column_index")
+    f"WHERE {OWN} ORDER BY schema_name, table_name, column_index")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,13 @@ class Relation:
 
     @property
     def display(self) -> str:
-        return self.name if self.schema == "main" else f"{self.schema}.{self.name}"
+        return scorer_name(self.schema, self.name)
+
+
+def scorer_name(schema: str, name: str) -> str:
+    """How the scorer's ``SELECT * FROM <name>`` reaches a relation (evaluation/reader.py): by
+    its bare name in ``main``, by ``schema.name`` anywhere else."""
+    return name if schema == "main" else f"{schema}.{name}"
 
 
 def relations(con: duckdb.DuckDBPyConnection) -> list[Relation]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from spider2local.core.transcript import MAX_QUERIES, append_capped, fit_line
+from spider2local.db import catalog
 from spider2local.db.locks import DatabaseLocked, LockWait, retry_on_lock
 from spider2local.db.sql import literal
 from spider2local.dbtools.policy import refusal, statements
@@ -296,23 +297,23 @@ STORED_SCAN = ("Project scan taken before the session started (statuses do not s
 
 # DuckDB's catalog functions by their catalog's name, and not ``information_schema``: its
 # views call ``duckdb_tables()`` and ``duckdb_columns()`` unqualified, which a macro of that
-# name in the project's database answers instead (db/connect.py). The columns and their
-# values are information_schema's.
-LIST_TABLES_SQL = """SELECT schema_name AS table_schema, table_name, 'BASE TABLE' AS table_type,
+# name in the project's database answers instead (db/connect.py); the file's own objects as
+# db/catalog.py keeps them. The columns and their values are information_schema's.
+LIST_TABLES_SQL = f"""SELECT schema_name AS table_schema, table_name, 'BASE TABLE' AS table_type,
        estimated_size AS rows
 FROM system.main.duckdb_tables()
-WHERE database_name = system.main.current_database() AND NOT internal
+WHERE {catalog.OWN}
 UNION ALL
 SELECT schema_name, view_name, 'VIEW', NULL
 FROM system.main.duckdb_views()
-WHERE database_name = system.main.current_database() AND NOT internal
+WHERE {catalog.OWN}
 ORDER BY 1, 2"""
-DESCRIBE_SQL = """SELECT table_schema, table_name, column_name, data_type, is_nullable FROM (
+DESCRIBE_SQL = f"""SELECT table_schema, table_name, column_name, data_type, is_nullable FROM (
   SELECT schema_name AS table_schema, table_name, column_name, data_type,
          CASE WHEN is_nullable THEN 'YES' ELSE 'NO' END AS is_nullable, column_index
   FROM system.main.duckdb_columns()
-  WHERE database_name = system.main.current_database() AND NOT internal)
-WHERE {where}
+  WHERE {catalog.OWN})
+WHERE {{where}}
 ORDER BY table_schema, table_name, column_index"""
 
 
