@@ -162,6 +162,15 @@ def test_commands_that_only_read_a_dataset_import_neither_pandas_nor_the_sdk() -
     assert callable(evaluation.score_database) and "score_database" in evaluation.__all__
 
 
+@pytest.mark.process
+def test_the_run_command_imports_httpx_only_where_a_gateway_starts() -> None:
+    # Every `spider2local run`, `score` and `report` call imports the command module; httpx
+    # (~0.12 s of CPU a call, with its CLI's rich and pygments) is needed only by a gateway,
+    # which imports it itself (spider2local.gateway.server).
+    assert heavy_imports(["spider2local.cli.commands"], ["httpx", "claude_agent_sdk"]) == []
+    assert heavy_imports(["spider2local.gateway.server"], ["httpx"]) == ["httpx"]
+
+
 CONNECT_OWNER = "spider2local.db.connect"
 OWN_FILES = {"spider2local.db.header": "an empty probe file it creates in its own temp folder"}
 """Modules that may call ``duckdb.connect`` besides the owner, each on a file of its own making

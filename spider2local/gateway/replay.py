@@ -35,12 +35,10 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from spider2local.exceptions import Spider2LocalError
 
@@ -533,24 +531,6 @@ class Playback:
                 "until": self.until,
                 "stopped": self.stopped.message() if self.stopped else None,
                 "unverified_from": self.unverified_from}
-
-
-class _Bytes(httpx.AsyncByteStream):
-    """A recorded body served as the upstream's stream (one chunk per 64 KiB)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for start in range(0, len(self.data), 64 * 1024):
-            yield self.data[start:start + 64 * 1024]
-
-
-def recorded_response(recorded: Recorded) -> httpx.Response:
-    """The recorded answer as an upstream response for the gateway to relay."""
-    assert recorded.response is not None
-    headers = [("content-type", recorded.content_type)] if recorded.content_type else []
-    return httpx.Response(recorded.status, headers=headers, stream=_Bytes(recorded.response))
 
 
 @dataclass
