@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
-import json
 import os
 import secrets
 import tempfile
@@ -259,4 +258,7 @@ def _write_summary(path: Path, task: TaskSpec, root: Path, stats: tuple[int, int
                "skills": sorted(skill_dirs), "problems": list(problems),
                "templates": list(templates),
                "date": task.date.isoformat(), "seconds": round(seconds, 3)}
-    path.write_text(json.dumps(summary, indent=2, allow_nan=False), encoding="utf-8")
+    # replaced whole, like the record written before the folder was made: written in place, a
+    # kill -9 after its truncation left an empty record beside a full workspace, which the next
+    # command on the run could no longer find to remove (:mod:`spider2local.run.stale`)
+    write_json_atomic(path, summary)

@@ -232,6 +232,82 @@ def test_task_without_start_db_is_refused(tiny_dataset: Callable[..., Path],
     assert [p.name for p in tmp_path.iterdir()] == ["spider2-dbt"]
 
 
+_RECORD_WRITES = """
+import os, signal, sys
+from pathlib import Path
+from spider2local.dataset.load import load_dataset
+from spider2local.suite.model import Suite
+from spider2local.workspace.prepare import prepare_workspace
+
+root, artifacts, parent, nth = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+task = load_dataset(Suite(path=Path("tasks.toml"), dataset=root)).tasks[0]
+seen = 0
+
+def hook(event, args):
+    # Each step of a write of the record: opening it (or its temporary file) for writing,
+    # renaming into place. An opening of the record itself for writing is a write in place,
+    # printed. At the nth step, killed there, as a kill -9 of the runner would.
+    global seen
+    name = lambda path: os.path.basename(str(path))
+    record = lambda path: name(path) == "workspace.json" \\
+        or name(path).startswith(".workspace.json.")
+    step = (event == "open" and record(args[0]) and isinstance(args[2], int)
+            and bool(args[2] & (os.O_WRONLY | os.O_RDWR))) \\
+        or (event in ("os.rename", "os.replace") and record(args[1]))
+    if not step:
+        return
+    if event == "open" and os.path.basename(str(args[0])) == "workspace.json":
+        print("in place:", args[0], flush=True)
+    seen += 1
+    if seen == nth:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(hook)
+prepare_workspace(task, artifacts=artifacts, parent=parent)
+print("steps:", seen, flush=True)
+"""
+
+
+def _record_writes(dataset: Path, artifacts: Path, parent: Path, kill_at: int
+                   ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _RECORD_WRITES, str(dataset), str(artifacts),
+                           str(parent), str(kill_at)], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.mark.process
+def test_the_workspace_record_is_only_ever_replaced_whole(tiny_dataset: Callable[..., Path],
+                                                          tmp_path: Path) -> None:
+    """The workspace's record (``workspace.json``) is how the next command on a killed run
+    finds the workspace to remove (run/stale.py). It is written twice: before the folder is
+    made, and with the summary once the folder is filled. The summary was written in place:
+    a kill -9 after its truncation left an empty record beside a full workspace nobody would
+    remove (found under load by the run command's kill -9 test). Both are renamed into place."""
+    parent = tmp_path / "ws"
+    parent.mkdir()
+    done = _record_writes(tiny_dataset("t1"), tmp_path / "a", parent, 0)
+    assert done.returncode == 0, done.stderr
+    assert "in place" not in done.stdout
+    assert "steps: 4" in done.stdout  # two writes, each a temporary file and a rename
+    assert json.loads((tmp_path / "a" / "workspace.json").read_text())["files"] > 0
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("kill_at", [1, 2, 3, 4])
+def test_a_kill_at_any_step_of_the_record_leaves_no_workspace_nobody_knows(
+        tiny_dataset: Callable[..., Path], tmp_path: Path, kill_at: int) -> None:
+    from spider2local.run.stale import remove_stale_workspaces
+
+    artifacts, parent = tmp_path / "a", tmp_path / "ws"
+    parent.mkdir()
+    killed = _record_writes(tiny_dataset("t1"), artifacts, parent, kill_at)
+    assert killed.returncode == -9, killed.stderr
+    made = list(parent.iterdir())
+    assert bool(made) == (kill_at > 2)  # the folder is made after the first record
+    assert remove_stale_workspaces(artifacts) == made
+    assert list(parent.iterdir()) == []
+
+
 def _count_snapshot_children(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Record every snapshot reader child started (the real one still runs)."""
     from spider2local.sandbox import dbreads as sandboxed
