@@ -176,7 +176,6 @@ class _Sse:
         return found
 
 
-@functools.cache
 class _Bytes(httpx.AsyncByteStream):
     """A recorded body served as the upstream's stream (one chunk per 64 KiB)."""
 
@@ -198,6 +197,7 @@ def recorded_response(recorded: Recorded) -> httpx.Response:
     return httpx.Response(recorded.status, headers=headers, stream=_Bytes(recorded.response))
 
 
+@functools.cache
 def tls_context() -> ssl.SSLContext:
     """The TLS settings of every upstream connection, built once per process: loading the CA
     bundle took 130-250 ms per gateway under load (measured), a third of a command agent's

@@ -14,7 +14,14 @@ import httpx
 import pytest
 
 from spider2local.gateway.budget import Budget
-from spider2local.gateway.server import ApiCall, Upstream, open_gateway
+from spider2local.gateway.replay import Fingerprinter, Recorded, Volatile
+from spider2local.gateway.server import (
+    ApiCall,
+    Upstream,
+    open_gateway,
+    recorded_response,
+    tls_context,
+)
 
 SSE = (b'event: message_start\ndata: {"type": "message_start", "message": {"usage": '
        b'{"input_tokens": 7}}}\n\nevent: message_delta\ndata: {"type": "message_delta", '
@@ -236,3 +243,25 @@ def test_a_call_counter_cannot_enforce_a_cap_and_says_so() -> None:
     unlimited = Budget(None)
     unlimited.charge(None)
     assert unlimited.refusal() is None
+
+
+def test_the_tls_settings_are_built_once_per_process() -> None:
+    # Loading the CA bundle took 130-250 ms per gateway under load; a decorator moved off it
+    # by an edit once left every gateway building its own (and cached the recorded bodies).
+    assert tls_context() is tls_context()
+
+
+def test_a_recorded_answer_is_relayed_in_64_kib_chunks_and_nothing_is_kept() -> None:
+    body = bytes(range(256)) * 600  # 150 KiB: three chunks
+    request = Fingerprinter(Volatile.of(Path("/ws"))).take("u0 POST /v1/messages", b"{}")
+    recorded = Recorded(1, request, 200, "application/json", body)
+
+    async def chunks(response: httpx.Response) -> list[bytes]:
+        return [chunk async for chunk in response.aiter_raw()]
+
+    first, second = recorded_response(recorded), recorded_response(recorded)
+    assert first.stream is not second.stream  # a new stream per answer, never one cached
+    assert first.status_code == 200 and first.headers["content-type"] == "application/json"
+    parts = anyio.run(chunks, first)
+    assert [len(p) for p in parts] == [65536, 65536, len(body) - 131072]
+    assert b"".join(parts) == body
