@@ -107,6 +107,7 @@ def finished_run(finished_template: tuple[Path, Path], tmp_path: Path) -> tuple[
     return root, run_dir
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.parametrize(("text", "problem"), [
     ('{"tasks": [{"id": "a001", "tables": "x"}]}', "tasks entry 1: 'tables' is str, not int"),
     ('{"run_id": "r1", "tasks": [', "not valid JSON"),
@@ -123,6 +124,7 @@ def test_score_on_a_broken_run_json_is_one_line_naming_it(
         assert_one_line_error(proc, f"{run_dir / 'run.json'}: not a usable run.json: {problem}")
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 @pytest.mark.parametrize("corrupt", [
     '{"schema_version": 2, "task_id": "a001", "status": "failed", "agent": "noop", '
@@ -151,6 +153,7 @@ def test_corrupt_result_json_of_one_task_is_rerun_and_spares_the_others(
     assert (run_dir / "b001" / "result.json").read_text() == before
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_absolute_profile_path_never_writes_the_dataset(tiny_dataset: Build,
                                                         tmp_path: Path) -> None:
@@ -173,6 +176,7 @@ def test_absolute_profile_path_never_writes_the_dataset(tiny_dataset: Build,
     assert tree_digest(root) == before
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 @pytest.mark.parametrize("target", ["outside", "inside"])
 def test_a_task_folder_that_is_a_symlink_never_stops_the_run(tiny_dataset: Build,
@@ -257,6 +261,7 @@ def dev_full() -> Iterator[Any]:
         yield fh
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_stdout_on_a_full_disk_is_one_line(finished_run: tuple[Path, Path], dev_full: Any,
                                           tmp_path: Path) -> None:

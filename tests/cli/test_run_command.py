@@ -273,6 +273,7 @@ def test_ctrl_c_before_the_run_starts_is_exit_130_without_traceback(tmp_path: Pa
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_keep_prints_the_workspace_and_leaves_it(tmp_path: Path) -> None:
     proc = cli("run", "bakery001", "--agent", "noop", "--keep", "--runs-dir", "runs",
                cwd=tmp_path)
@@ -465,6 +466,7 @@ def test_sigint_kills_every_child_and_exits_130(tmp_path: Path) -> None:
     assert "--run-id i to resume" in log
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_run_warns_once_about_clock_reading_tasks_at_the_default_date(
         shared_dataset: Path, tmp_path: Path) -> None:
     # The bundled suite records no date for mrr001, whose util_months reads the clock: the run

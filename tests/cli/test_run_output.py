@@ -113,6 +113,7 @@ def plain(screen: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_in_a_terminal_the_live_display_shows_the_run_and_the_table_fits_the_width(
         terminal: Terminal) -> None:
@@ -143,6 +144,7 @@ def test_in_a_terminal_the_live_display_shows_the_run_and_the_table_fits_the_wid
     assert any("library001" in x and "failed" in plain(x) for x in coloured)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_report_in_a_terminal_is_fitted_and_coloured_as_run_ends(terminal: Terminal) -> None:
     """``report RUN`` on an 80-column terminal: every row of the table on one line (it printed
@@ -164,6 +166,7 @@ def test_report_in_a_terminal_is_fitted_and_coloured_as_run_ends(terminal: Termi
     assert piped.returncode == 0 and "\x1b" not in piped.stdout
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_no_color_in_a_terminal(terminal: Terminal) -> None:
     terminal.env["NO_COLOR"] = "1"
@@ -173,6 +176,7 @@ def test_no_color_in_a_terminal(terminal: Terminal) -> None:
     assert any("bakery001  failed" in plain(s) for s in screens)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.slow
 def test_a_scripted_claude_run_shows_its_cost_so_far_and_projected(
         terminal: Terminal) -> None:

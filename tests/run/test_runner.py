@@ -204,6 +204,7 @@ class CrashingAgent:
         raise RuntimeError("bug in the agent")
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_agent_crash_is_recorded_and_the_database_still_scored(tasks: list[TaskSpec],
                                                                tmp_path: Path) -> None:
     folder = RunFolder.at(tmp_path, "r")
@@ -252,6 +253,7 @@ class FlakyAgent:
         return await WriterAgent().run(ctx)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_infrastructure_errors_are_retried(tasks: list[TaskSpec], tmp_path: Path) -> None:
     FlakyAgent.calls = 0
     result = run(tasks[:1], RunFolder.at(tmp_path, "r"), lambda: FlakyAgent(1))["t1"]
@@ -280,6 +282,7 @@ class CostlyFlakyAgent:
         return AgentOutcome(usage=ctx.meter.usage)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_usage_of_retried_attempts_is_summed(tasks: list[TaskSpec], tmp_path: Path) -> None:
     CostlyFlakyAgent.calls = 0
     result = run(tasks[:1], RunFolder.at(tmp_path, "r"), CostlyFlakyAgent, retries=2)["t1"]
@@ -306,6 +309,7 @@ class MidSessionFailureAgent:
                             infrastructure=True)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_infrastructure_error_after_a_turn_is_scored_not_retried(tasks: list[TaskSpec],
                                                                   tmp_path: Path) -> None:
     MidSessionFailureAgent.calls = 0
@@ -382,6 +386,7 @@ def test_execute_run_resumes_without_redoing_finished_tasks(
     assert manifest["interrupted"] is False and manifest["finished_at"]
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 def test_progress_plain_lines_and_live_redraw(tasks: list[TaskSpec], tmp_path: Path) -> None:
     plain = io.StringIO()
     anyio.run(run_tasks, tasks[:1], RunFolder.at(tmp_path, "p"), settings(),

@@ -91,6 +91,7 @@ def sample() -> Dataset:
     return load(SAMPLE)
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_sample_tasks_get_isolated_copies(sample: Dataset, tmp_path: Path) -> None:
     before = tree_digest(sample.root)
@@ -107,6 +108,7 @@ def test_sample_tasks_get_isolated_copies(sample: Dataset, tmp_path: Path) -> No
     assert tree_digest(sample.root) == before
 
 
+@pytest.mark.in_process_readers  # its subject is not the readers
 @pytest.mark.process
 def test_real_tasks_get_isolated_copies(shared_dataset: Path, tmp_path: Path) -> None:
     before = tree_digest(shared_dataset)
