@@ -17,6 +17,7 @@ temporary folders they owned (the sandbox's, snapshots, ``shell``'s, named by th
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from spider2local.proc.reap import reap
 from spider2local.proc.shm import remove_leftovers
 from spider2local.proc.tempdirs import orphans, remove_orphans
 from spider2local.workspace.copy import remove_tree
+
+log = logging.getLogger(__name__)
 
 
 def recorded_workspaces(task_dir: Path) -> list[Path]:
@@ -58,7 +61,13 @@ def recorded_workspaces(task_dir: Path) -> list[Path]:
 
 def remove_stale_workspaces(task_dir: Path) -> list[Path]:
     """Kill the processes working in each recorded workspace and delete it; returns those
-    removed. Only real folders whose name starts with ``spider2local-`` are touched."""
+    removed. Only real folders whose name starts with ``spider2local-`` are touched.
+
+    One that cannot be deleted (a mount inside it, ``chattr +i``, a disk gone read-only) is
+    said as a warning naming it: the caller goes on (a re-run empties the trial's folder, and
+    with it the only record of that workspace), so after this nothing would ever find it
+    again. It used to be skipped without a word, leaving a copy of the task (its databases
+    too: hundreds of MB for some Spider2-DBT tasks) in the temp folder for good."""
     removed = []
     for root in recorded_workspaces(task_dir):
         if not root.name.startswith(WORKSPACE_PREFIX) or root.is_symlink() or not root.is_dir():
@@ -66,7 +75,9 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
         reap(root)
         try:
             remove_tree(root)
-        except OSError:
+        except OSError as exc:
+            log.warning("%s: workspace of an interrupted run not removed (%s); nothing will "
+                        "remove it later: delete it by hand", root, exc.strerror or exc)
             continue
         removed.append(root)
     return removed
