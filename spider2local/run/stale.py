@@ -76,8 +76,8 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
         try:
             remove_tree(root)
         except OSError as exc:
-            log.warning("%s: workspace of an interrupted run not removed (%s); nothing will "
-                        "remove it later: delete it by hand", root, exc.strerror or exc)
+            log.warning("%s: workspace of an interrupted run not removed (%s); delete it by "
+                        "hand", root, exc.strerror or exc)
             continue
         removed.append(root)
     return removed
