@@ -29,6 +29,7 @@ from spider2local.core.layout import (
     WORKSPACE_PREFIX,
     WORKSPACE_RECORD,
 )
+from spider2local.core.printable import printable
 from spider2local.proc.reap import reap
 from spider2local.proc.shm import remove_leftovers
 from spider2local.proc.tempdirs import orphans, remove_orphans
@@ -76,8 +77,9 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
         try:
             remove_tree(root)
         except OSError as exc:
+            # the path is a run folder's record (untrusted): its controls shown escaped
             log.warning("%s: workspace of an interrupted run not removed (%s); delete it by "
-                        "hand", root, exc.strerror or exc)
+                        "hand", printable(str(root)), exc.strerror or exc)
             continue
         removed.append(root)
     return removed
