@@ -153,6 +153,9 @@ async def _graded_reproduce(task: TaskSpec, models: Sequence[str], day: dt.date)
         db = profile_db_path(project)
         if not result.ok or db is None:
             return False
+        # Trusted, as the gold beside it is (db.connect): the file is what the dataset's own
+        # dbt project just built with this process's rights, so locking it down would
+        # guard against nothing that build could not already do.
         with open_database(db, untrusted=False) as con:
             con.execute(f"attach {literal(task.gold.db)} as gold (read_only)")
             tables = _tables(con)
@@ -407,7 +410,7 @@ async def _build(project: Path, cand: Candidate, day: dt.date,
     db = profile_db_path(project)
     if not result.ok or db is None or result.status_of(cand.model) != "success":
         return None
-    with open_database(db, untrusted=False) as con:
+    with open_database(db, untrusted=False) as con:  # trusted: see _graded_reproduce
         con.execute(f"attach {literal(gold_db)} as gold (read_only)")
         table = _tables(con)[cand.model.lower()]
         gold_table = f"gold.{table}"
