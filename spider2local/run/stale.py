@@ -65,10 +65,11 @@ def remove_stale_workspaces(task_dir: Path) -> list[Path]:
     removed. Only real folders whose name starts with ``spider2local-`` are touched.
 
     One that cannot be deleted (a mount inside it, ``chattr +i``, a disk gone read-only) is
-    said as a warning naming it: the caller goes on (a re-run empties the trial's folder, and
-    with it the only record of that workspace), so after this nothing would ever find it
-    again. It used to be skipped without a word, leaving a copy of the task (its databases
-    too: hundreds of MB for some Spider2-DBT tasks) in the temp folder for good."""
+    said as a warning naming it, and the caller goes on. Its record stays where it was, for
+    the next command to try again, unless the caller is a re-run: that empties the trial's
+    folder, and with it the only record of the workspace. It used to be skipped without a
+    word, so a re-run left a copy of the task (its databases too: hundreds of MB for some
+    Spider2-DBT tasks) in the temp folder for good."""
     removed = []
     for root in recorded_workspaces(task_dir):
         if not root.name.startswith(WORKSPACE_PREFIX) or root.is_symlink() or not root.is_dir():
