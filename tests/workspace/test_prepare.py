@@ -258,7 +258,7 @@ def hook(event, args):
         or (event in ("os.rename", "os.replace") and record(args[1]))
     if not step:
         return
-    if event == "open" and os.path.basename(str(args[0])) == "workspace.json":
+    if event == "open" and name(args[0]) == "workspace.json":
         print("in place:", args[0], flush=True)
     seen += 1
     if seen == nth:
